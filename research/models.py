@@ -1,0 +1,477 @@
+"""Research data: a topic and every row its run produces, plus the shared cache.
+
+The rows are the hand-off between pipeline stages (see DESIGN.md, "Pipeline"): each stage
+reads the rows of the one before and writes its own, so a re-queued run resumes from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class TopicQuerySet(models.QuerySet["Topic"]):
+    def for_user(self, user: Any) -> TopicQuerySet:
+        """Topics the user owns; every user-facing lookup of a topic starts here."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+    def active(self) -> TopicQuerySet:
+        return self.filter(status__in=Topic.ACTIVE_STATUSES)
+
+
+class Topic(models.Model):
+    class Status(models.TextChoices):
+        PLANNING = "planning", _("Planning")
+        AWAITING_APPROVAL = "awaiting_approval", _("Waiting for plan approval")
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        COMPLETED = "completed", _("Completed")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
+
+    class Mode(models.TextChoices):
+        QUICK = "quick", _("Quick")
+        DEEP = "deep", _("Deep")
+
+    class Sources(models.TextChoices):
+        WEB = "web", _("Web")
+        DOCS = "docs", _("My documents")
+        BOTH = "both", _("Web and my documents")
+
+    class TimeRange(models.TextChoices):
+        ANY = "", _("Any time")
+        DAY = "day", _("Past day")
+        WEEK = "week", _("Past week")
+        MONTH = "month", _("Past month")
+        YEAR = "year", _("Past year")
+
+    ACTIVE_STATUSES = (Status.PLANNING, Status.QUEUED, Status.RUNNING)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="topics")
+    question = models.TextField(_("question"))
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PLANNING)
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.QUICK)
+    sources = models.CharField(max_length=10, choices=Sources.choices, default=Sources.WEB)
+    time_range = models.CharField(max_length=10, choices=TimeRange.choices, blank=True, default="")
+    language = models.CharField(max_length=10, default="ru")
+    auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
+    stage = models.CharField(max_length=30, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    last_event_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TopicQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.COMPLETED, self.Status.FAILED, self.Status.CANCELLED)
+
+    def fail(self, error: str) -> None:
+        self.status = self.Status.FAILED
+        self.error = error
+        self.finished_at = timezone.now()
+        self.save(update_fields=["status", "error", "finished_at", "updated_at"])
+
+    def next_event_seq(self) -> int:
+        """Reserve the next event number; the row lock keeps concurrent writers in order."""
+        with transaction.atomic():
+            Topic.objects.filter(pk=self.pk).update(last_event_seq=F("last_event_seq") + 1)
+            seq = Topic.objects.values_list("last_event_seq", flat=True).get(pk=self.pk)
+        self.last_event_seq = seq
+        return seq
+
+
+class SubQuery(models.Model):
+    class Origin(models.TextChoices):
+        LLM = "llm", _("Planned by the LLM")
+        FALLBACK = "fallback", _("Planned without an LLM")
+        USER = "user", _("Written by the user")
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="subqueries")
+    position = models.PositiveIntegerField(default=0)
+    text = models.TextField()
+    origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.LLM)
+    round = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["round", "position", "id"]
+        verbose_name_plural = "sub-queries"
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class SearchQuery(models.Model):
+    class Language(models.TextChoices):
+        RU = "ru", _("Russian")
+        EN = "en", _("English")
+
+    subquery = models.ForeignKey(SubQuery, on_delete=models.CASCADE, related_name="search_queries")
+    language = models.CharField(max_length=2, choices=Language.choices)
+    position = models.PositiveIntegerField(default=0)
+    text = models.TextField()
+    result_count = models.PositiveIntegerField(null=True, blank=True)
+    unresponsive_engines = models.JSONField(default=list, blank=True)
+    searched_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["subquery", "language", "position"]
+        verbose_name_plural = "search queries"
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class Hit(models.Model):
+    class Source(models.TextChoices):
+        WEB = "web", _("Web")
+        PRIVATE = "private", _("My documents")
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="hits")
+    subquery = models.ForeignKey(SubQuery, on_delete=models.CASCADE, related_name="hits")
+    search_query = models.ForeignKey(
+        SearchQuery, on_delete=models.SET_NULL, null=True, blank=True, related_name="hits"
+    )
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.WEB)
+    url = models.URLField(max_length=2000)
+    normalized_url = models.CharField(max_length=2000)
+    title = models.TextField(blank=True, default="")
+    snippet = models.TextField(blank=True, default="")
+    engine = models.CharField(max_length=100, blank=True, default="")
+    position = models.PositiveIntegerField(default=0)
+    published_at = models.DateTimeField(null=True, blank=True)
+    chunk = models.ForeignKey(
+        "retrieval.Chunk", on_delete=models.SET_NULL, null=True, blank=True, related_name="hits"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["subquery", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "normalized_url"], name="hit_unique_url_per_topic")
+        ]
+
+    def __str__(self) -> str:
+        return self.title or self.url
+
+
+class Scores(models.Model):
+    """The seed's five 0–10 criteria; the total is their mean."""
+
+    class Origin(models.TextChoices):
+        LLM = "llm", _("LLM")
+        FALLBACK = "fallback", _("Fallback")
+
+    relevance_to_question = models.FloatField()
+    relevance_to_direction = models.FloatField()
+    completeness = models.FloatField()
+    accuracy = models.FloatField()
+    structure = models.FloatField()
+    total = models.FloatField(db_index=True)
+    origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.LLM)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    CRITERIA = (
+        "relevance_to_question",
+        "relevance_to_direction",
+        "completeness",
+        "accuracy",
+        "structure",
+    )
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        values = [getattr(self, name) for name in self.CRITERIA]
+        self.total = round(sum(values) / len(values), 1)
+        super().save(*args, **kwargs)
+
+
+class HitScore(Scores):
+    hit = models.OneToOneField(Hit, on_delete=models.CASCADE, related_name="score")
+
+    def __str__(self) -> str:
+        return f"{self.total} — {self.hit}"
+
+
+class Document(models.Model):
+    class FetchedVia(models.TextChoices):
+        READER = "reader", _("Reader")
+        DIRECT = "direct", _("Direct fetch")
+        PRIVATE = "private", _("My documents")
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="documents")
+    hit = models.OneToOneField(Hit, on_delete=models.SET_NULL, null=True, blank=True, related_name="document")
+    uploaded_document = models.ForeignKey(
+        "retrieval.UploadedDocument",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="research_documents",
+    )
+    title = models.TextField(blank=True, default="")
+    url = models.URLField(max_length=2000, blank=True, default="")
+    text = models.TextField(help_text=_("Markdown"))
+    fetched_via = models.CharField(max_length=10, choices=FetchedVia.choices)
+    pages = models.JSONField(default=list, blank=True, help_text=_("Page numbers of private passages"))
+    round = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["topic", "id"]
+
+    def __str__(self) -> str:
+        return self.title or self.url
+
+
+class Summary(models.Model):
+    document = models.OneToOneField(Document, on_delete=models.CASCADE, related_name="summary")
+    text = models.TextField()
+    origin = models.CharField(max_length=10, choices=Scores.Origin.choices, default=Scores.Origin.LLM)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "summaries"
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class SummaryScore(Scores):
+    summary = models.OneToOneField(Summary, on_delete=models.CASCADE, related_name="score")
+
+    def __str__(self) -> str:
+        return f"{self.total} — {self.summary.document}"
+
+
+class Report(models.Model):
+    topic = models.OneToOneField(Topic, on_delete=models.CASCADE, related_name="report")
+    markdown = models.TextField()
+    sources = models.JSONField(default=list, help_text=_("[{n, title, url, document_id}]"))
+    model = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Report on {self.topic}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ShareLinkQuerySet(models.QuerySet["ShareLink"]):
+    def for_user(self, user: Any) -> ShareLinkQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(topic__owner=user)
+
+    def usable(self) -> ShareLinkQuerySet:
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+    def find(self, token: str) -> ShareLink | None:
+        """The usable link for a token from a URL, or None; only the hash is ever stored."""
+        return self.usable().select_related("topic").filter(token_hash=hash_token(token)).first()
+
+
+class ShareLink(models.Model):
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="share_links")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ShareLinkQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Share link for {self.topic}"
+
+    @classmethod
+    def issue(cls, topic: Topic, expires_in: timedelta | None = None) -> tuple[ShareLink, str]:
+        """Create a link; the plain token is returned once and never stored."""
+        token = secrets.token_urlsafe(32)
+        expires_at = timezone.now() + expires_in if expires_in else None
+        link = cls.objects.create(topic=topic, token_hash=hash_token(token), expires_at=expires_at)
+        return link, token
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
+    @property
+    def is_usable(self) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+
+class RunEventQuerySet(models.QuerySet["RunEvent"]):
+    def for_user(self, user: Any) -> RunEventQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(topic__owner=user)
+
+    def since(self, seq: int) -> RunEventQuerySet:
+        return self.filter(seq__gt=seq).order_by("seq")
+
+
+class RunEvent(models.Model):
+    """One line of a topic's durable progress log; the websocket replays these on connect."""
+
+    class Level(models.TextChoices):
+        INFO = "info", _("Info")
+        WARNING = "warning", _("Warning")
+        ERROR = "error", _("Error")
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    stage = models.CharField(max_length=30)
+    level = models.CharField(max_length=10, choices=Level.choices, default=Level.INFO)
+    message = models.TextField()
+    done = models.PositiveIntegerField(null=True, blank=True)
+    total = models.PositiveIntegerField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = RunEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["topic", "seq"]
+        constraints = [models.UniqueConstraint(fields=["topic", "seq"], name="run_event_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.stage}: {self.message[:60]}"
+
+    @property
+    def progress(self) -> float | None:
+        if not self.total:
+            return None
+        return min(1.0, (self.done or 0) / self.total)
+
+
+class LLMCallQuerySet(models.QuerySet["LLMCall"]):
+    def for_user(self, user: Any) -> LLMCallQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(user=user)
+
+
+class LLMCall(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="llm_calls"
+    )
+    topic = models.ForeignKey(
+        Topic, on_delete=models.SET_NULL, null=True, blank=True, related_name="llm_calls"
+    )
+    stage = models.CharField(max_length=30)
+    model = models.CharField(max_length=200)
+    prompt_version = models.CharField(max_length=40, blank=True, default="")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    latency_ms = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveSmallIntegerField(default=1)
+    cache_hit = models.BooleanField(default=False)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = LLMCallQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "LLM call"
+
+    def __str__(self) -> str:
+        return f"{self.stage} · {self.model}"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class CacheEntryQuerySet(models.QuerySet["CacheEntry"]):
+    def live(self) -> CacheEntryQuerySet:
+        return self.filter(expires_at__gt=timezone.now())
+
+    def expired(self) -> CacheEntryQuerySet:
+        return self.filter(expires_at__lte=timezone.now())
+
+    def visible_to(self, user: Any) -> CacheEntryQuerySet:
+        """Shared web data plus what was derived from this user's private documents."""
+        owner_id = getattr(user, "pk", None) if getattr(user, "is_authenticated", False) else None
+        return self.filter(Q(owner__isnull=True) | Q(owner_id=owner_id))
+
+
+class CacheEntry(models.Model):
+    """The seed's cache folders as rows: one payload per kind and input hash."""
+
+    class Kind(models.TextChoices):
+        SEARCH_QUERIES = "search_queries", _("Search queries")
+        SEARCH_RESULTS = "search_results", _("Search results")
+        DOCS = "docs", _("Documents")
+        RANKED_RESULTS = "ranked_results", _("Ranked results")
+        SUMMARIES = "summaries", _("Summaries")
+        RANKED_SUMMARIES = "ranked_summaries", _("Ranked summaries")
+        ANSWERS = "answers", _("Answers")
+
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    key_hash = models.CharField(max_length=64)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="cache_entries",
+        help_text=_("Set when the payload derives from the owner's private documents."),
+    )
+    description = models.CharField(max_length=300, blank=True, default="")
+    payload = models.JSONField()
+    size_bytes = models.PositiveIntegerField(default=0)
+    hit_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+    last_hit_at = models.DateTimeField(null=True, blank=True)
+
+    objects = CacheEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "cache entries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "key_hash", "owner"], name="cache_entry_unique_key", nulls_distinct=False
+            )
+        ]
+        indexes = [models.Index(fields=["kind", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.key_hash[:12]}"
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at <= timezone.now()

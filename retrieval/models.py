@@ -1,0 +1,114 @@
+"""Private documents a user uploads, and the chunks they are searched by."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from pgvector.django import HnswIndex, VectorField
+
+EMBEDDING_DIMENSIONS = 384
+
+
+def upload_path(instance: UploadedDocument, filename: str) -> str:
+    # The stored name never comes from the user: the hash is unique per owner.
+    return f"uploads/{instance.owner_id}/{instance.sha256}"
+
+
+class UploadedDocumentQuerySet(models.QuerySet["UploadedDocument"]):
+    def for_user(self, user: Any) -> UploadedDocumentQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+    def ready(self) -> UploadedDocumentQuerySet:
+        return self.filter(status=UploadedDocument.Status.READY)
+
+
+class UploadedDocument(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Waiting")
+        PARSING = "parsing", _("Parsing")
+        EMBEDDING = "embedding", _("Indexing")
+        READY = "ready", _("Ready")
+        FAILED = "failed", _("Failed")
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploads")
+    file = models.FileField(upload_to=upload_path, max_length=500)
+    original_name = models.CharField(max_length=255)
+    content_type = models.CharField(max_length=100, blank=True, default="")
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True, default="")
+    page_count = models.PositiveIntegerField(null=True, blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    published_at = models.DateField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = UploadedDocumentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["owner", "sha256"], name="upload_unique_per_owner")]
+
+    def __str__(self) -> str:
+        return self.original_name
+
+    def fail(self, error: str) -> None:
+        self.status = self.Status.FAILED
+        self.error = error
+        self.updated_at = timezone.now()
+        self.save(update_fields=["status", "error", "updated_at"])
+
+
+class ChunkQuerySet(models.QuerySet["Chunk"]):
+    def for_user(self, user: Any) -> ChunkQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+
+class Chunk(models.Model):
+    document = models.ForeignKey(UploadedDocument, on_delete=models.CASCADE, related_name="chunks")
+    # Denormalised from the document so that vector and keyword search filter on one table.
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chunks")
+    position = models.PositiveIntegerField()
+    text = models.TextField()
+    char_start = models.PositiveIntegerField()
+    char_end = models.PositiveIntegerField()
+    page = models.PositiveIntegerField(null=True, blank=True)
+    heading = models.TextField(blank=True, default="")
+    embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    # 'simple' keeps Russian and English words alike: no language-specific stemming.
+    search_vector = models.GeneratedField(
+        expression=SearchVector("text", config="simple"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
+    objects = ChunkQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["document", "position"]
+        constraints = [models.UniqueConstraint(fields=["document", "position"], name="chunk_unique_position")]
+        indexes = [
+            HnswIndex(
+                name="chunk_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
+            models.Index(fields=["owner", "document"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document} #{self.position}"
