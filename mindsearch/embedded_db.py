@@ -61,6 +61,10 @@ def start(data_dir: Path) -> dict[str, str]:
 def _ensure_database(host: str) -> None:
     with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
-        if not exists:
-            log.info("creating database %s on the embedded server", DATABASE_NAME)
+        if exists:
+            return
+        log.info("creating database %s on the embedded server", DATABASE_NAME)
+        try:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
+        except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+            pass  # another process starting at the same moment created it first

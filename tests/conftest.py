@@ -18,6 +18,13 @@ def django_db_setup(django_db_setup: None, django_db_blocker: object) -> Iterato
         config["NAME"] = connection.settings_dict["NAME"]
     channel_layers.backends.clear()
     yield
+    # The channel layer's connection pool (and any child process) may still hold sessions on
+    # the test database; end them so pytest-django can drop it.
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 @pytest.fixture
