@@ -7,6 +7,7 @@ same one (it serialises start-up with a file lock), so the web process, the work
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import warnings
@@ -64,7 +65,6 @@ def _ensure_database(host: str) -> None:
         if exists:
             return
         log.info("creating database %s on the embedded server", DATABASE_NAME)
-        try:
+        # Another process starting at the same moment may create it first.
+        with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE_NAME)))
-        except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
-            pass  # another process starting at the same moment created it first

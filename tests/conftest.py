@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -35,3 +38,35 @@ def alice(db: None) -> User:
 @pytest.fixture
 def bob(db: None) -> User:
     return User.objects.create_user("bob", "bob@example.com", "another staple battery")
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """Tests are about the views, not the hasher; the default one takes ~0.4 s a try."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def no_internet(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never reach the internet: outside services default to a refused loopback port,
+    and resolving any name but localhost fails loudly."""
+    settings.JINA_READER_URL = "http://127.0.0.1:9/"
+    settings.AITUNNEL_API_KEY = ""
+    settings.SEARXNG_URL = ""
+    real_getaddrinfo = socket.getaddrinfo
+
+    def loopback_only(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else str(host or "")
+        if name not in ("localhost", "") and not _is_ip_literal(name):
+            raise OSError(f"tests may not resolve {name!r}: fake it with a loopback server")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
+
+
+def _is_ip_literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True

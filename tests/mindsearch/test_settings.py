@@ -89,11 +89,21 @@ def test_seed_names_work_as_written() -> None:
 @pytest.mark.django_db
 def test_defaults_follow_the_seed() -> None:
     env = processes.process_env()
-    for name in ("LIMIT_SEARCHXNG_RPM", "LIMIT_JINA_RPS", "LIMIT_AITUNNEL_RPS", "CACHE_TTL_DAYS", "JINA_READER_URL"):
+    for name in (
+        "LIMIT_SEARCHXNG_RPM",
+        "LIMIT_JINA_RPS",
+        "LIMIT_AITUNNEL_RPS",
+        "CACHE_TTL_DAYS",
+        "JINA_READER_URL",
+    ):
         env.pop(name, None)
     done = processes.manage("shell", "-c", PRINT_SETTINGS, env=env)
     values = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (values["LIMIT_SEARCHXNG_RPM"], values["LIMIT_JINA_RPS"], values["LIMIT_AITUNNEL_RPS"]) == (10, 5, 2)
+    assert (values["LIMIT_SEARCHXNG_RPM"], values["LIMIT_JINA_RPS"], values["LIMIT_AITUNNEL_RPS"]) == (
+        10,
+        5,
+        2,
+    )
     assert values["CACHE_TTL_DAYS"] == 30
     assert values["AITUNNEL_BASE_URL"] == "https://api.aitunnel.ru/v1/"
     assert values["JINA_READER_URL"] == "https://r.jina.ai/"
@@ -111,7 +121,9 @@ def test_bad_values_stop_the_start_with_a_clear_message() -> None:
 @pytest.mark.processes
 @pytest.mark.django_db
 def test_production_settings_pass_check_deploy() -> None:
-    env = processes.process_env(DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="search.example.org")
+    env = processes.process_env(
+        DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="search.example.org"
+    )
     done = processes.manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout

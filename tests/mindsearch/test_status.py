@@ -51,7 +51,10 @@ def test_channel_layer_round_trip(alice_client: Client) -> None:
 
 
 def test_reachable_llm_and_searxng(alice_client: Client, settings: object) -> None:
-    routes = {("GET", "/v1/models"): openai_models("test-model"), ("GET", "/config"): searxng_config("duckduckgo", "arxiv")}
+    routes = {
+        ("GET", "/v1/models"): openai_models("test-model"),
+        ("GET", "/config"): searxng_config("duckduckgo", "arxiv"),
+    }
     with FakeService(routes) as fake:
         settings.AITUNNEL_BASE_URL = f"{fake.url}v1/"
         settings.AITUNNEL_API_KEY = "test-key"
