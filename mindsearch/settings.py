@@ -212,6 +212,8 @@ if EMBEDDING_BACKEND not in {"local", "openai"}:
     raise ImproperlyConfigured(f"EMBEDDING_BACKEND must be 'local' or 'openai', got {EMBEDDING_BACKEND!r}")
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL") or "all-MiniLM-L6-v2"
 MINDSEARCH_ALLOW_PRIVATE_URLS = env_bool("MINDSEARCH_ALLOW_PRIVATE_URLS", False)
+# A running topic whose worker died (no lock held) and that has been silent this long is resumed.
+RESUME_STALLED_AFTER_SECONDS = env_int("RESUME_STALLED_AFTER_SECONDS", 60)
 # How long the status page waits for each outside service before calling it unreachable.
 STATUS_CHECK_TIMEOUT = env_float("STATUS_CHECK_TIMEOUT", 3.0)
 

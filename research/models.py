@@ -67,6 +67,13 @@ class Topic(models.Model):
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
     stage = models.CharField(max_length=30, blank=True, default="")
     error = models.TextField(blank=True, default="")
+    llm_model = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text=_("Empty when the topic was researched without an LLM."),
+    )
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     last_event_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -92,10 +99,18 @@ class Topic(models.Model):
         self.finished_at = timezone.now()
         self.save(update_fields=["status", "error", "finished_at", "updated_at"])
 
+    def set_status(self, status: str, **fields: Any) -> None:
+        self.status = status
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self.save(update_fields=["status", *fields, "updated_at"])
+
     def next_event_seq(self) -> int:
         """Reserve the next event number; the row lock keeps concurrent writers in order."""
         with transaction.atomic():
-            Topic.objects.filter(pk=self.pk).update(last_event_seq=F("last_event_seq") + 1)
+            Topic.objects.filter(pk=self.pk).update(
+                last_event_seq=F("last_event_seq") + 1, heartbeat_at=timezone.now()
+            )
             seq = Topic.objects.values_list("last_event_seq", flat=True).get(pk=self.pk)
         self.last_event_seq = seq
         return seq
@@ -475,3 +490,14 @@ class CacheEntry(models.Model):
     @property
     def is_expired(self) -> bool:
         return self.expires_at <= timezone.now()
+
+
+class CacheCounter(models.Model):
+    """Lookups per cache kind: hits are also counted per entry, misses only here."""
+
+    kind = models.CharField(max_length=20, choices=CacheEntry.Kind.choices, unique=True)
+    hits = models.PositiveBigIntegerField(default=0)
+    misses = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.hits} hits, {self.misses} misses"

@@ -1,0 +1,124 @@
+"""`manage.py research "QUESTION"`: run a topic in the foreground and print the report.
+
+The plan is shown for review (edit, add or delete sub-queries) unless --yes approves it as is.
+Progress is drawn as one bar per stage, from the same RunEvents the web page streams.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from research.models import RunEvent, SubQuery, Topic
+from research.pipeline.run import plan_topic, run_topic
+
+BAR_WIDTH = 30
+
+
+class Command(BaseCommand):
+    help = "Research a question in the foreground and print the report with its sources."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("question")
+        parser.add_argument("--user", default="", help="Owner of the topic (default: the first superuser).")
+        parser.add_argument("--yes", action="store_true", help="Approve the planned sub-queries unedited.")
+        parser.add_argument("--sources", choices=Topic.Sources.values, default=Topic.Sources.WEB)
+        parser.add_argument("--time-range", choices=[c for c in Topic.TimeRange.values if c], default="")
+
+    def handle(self, *args: Any, question: str, user: str, yes: bool, sources: str, **options: Any) -> None:
+        owner = self._owner(user)
+        topic = Topic.objects.create(
+            owner=owner,
+            question=question,
+            sources=sources,
+            time_range=options["time_range"],
+            auto_approve=yes,
+        )
+        listeners = [self._draw]
+        self.stdout.write(f"Topic #{topic.pk}: {question}")
+        if not plan_topic(topic.pk, listeners):
+            topic.refresh_from_db()
+            if topic.status != Topic.Status.AWAITING_APPROVAL:
+                raise CommandError(topic.error or f"Planning ended with status {topic.status}")
+            self._review(topic)
+            topic.set_status(Topic.Status.QUEUED)
+        status = run_topic(topic.pk, listeners)
+        self.stdout.write("")
+        topic.refresh_from_db()
+        if status != Topic.Status.COMPLETED:
+            raise CommandError(f"The topic {status}: {topic.error}")
+        self._print_report(topic)
+
+    def _owner(self, username: str) -> Any:
+        users = get_user_model().objects
+        if username:
+            owner = users.filter(username=username).first()
+            if owner is None:
+                raise CommandError(
+                    f"No user named {username!r}; create one with `manage.py createsuperuser`."
+                )
+            return owner
+        owner = users.filter(is_superuser=True).order_by("pk").first()
+        if owner is None:
+            raise CommandError("No superuser exists: pass --user NAME or run `manage.py createsuperuser`.")
+        return owner
+
+    def _review(self, topic: Topic) -> None:
+        """Show the plan; the user keeps it, edits a line, deletes one or adds one."""
+        if not sys.stdin.isatty():
+            raise CommandError(
+                "The plan needs review: run in a terminal, or pass --yes to approve it as planned."
+            )
+        while True:
+            subqueries = list(topic.subqueries.order_by("position"))
+            self.stdout.write("\nPlanned sub-queries:")
+            for i, subquery in enumerate(subqueries, 1):
+                self.stdout.write(f"  {i}. {subquery.text}")
+            choice = input("[Enter] approve · e N edit · d N delete · a add: ").strip()
+            if not choice:
+                if subqueries:
+                    return
+                self.stderr.write("Add at least one sub-query.")
+                continue
+            self._apply(topic, subqueries, choice)
+
+    def _apply(self, topic: Topic, subqueries: list[SubQuery], choice: str) -> None:
+        action, _, number = choice.partition(" ")
+        if action == "a":
+            text = input("New sub-query: ").strip()
+            if text:
+                SubQuery.objects.create(
+                    topic=topic, text=text, position=len(subqueries), origin=SubQuery.Origin.USER
+                )
+            return
+        if not number.isdigit() or not 1 <= int(number) <= len(subqueries):
+            self.stderr.write("Unknown choice.")
+            return
+        subquery = subqueries[int(number) - 1]
+        if action == "d":
+            subquery.delete()
+        elif action == "e":
+            subquery.text = input(f"{subquery.text}\n> ").strip() or subquery.text
+            subquery.origin = SubQuery.Origin.USER
+            subquery.save(update_fields=["text", "origin"])
+
+    def _draw(self, event: RunEvent) -> None:
+        if event.total:
+            filled = int(BAR_WIDTH * (event.done or 0) / event.total)
+            bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+            line = f"\r{event.stage:<16} [{bar}] {event.done or 0}/{event.total}"
+            self.stdout.write(line, ending="")
+            if (event.done or 0) >= event.total:
+                self.stdout.write("")
+        elif event.level != RunEvent.Level.INFO:
+            self.stdout.write(f"\n{event.level.upper()}: {event.message}")
+        self.stdout.flush()
+
+    def _print_report(self, topic: Topic) -> None:
+        report = topic.report
+        engine = f"model {report.model}" if report.model else "the extractive engine (no LLM configured)"
+        self.stdout.write(f"\nWritten by {engine}.\n")
+        self.stdout.write(report.markdown)

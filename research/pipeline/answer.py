@@ -1,0 +1,107 @@
+"""Stage 8: the report, written from the full texts of the best documents, with citations.
+
+Citation numbers the sources list does not have are dropped, and the sources list is always
+written here, not by the model, so every [n] resolves to a real URL or document.
+"""
+
+from __future__ import annotations
+
+import re
+
+from asgiref.sync import async_to_sync
+
+from mindsearch.clients.llm import LLMError
+from research.models import CacheEntry, Document, Report, Topic
+from research.pipeline import extractive
+from research.pipeline.context import RunContext, StageError
+from research.pipeline.llm import ask, data_block, load_prompt
+from research.pipeline.parsing import is_russian
+from research.pipeline.score_summaries import best_documents
+
+STAGE = "answer"
+MAX_CHARS_PER_SOURCE = 16_000
+CITATION = re.compile(r"\[(\d{1,3})\]")
+SOURCES_HEADING = re.compile(
+    r"^#{1,3}\s*(источники|список источников|список литературы|sources|references)\s*:?\s*$", re.I | re.M
+)
+
+
+def run(ctx: RunContext) -> None:
+    if Report.objects.filter(topic=ctx.topic).exists():
+        return
+    documents = best_documents(ctx)
+    if not documents:
+        raise StageError("No page or document could be read, so there is nothing to write a report from.")
+    ctx.emit(STAGE, f"Writing the report from {len(documents)} sources", done=0, total=1)
+    sources = [_source(n, document) for n, document in enumerate(documents, 1)]
+    body, model = _write(ctx, documents, sources)
+    markdown = f"{clean_citations(body, len(sources))}\n\n{sources_section(ctx.question, sources)}\n"
+    Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
+    ctx.emit(STAGE, "Report written", done=1, total=1)
+
+
+def _write(ctx: RunContext, documents: list[Document], sources: list[dict]) -> tuple[str, str]:
+    if ctx.llm_enabled:
+        private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
+        try:
+            request = _request(ctx.question, documents)
+            prompt = load_prompt("answer")
+            body = async_to_sync(ask)(
+                ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private
+            )
+        except LLMError as exc:
+            ctx.warn(STAGE, f"The LLM could not write the report ({exc}); writing an extractive one.")
+        else:
+            if body.strip():
+                return body.strip(), ctx.model
+    return _extractive(ctx.topic, documents, sources), ""
+
+
+def _request(question: str, documents: list[Document]) -> str:
+    blocks = [
+        f"[{n}] {document.title or document.url}\n{document.url}\n\n{document.text[:MAX_CHARS_PER_SOURCE]}"
+        for n, document in enumerate(documents, 1)
+    ]
+    return f"Исходный запрос: {question}\n\nИсточники:\n" + data_block("\n\n---\n\n".join(blocks))
+
+
+def _extractive(topic: Topic, documents: list[Document], sources: list[dict]) -> str:
+    sections: dict[str, list[tuple[int, str]]] = {}
+    for n, document in enumerate(documents, 1):
+        title = document.hit.subquery.text if document.hit else document.title
+        sections.setdefault(title, []).append((n, document.text))
+    listed = [(s["n"], s["title"], s["url"]) for s in sources]
+    report = extractive.extractive_report(topic.question, list(sections.items()), listed)
+    # The extractive report brings its own sources list; ours is appended instead.
+    return SOURCES_HEADING.split(report)[0].rstrip()
+
+
+def _source(n: int, document: Document) -> dict:
+    score = document.summary.score.total if hasattr(document, "summary") else None
+    return {
+        "n": n,
+        "title": document.title or document.url,
+        "url": document.url,
+        "document_id": document.pk,
+        "fetched_via": document.fetched_via,
+        "score": score,
+    }
+
+
+def clean_citations(body: str, count: int) -> str:
+    """Drop the model's own sources list and any [n] that does not name one of ours."""
+    body = SOURCES_HEADING.split(body)[0].rstrip()
+    return CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= count else "", body)
+
+
+def sources_section(question: str, sources: list[dict]) -> str:
+    heading = "## Источники" if is_russian(question) else "## Sources"
+    lines = [
+        f"{s['n']}. [{_escape(s['title'])}]({s['url']})" if s["url"] else f"{s['n']}. {s['title']}"
+        for s in sources
+    ]
+    return heading + "\n\n" + "\n".join(lines)
+
+
+def _escape(title: str) -> str:
+    return title.replace("[", "(").replace("]", ")")

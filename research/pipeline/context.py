@@ -1,0 +1,77 @@
+"""What every stage is handed: the topic, how to report progress, and whether an LLM is on."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from mindsearch.clients import llm as llm_client
+from research.models import RunEvent, Topic
+from research.progress import record_event
+
+T = TypeVar("T")
+
+
+class StageError(Exception):
+    """A stage cannot go on; the message is shown to the user on the topic."""
+
+
+class Cancelled(Exception):
+    """The user cancelled the topic; the run stops between two steps."""
+
+
+def db(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """Run ORM code from the pipeline's async parts, on the worker's own thread and connection."""
+    return sync_to_async(function, thread_sensitive=True)
+
+
+@dataclass
+class RunContext:
+    topic: Topic
+    llm_enabled: bool
+    model: str
+    listeners: list[Callable[[RunEvent], None]] = field(default_factory=list)
+    llm_failures: int = 0
+
+    # After this many failed asks in a row (each already retried), the LLM is given up on for
+    # the rest of the run and the extractive engine does the work.
+    MAX_LLM_FAILURES = 3
+
+    @classmethod
+    def for_topic(cls, topic: Topic, listeners: list[Callable[[RunEvent], None]] | None = None) -> RunContext:
+        enabled = llm_client.is_configured()
+        model = settings.AITUNNEL_MODEL if enabled else ""
+        return cls(topic=topic, llm_enabled=enabled, model=model, listeners=list(listeners or []))
+
+    @property
+    def question(self) -> str:
+        return self.topic.question
+
+    @property
+    def owner_id(self) -> int:
+        return self.topic.owner_id
+
+    def emit(self, stage: str, message: str, **fields: Any) -> RunEvent:
+        event = record_event(self.topic, stage, message, **fields)
+        for listener in self.listeners:
+            listener(event)
+        return event
+
+    def warn(self, stage: str, message: str, **fields: Any) -> RunEvent:
+        return self.emit(stage, message, level=RunEvent.Level.WARNING, **fields)
+
+    def llm_failed(self, error: llm_client.LLMError) -> None:
+        self.llm_failures += 1
+        fatal = isinstance(error, llm_client.LLMAuthError | llm_client.LLMNotConfigured)
+        if self.llm_enabled and (fatal or self.llm_failures >= self.MAX_LLM_FAILURES):
+            self.llm_enabled = False
+            self.warn("llm", f"Continuing without the LLM: {error}")
+
+    def check_cancelled(self) -> None:
+        status = Topic.objects.values_list("status", flat=True).get(pk=self.topic.pk)
+        if status == Topic.Status.CANCELLED:
+            raise Cancelled

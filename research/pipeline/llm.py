@@ -1,0 +1,96 @@
+"""The pipeline's way to ask the LLM: seed prompts, the cache, and one `LLMCall` row per ask.
+
+Scraped pages and private documents reach the model only inside a data block that the system
+prompt declares to be data, never instructions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from mindsearch.clients import llm as llm_client
+from research.models import LLMCall
+from research.pipeline import cache as result_cache
+from research.pipeline.context import RunContext, db
+
+PROMPTS = Path(__file__).with_name("prompts")
+DATA_OPEN, DATA_CLOSE = "<<<ДАННЫЕ", "ДАННЫЕ>>>"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    text: str
+    version: str
+
+
+@cache
+def load_prompt(name: str) -> Prompt:
+    """A seed prompt plus the untrusted-data rule; the version is a hash of the final text."""
+    text = (PROMPTS / f"{name}.txt").read_text().strip() + "\n" + (PROMPTS / "untrusted.txt").read_text()
+    return Prompt(name=name, text=text, version=hashlib.sha256(text.encode()).hexdigest()[:12])
+
+
+def data_block(text: str) -> str:
+    # A page cannot close the block early by containing the closing marker itself.
+    return f"{DATA_OPEN}\n{text.replace(DATA_CLOSE, 'ДАННЫЕ >>>')}\n{DATA_CLOSE}"
+
+
+async def ask(
+    ctx: RunContext,
+    stage: str,
+    prompt: Prompt,
+    user_content: str,
+    *,
+    kind: str,
+    private: bool = False,
+    max_tokens: int | None = None,
+) -> str:
+    """The answer text, from the cache when this exact question was asked of this model before."""
+    owner_id = ctx.owner_id if private else None
+    key = result_cache.make_key("llm", stage, prompt.version, ctx.model, user_content)
+    cached = await db(result_cache.get)(kind, key, owner_id)
+    if cached is not None:
+        await db(_record)(ctx, stage, prompt, cached, cache_hit=True)
+        return cached["text"]
+    messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
+    try:
+        completion = await llm_client.complete(messages, max_tokens=max_tokens)
+    except llm_client.LLMError as exc:
+        await db(_record)(
+            ctx, stage, prompt, {}, error=str(exc), attempts=exc.attempts, latency_ms=exc.latency_ms
+        )
+        await db(ctx.llm_failed)(exc)
+        raise
+    ctx.llm_failures = 0
+    payload = {
+        "text": completion.text,
+        "model": completion.model,
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+    }
+    # Saved before anything else happens to it, so a crash right after does not pay for it twice.
+    await db(result_cache.put)(
+        kind, key, payload, owner_id=owner_id, description=f"{stage}: {ctx.question[:200]}"
+    )
+    await db(_record)(
+        ctx, stage, prompt, payload, attempts=completion.attempts, latency_ms=completion.latency_ms
+    )
+    return completion.text
+
+
+def _record(ctx: RunContext, stage: str, prompt: Prompt, usage: dict[str, Any], **fields: Any) -> None:
+    LLMCall.objects.create(
+        user_id=ctx.owner_id,
+        topic_id=ctx.topic.pk,
+        stage=stage,
+        model=usage.get("model") or ctx.model,
+        prompt_version=prompt.version,
+        prompt_tokens=usage.get("prompt_tokens", 0),
+        completion_tokens=usage.get("completion_tokens", 0),
+        **fields,
+    )

@@ -1,0 +1,46 @@
+"""Stage 1: the question becomes up to three sub-queries, which the user may then edit."""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+
+from mindsearch.clients.llm import LLMError
+from research.models import CacheEntry, SubQuery
+from research.pipeline import extractive
+from research.pipeline.context import RunContext
+from research.pipeline.llm import ask, load_prompt
+from research.pipeline.parsing import parse_prefixed_lines
+
+STAGE = "plan"
+MAX_SUBQUERIES = 3
+
+
+def run(ctx: RunContext) -> None:
+    if ctx.topic.subqueries.exists():
+        return
+    ctx.emit(STAGE, "Planning sub-queries", done=0, total=1)
+    texts, origin = _plan(ctx)
+    SubQuery.objects.bulk_create(
+        SubQuery(topic=ctx.topic, position=i, text=text, origin=origin) for i, text in enumerate(texts)
+    )
+    ctx.emit(STAGE, f"Planned {len(texts)} sub-queries", done=1, total=1, data={"subqueries": texts})
+
+
+def _plan(ctx: RunContext) -> tuple[list[str], str]:
+    if ctx.llm_enabled:
+        try:
+            answer = async_to_sync(ask)(
+                ctx,
+                STAGE,
+                load_prompt("plan"),
+                f'Запрос: "{ctx.question}"',
+                kind=CacheEntry.Kind.SEARCH_QUERIES,
+            )
+        except LLMError as exc:
+            ctx.warn(STAGE, f"The LLM could not plan ({exc}); using keyword sub-queries instead.")
+        else:
+            texts = parse_prefixed_lines(answer, "ПОДЗАПРОС:", limit=MAX_SUBQUERIES)
+            if texts:
+                return texts, SubQuery.Origin.LLM
+            ctx.warn(STAGE, "The LLM's plan had no ПОДЗАПРОС: lines; using keyword sub-queries instead.")
+    return extractive.keyword_subqueries(ctx.question, limit=MAX_SUBQUERIES), SubQuery.Origin.FALLBACK

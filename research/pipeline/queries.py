@@ -1,0 +1,70 @@
+"""Stage 2: per sub-query, up to three search queries in Russian and three in English."""
+
+from __future__ import annotations
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+
+from mindsearch.clients.llm import LLMError
+from research.models import CacheEntry, SearchQuery, SubQuery
+from research.pipeline import extractive
+from research.pipeline.context import RunContext, db
+from research.pipeline.llm import ask, load_prompt
+from research.pipeline.parsing import parse_prefixed_lines, split_by_language
+
+STAGE = "queries"
+PER_LANGUAGE = 3
+
+
+def run(ctx: RunContext) -> None:
+    pending = list(ctx.topic.subqueries.filter(search_queries__isnull=True).order_by("round", "position"))
+    total = ctx.topic.subqueries.count()
+    if not pending:
+        return
+    ctx.emit(STAGE, "Writing search queries", done=total - len(pending), total=total)
+    async_to_sync(_write_all)(ctx, pending, total)
+
+
+async def _write_all(ctx: RunContext, pending: list[SubQuery], total: int) -> None:
+    done = total - len(pending)
+
+    async def one(subquery: SubQuery) -> None:
+        nonlocal done
+        russian, english = await _queries_for(ctx, subquery)
+        await db(_save)(subquery, russian, english)
+        done += 1
+        await db(ctx.emit)(
+            STAGE, f"{len(russian)} + {len(english)} queries for: {subquery.text}", done=done, total=total
+        )
+
+    await asyncio.gather(*(one(subquery) for subquery in pending))
+
+
+async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], list[str]]:
+    russian: list[str] = []
+    english: list[str] = []
+    if ctx.llm_enabled:
+        try:
+            answer = await ask(
+                ctx,
+                STAGE,
+                load_prompt("queries"),
+                f'Тема: "{subquery.text}"',
+                kind=CacheEntry.Kind.SEARCH_QUERIES,
+            )
+            russian, english = split_by_language(parse_prefixed_lines(answer, "ЗАПРОС:"))
+        except LLMError as exc:
+            await db(ctx.warn)(STAGE, f"The LLM could not write queries ({exc}); using keywords instead.")
+    fallback_ru, fallback_en = extractive.keyword_queries(subquery.text, limit=PER_LANGUAGE)
+    # A language the LLM left out is filled from keywords, so both languages are always searched.
+    return (russian or fallback_ru)[:PER_LANGUAGE], (english or fallback_en)[:PER_LANGUAGE]
+
+
+def _save(subquery: SubQuery, russian: list[str], english: list[str]) -> None:
+    rows = [
+        SearchQuery(subquery=subquery, language=language, position=i, text=text)
+        for language, texts in ((SearchQuery.Language.RU, russian), (SearchQuery.Language.EN, english))
+        for i, text in enumerate(texts)
+    ]
+    SearchQuery.objects.bulk_create(rows)

@@ -1,0 +1,130 @@
+"""Stage 5: the best hits of each sub-query are read as Markdown.
+
+The reader goes first; when it fails, the page is fetched directly (SSRF-safe) and converted.
+A page that cannot be read at all gives its place to the next-best hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from asgiref.sync import async_to_sync
+
+from mindsearch.clients import fetch, reader
+from research.models import CacheEntry, Document, Hit, SubQuery
+from research.pipeline import cache
+from research.pipeline.context import RunContext, db
+
+STAGE = "read"
+TOP_K = 5
+# Candidates tried beyond the top K, for pages that cannot be read.
+SPARE_CANDIDATES = 5
+MAX_DOCUMENT_CHARS = 200_000
+# A page that could not be read is not retried for a while: a repeated topic makes no calls,
+# yet a site that was briefly down gets another chance tomorrow.
+FAILURE_TTL = timedelta(days=1)
+
+
+def run(ctx: RunContext) -> None:
+    subqueries = list(ctx.topic.subqueries.all())
+    plan = {sq.pk: _candidates(sq) for sq in subqueries}
+    wanted = sum(min(TOP_K, len(candidates)) for candidates in plan.values())
+    have = Document.objects.filter(topic=ctx.topic, hit__isnull=False).count()
+    if have >= wanted:
+        return
+    ctx.emit(STAGE, f"Reading the best {wanted} pages", done=have, total=wanted)
+    async_to_sync(_read_all)(ctx, plan, wanted)
+
+
+def _candidates(subquery: SubQuery) -> list[Hit]:
+    """Web hits of a sub-query, best first: the top K and a few spares."""
+    hits = Hit.objects.filter(subquery=subquery, source=Hit.Source.WEB, score__isnull=False)
+    ordered = hits.select_related("document").order_by("-score__total", "position", "normalized_url")
+    return list(ordered[: TOP_K + SPARE_CANDIDATES])
+
+
+async def _read_all(ctx: RunContext, plan: dict[int, list[Hit]], wanted: int) -> None:
+    counter = {"done": await db(Document.objects.filter(topic=ctx.topic, hit__isnull=False).count)()}
+    await asyncio.gather(*(_read_subquery(ctx, candidates, counter, wanted) for candidates in plan.values()))
+
+
+async def _read_subquery(
+    ctx: RunContext, candidates: list[Hit], counter: dict[str, int], wanted: int
+) -> None:
+    """Read candidates in order, a wave at a time, until K documents exist for the sub-query."""
+    have = sum(1 for hit in candidates if _has_document(hit))
+    queue = [hit for hit in candidates if not _has_document(hit)]
+    while have < TOP_K and queue:
+        wave, queue = queue[: TOP_K - have], queue[TOP_K - have :]
+        results = await asyncio.gather(*(_read_hit(ctx, hit) for hit in wave))
+        for ok in results:
+            have += ok
+            counter["done"] += ok
+        await db(ctx.emit)(STAGE, f"Read {have} pages for one sub-query", done=counter["done"], total=wanted)
+
+
+def _has_document(hit: Hit) -> bool:
+    try:
+        return hit.document is not None
+    except Document.DoesNotExist:
+        return False
+
+
+async def _read_hit(ctx: RunContext, hit: Hit) -> int:
+    try:
+        page = await read_page(hit.url)
+    except (reader.ReadError, fetch.FetchError) as exc:
+        await db(ctx.warn)(STAGE, f"Could not read {hit.url}: {exc}")
+        return 0
+    await db(_save)(ctx, hit, page)
+    return 1
+
+
+async def read_page(url: str) -> dict[str, str]:
+    """The page as Markdown (cached for everyone: public web data), via the reader or directly."""
+    key = cache.make_key("page", url)
+    cached = await db(cache.get)(CacheEntry.Kind.DOCS, key)
+    if cached is not None and "error" in cached:
+        raise fetch.FetchError(cached["error"])
+    if cached is not None:
+        return cached
+    try:
+        page = await _reader_then_direct(url)
+    except fetch.FetchError as exc:
+        await db(cache.put)(CacheEntry.Kind.DOCS, key, {"error": str(exc)}, description=url, ttl=FAILURE_TTL)
+        raise
+    payload = {
+        "url": page.url,
+        "title": page.title,
+        "markdown": page.markdown[:MAX_DOCUMENT_CHARS],
+        "via": page.via,
+    }
+    await db(cache.put)(CacheEntry.Kind.DOCS, key, payload, description=url)
+    return payload
+
+
+async def _reader_then_direct(url: str) -> fetch.Page:
+    try:
+        return await reader.read(url)
+    except fetch.UnsafeURL:
+        raise
+    except reader.ReadError as exc:
+        try:
+            return await fetch.fetch_page(url)
+        except fetch.FetchError as direct:
+            raise fetch.FetchError(f"reader: {exc}; direct: {direct}") from direct
+
+
+def _save(ctx: RunContext, hit: Hit, page: dict[str, str]) -> None:
+    Document.objects.get_or_create(
+        hit=hit,
+        defaults={
+            "topic": ctx.topic,
+            "title": page["title"] or hit.title,
+            "url": hit.url,
+            "text": page["markdown"],
+            "fetched_via": page["via"],
+            "round": hit.subquery.round,
+        },
+    )

@@ -1,0 +1,108 @@
+"""The run loop: plan, wait for the user's approval, then each stage in turn.
+
+Every stage reads the rows of the stage before, skips what is already done and saves as it goes,
+so running a topic again — after a crash, a kill or a re-queue — continues where it stopped.
+A PostgreSQL advisory lock per topic keeps two workers from running one topic at once; the lock
+dies with its connection, so a killed worker never leaves a topic locked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from django.db import connection
+from django.utils import timezone
+
+from research.models import RunEvent, Topic
+from research.pipeline import answer, plan, queries, read, score_hits, score_summaries, search, summarise
+from research.pipeline.context import Cancelled, RunContext, StageError
+
+log = logging.getLogger(__name__)
+
+STAGES = (queries, search, score_hits, read, summarise, score_summaries, answer)
+LOCK_NAMESPACE = 7_301  # first key of pg_try_advisory_lock(int, int): "research topic"
+
+Listener = Callable[[RunEvent], None]
+
+
+def plan_topic(topic_id: int, listeners: list[Listener] | None = None) -> bool:
+    """Plan a topic; True when it goes straight on (auto-approve), False when it waits for review."""
+    with topic_lock(topic_id) as locked:
+        if not locked:
+            return False
+        topic = Topic.objects.get(pk=topic_id)
+        if topic.status != Topic.Status.PLANNING:
+            return topic.status == Topic.Status.QUEUED
+        topic.set_status(Topic.Status.PLANNING, heartbeat_at=timezone.now())
+        ctx = RunContext.for_topic(topic, listeners)
+        if not _guarded(ctx, lambda: plan.run(ctx)):
+            return False
+        if topic.auto_approve:
+            topic.set_status(Topic.Status.QUEUED)
+            return True
+        topic.set_status(Topic.Status.AWAITING_APPROVAL)
+        ctx.emit("plan", "Waiting for you to review and approve the plan")
+        return False
+
+
+def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
+    """Run the approved plan to a report; returns the topic's final status."""
+    with topic_lock(topic_id) as locked:
+        topic = Topic.objects.get(pk=topic_id)
+        if not locked or topic.status not in (Topic.Status.QUEUED, Topic.Status.RUNNING):
+            return topic.status
+        ctx = RunContext.for_topic(topic, listeners)
+        topic.set_status(
+            Topic.Status.RUNNING,
+            started_at=topic.started_at or timezone.now(),
+            heartbeat_at=timezone.now(),
+            llm_model=ctx.model,
+        )
+        if _guarded(ctx, lambda: _run_stages(ctx)):
+            topic.set_status(Topic.Status.COMPLETED, finished_at=timezone.now(), stage="")
+            ctx.emit("done", "The report is ready")
+        return topic.status
+
+
+def _run_stages(ctx: RunContext) -> None:
+    for stage in STAGES:
+        ctx.check_cancelled()
+        name = stage.STAGE
+        if ctx.topic.stage != name:
+            ctx.topic.set_status(Topic.Status.RUNNING, stage=name)
+        stage.run(ctx)
+
+
+def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:
+    """Run a step; a stage error or a cancel ends the topic with a clear message instead of a crash."""
+    try:
+        work()
+    except Cancelled:
+        ctx.emit("cancelled", "Cancelled")
+        return False
+    except StageError as exc:
+        ctx.topic.fail(str(exc))
+        ctx.emit(ctx.topic.stage or "run", str(exc), level=RunEvent.Level.ERROR)
+        return False
+    return True
+
+
+@contextmanager
+def topic_lock(topic_id: int) -> Iterator[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, topic_id])
+        locked = cursor.fetchone()[0]
+    try:
+        yield locked
+    finally:
+        if locked:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, topic_id])
+
+
+def is_running_somewhere(topic_id: int) -> bool:
+    """True while some process holds the topic's lock, i.e. a run is alive."""
+    with topic_lock(topic_id) as locked:
+        return not locked

@@ -1,0 +1,112 @@
+"""Stage 4: the LLM scores hits in batches of ten on the seed's five criteria.
+
+One call per batch; answers are matched back by title. A hit the LLM skipped gets the default
+score; a batch whose call fails is scored by the extractive engine instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+
+from mindsearch.clients.llm import LLMError, parse_json
+from research.models import CacheEntry, Hit, HitScore, Scores
+from research.pipeline import extractive
+from research.pipeline.context import RunContext, db
+from research.pipeline.llm import ask, data_block, load_prompt
+from research.pipeline.parsing import default_scores, match_scores
+
+STAGE = "score_hits"
+BATCH_SIZE = 10
+
+
+def run(ctx: RunContext) -> None:
+    hits = Hit.objects.filter(topic=ctx.topic).select_related("subquery")
+    order = ("subquery__round", "subquery__position", "position", "normalized_url")
+    pending = list(hits.filter(score__isnull=True).order_by(*order))
+    if not pending:
+        return
+    batches = _batches(pending)
+    total = hits.count()
+    ctx.emit(
+        STAGE,
+        f"Scoring {len(pending)} hits in {len(batches)} LLM calls",
+        done=total - len(pending),
+        total=total,
+    )
+    async_to_sync(_score_all)(ctx, batches, total, total - len(pending))
+
+
+def _batches(hits: list[Hit]) -> list[list[Hit]]:
+    """Batches of ten within one sub-query, since the prompt names one search direction."""
+    by_subquery: dict[int, list[Hit]] = {}
+    for hit in hits:
+        by_subquery.setdefault(hit.subquery_id, []).append(hit)
+    return [
+        group[i : i + BATCH_SIZE] for group in by_subquery.values() for i in range(0, len(group), BATCH_SIZE)
+    ]
+
+
+async def _score_all(ctx: RunContext, batches: list[list[Hit]], total: int, done: int) -> None:
+    async def one(batch: list[Hit]) -> None:
+        nonlocal done
+        scores, origins = await score_batch(ctx, STAGE, batch[0].subquery.text, [_item(hit) for hit in batch])
+        await db(_save)(batch, scores, origins)
+        done += len(batch)
+        await db(ctx.emit)(
+            STAGE, f"Scored {len(batch)} hits", done=done, total=total, data=_scored(batch, scores)
+        )
+
+    await asyncio.gather(*(one(batch) for batch in batches))
+
+
+async def score_batch(
+    ctx: RunContext, stage: str, direction: str, items: list[tuple[str, str]], *, private: bool = False
+) -> tuple[list[dict[str, float]], list[str]]:
+    """Five criteria per (title, text) item, and where each came from (llm or fallback).
+
+    Shared by hit and summary scoring: the seed uses the same prompt and criteria for both.
+    """
+    if ctx.llm_enabled:
+        try:
+            request = _scoring_request(ctx.question, direction, items)
+            answer = await ask(
+                ctx, stage, load_prompt("score"), request, kind=_cache_kind(stage), private=private
+            )
+            matched = match_scores([title for title, _ in items], parse_json(answer))
+        except LLMError as exc:
+            await db(ctx.warn)(stage, f"LLM scoring failed ({exc}); scored by keywords instead.")
+        else:
+            return [m or default_scores() for m in matched], [_origin(m) for m in matched]
+    fallback = extractive.score_texts(ctx.question, direction, items)
+    return fallback, [Scores.Origin.FALLBACK] * len(items)
+
+
+def _cache_kind(stage: str) -> str:
+    return CacheEntry.Kind.RANKED_RESULTS if stage == STAGE else CacheEntry.Kind.RANKED_SUMMARIES
+
+
+def _origin(matched: dict[str, float] | None) -> str:
+    return Scores.Origin.LLM if matched is not None else Scores.Origin.FALLBACK
+
+
+def _scoring_request(question: str, direction: str, items: list[tuple[str, str]]) -> str:
+    listing = "\n\n".join(f"{i}. Заголовок: {title}\n{text}" for i, (title, text) in enumerate(items, 1))
+    return (
+        f"Исходный запрос: {question}\nТекущее направление поиска: {direction}\n\n"
+        f"Результаты для оценки ({len(items)}):\n{data_block(listing)}"
+    )
+
+
+def _item(hit: Hit) -> tuple[str, str]:
+    return hit.title or hit.url, f"URL: {hit.url}\nОписание: {hit.snippet}"
+
+
+def _save(batch: list[Hit], scores: list[dict[str, float]], origins: list[str]) -> None:
+    for hit, values, origin in zip(batch, scores, origins, strict=True):
+        HitScore.objects.get_or_create(hit=hit, defaults={**values, "origin": origin})
+
+
+def _scored(batch: list[Hit], scores: list[dict[str, float]]) -> dict:
+    return {"hits": [{"hit": hit.pk, "scores": values} for hit, values in zip(batch, scores, strict=True)]}

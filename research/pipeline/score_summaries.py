@@ -1,0 +1,68 @@
+"""Stage 7: summaries are scored on the same five criteria; the best five go to the answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+
+from research.models import Document, Summary, SummaryScore
+from research.pipeline.context import RunContext, db
+from research.pipeline.score_hits import BATCH_SIZE, score_batch
+
+STAGE = "score_summaries"
+TOP_N = 5
+
+
+def run(ctx: RunContext) -> None:
+    summaries = Summary.objects.filter(document__topic=ctx.topic)
+    pending = list(
+        summaries.filter(score__isnull=True)
+        .select_related("document__hit__subquery")
+        .order_by("document__url")
+    )
+    if not pending:
+        return
+    total = summaries.count()
+    ctx.emit(STAGE, f"Scoring {len(pending)} summaries", done=total - len(pending), total=total)
+    async_to_sync(_score_all)(ctx, _batches(pending), total, total - len(pending))
+
+
+def best_documents(ctx: RunContext, limit: int = TOP_N) -> list[Document]:
+    ranked = Document.objects.filter(topic=ctx.topic, summary__score__isnull=False)
+    # Ties are broken by content, not by id: ids follow the order in which concurrent reads
+    # finished, and a repeated topic must send the answer stage the very same request.
+    order = ("-summary__score__total", "-hit__score__total", "url", "title")
+    return list(ranked.select_related("hit", "summary__score").order_by(*order)[:limit])
+
+
+def _direction(summary: Summary) -> str:
+    hit = summary.document.hit
+    return hit.subquery.text if hit else summary.document.title
+
+
+def _batches(pending: list[Summary]) -> list[list[Summary]]:
+    by_direction: dict[str, list[Summary]] = {}
+    for summary in pending:
+        by_direction.setdefault(_direction(summary), []).append(summary)
+    return [
+        group[i : i + BATCH_SIZE] for group in by_direction.values() for i in range(0, len(group), BATCH_SIZE)
+    ]
+
+
+async def _score_all(ctx: RunContext, batches: list[list[Summary]], total: int, done: int) -> None:
+    async def one(batch: list[Summary]) -> None:
+        nonlocal done
+        items = [(s.document.title or s.document.url, s.text) for s in batch]
+        private = any(s.document.fetched_via == Document.FetchedVia.PRIVATE for s in batch)
+        scores, origins = await score_batch(ctx, STAGE, _direction(batch[0]), items, private=private)
+        await db(_save)(batch, scores, origins)
+        done += len(batch)
+        await db(ctx.emit)(STAGE, f"Scored {len(batch)} summaries", done=done, total=total)
+
+    await asyncio.gather(*(one(batch) for batch in batches))
+
+
+def _save(batch: list[Summary], scores: list[dict[str, float]], origins: list[str]) -> None:
+    for summary, values, origin in zip(batch, scores, origins, strict=True):
+        SummaryScore.objects.get_or_create(summary=summary, defaults={**values, "origin": origin})

@@ -1,0 +1,132 @@
+"""Stage 3: every search query goes to SearXNG; hits are de-duplicated by normalised URL."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+
+from asgiref.sync import async_to_sync
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from mindsearch.clients import websearch
+from research.models import CacheEntry, Hit, SearchQuery, Topic
+from research.pipeline import cache
+from research.pipeline.context import RunContext, StageError, db
+from research.pipeline.urls import normalize_url
+
+STAGE = "search"
+RESULTS_PER_QUERY = 10
+
+
+def run(ctx: RunContext) -> None:
+    queries = SearchQuery.objects.filter(subquery__topic=ctx.topic)
+    pending = list(
+        queries.filter(searched_at__isnull=True)
+        .select_related("subquery")
+        .order_by("subquery__round", "subquery__position", "language", "position")
+    )
+    if not pending:
+        return
+    if ctx.topic.sources == Topic.Sources.DOCS:
+        return
+    if not websearch.is_configured():
+        _without_search_engine(ctx)
+        return
+    total = queries.count()
+    ctx.emit(STAGE, "Searching the web", done=total - len(pending), total=total)
+    failures = async_to_sync(_search_all)(ctx, pending, total)
+    searched = queries.filter(searched_at__isnull=False, result_count__gt=0).exists()
+    if failures and not searched:
+        raise StageError(f"Web search failed: {failures[0]}")
+
+
+def _without_search_engine(ctx: RunContext) -> None:
+    if ctx.topic.sources == Topic.Sources.WEB:
+        raise StageError("Web search is not configured: set SEARXNG_URL (see the status page).")
+    ctx.warn(STAGE, "Web search is not configured (SEARXNG_URL); using your documents only.")
+
+
+async def _search_all(ctx: RunContext, pending: list[SearchQuery], total: int) -> list[str]:
+    """Search concurrently; save hits afterwards in plan order.
+
+    Saving in a fixed order decides deterministically which sub-query owns a URL that several
+    found, so a repeated topic builds the same batches and is served from the cache. Each
+    response is cached as it arrives, so a run killed midway repeats no search.
+    """
+    done = total - len(pending)
+    failures: list[str] = []
+
+    async def one(query: SearchQuery) -> dict | None:
+        nonlocal done
+        try:
+            response = await _search(ctx, query)
+        except websearch.SearchError as exc:
+            failures.append(str(exc))
+            await db(ctx.warn)(STAGE, f"Search failed for “{query.text}”: {exc}", done=done, total=total)
+            return None
+        done += 1
+        message = f"{len(response['results'])} results for “{query.text}”"
+        await db(ctx.emit)(STAGE, message, done=done, total=total)
+        return response
+
+    responses = await asyncio.gather(*(one(query) for query in pending))
+    for query, response in zip(pending, responses, strict=True):
+        if response is not None:
+            await db(_save_hits)(ctx.topic, query, response)
+    return failures
+
+
+async def _search(ctx: RunContext, query: SearchQuery) -> dict:
+    key = cache.make_key("search", query.text, query.language, ctx.topic.time_range, 1)
+    cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key)
+    if cached is not None:
+        return cached
+    response = await websearch.search(query.text, language=query.language, time_range=ctx.topic.time_range)
+    payload = {
+        "results": [_as_payload(result) for result in response.results[:RESULTS_PER_QUERY]],
+        "unresponsive_engines": response.unresponsive_engines,
+    }
+    await db(cache.put)(CacheEntry.Kind.SEARCH_RESULTS, key, payload, description=query.text)
+    return payload
+
+
+def _as_payload(result: websearch.SearchResult) -> dict:
+    payload = asdict(result)
+    payload["published_at"] = result.published_at.isoformat() if result.published_at else None
+    return payload
+
+
+def _save_hits(topic: Topic, query: SearchQuery, response: dict) -> int:
+    added = 0
+    for position, result in enumerate(response["results"]):
+        added += _save_hit(topic, query, position, result)
+    query.result_count = len(response["results"])
+    query.unresponsive_engines = response["unresponsive_engines"]
+    query.searched_at = timezone.now()
+    query.save(update_fields=["result_count", "unresponsive_engines", "searched_at"])
+    return added
+
+
+def _save_hit(topic: Topic, query: SearchQuery, position: int, result: dict) -> int:
+    normalized = normalize_url(result["url"])
+    if Hit.objects.filter(topic=topic, normalized_url=normalized).exists():
+        return 0
+    try:
+        with transaction.atomic():
+            Hit.objects.create(
+                topic=topic,
+                subquery=query.subquery,
+                search_query=query,
+                url=result["url"][:2000],
+                normalized_url=normalized[:2000],
+                title=result["title"],
+                snippet=result["snippet"],
+                engine=result["engine"],
+                position=position,
+                published_at=parse_datetime(result["published_at"]) if result.get("published_at") else None,
+            )
+    except IntegrityError:  # found by another query of this topic at the same moment
+        return 0
+    return 1

@@ -1,0 +1,56 @@
+"""Stage 6: every document read is summarised with the seed's prompt."""
+
+from __future__ import annotations
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+
+from mindsearch.clients.llm import LLMError
+from research.models import CacheEntry, Document, Scores, Summary
+from research.pipeline import extractive
+from research.pipeline.context import RunContext, db
+from research.pipeline.llm import ask, data_block, load_prompt
+
+STAGE = "summarise"
+# What the summariser sees of a long page; the answer stage still gets the full text.
+MAX_INPUT_CHARS = 24_000
+
+
+def run(ctx: RunContext) -> None:
+    documents = Document.objects.filter(topic=ctx.topic)
+    pending = list(documents.filter(summary__isnull=True))
+    if not pending:
+        return
+    total = documents.count()
+    ctx.emit(STAGE, f"Summarising {len(pending)} documents", done=total - len(pending), total=total)
+    async_to_sync(_summarise_all)(ctx, pending, total)
+
+
+async def _summarise_all(ctx: RunContext, pending: list[Document], total: int) -> None:
+    done = total - len(pending)
+
+    async def one(document: Document) -> None:
+        nonlocal done
+        text, origin = await _summary_of(ctx, document)
+        await db(Summary.objects.get_or_create)(document=document, defaults={"text": text, "origin": origin})
+        done += 1
+        await db(ctx.emit)(STAGE, f"Summarised: {document.title or document.url}", done=done, total=total)
+
+    await asyncio.gather(*(one(document) for document in pending))
+
+
+async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
+    if ctx.llm_enabled:
+        request = f"Текст для summary:\n{data_block(document.text[:MAX_INPUT_CHARS])}"
+        private = document.fetched_via == Document.FetchedVia.PRIVATE
+        try:
+            text = await ask(
+                ctx, STAGE, load_prompt("summarise"), request, kind=CacheEntry.Kind.SUMMARIES, private=private
+            )
+        except LLMError as exc:
+            await db(ctx.warn)(STAGE, f"LLM summary failed ({exc}); using an extractive summary.")
+        else:
+            if text.strip():
+                return text.strip(), Scores.Origin.LLM
+    return extractive.extractive_summary(document.text, ctx.question), Scores.Origin.FALLBACK

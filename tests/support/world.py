@@ -1,0 +1,229 @@
+"""A small loopback internet for end-to-end research runs: LLM, SearXNG, the reader and web pages.
+
+The pages are about Mixture of Tokens (the seed's example). The scripted LLM answers each seed
+prompt the way a real model would, in the real wire format, deterministically: it plans three
+sub-queries, writes Russian and English queries, scores hits (shuffled and re-cased, to exercise
+title matching), summarises and writes a cited report. Used by tests and by bench/.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.support.fakes import FakeService, Request, html_page, openai_chat, reader, searxng_search
+
+TOPIC = "Расскажи об Mixture of Tokens, в том числе где используется и какие есть улучшения"
+
+# (slug, title, keywords that make SearXNG return it, relevance 0–10 the LLM gives it, text)
+PAGES = [
+    (
+        "mot-paper",
+        "Mixture of Tokens: Efficient LLMs through Cross-Example Aggregation",
+        "mixture tokens что такое",
+        10,
+        "Mixture of Tokens is a fully differentiable alternative to Mixture of Experts. "
+        "Tokens from different examples are mixed in groups before each expert, "
+        "so every expert sees a weighted blend. "
+        "The method avoids discrete routing and token dropping, and trains stably at scale.",
+    ),
+    (
+        "mot-blog",
+        "Что такое Mixture of Tokens — разбор",
+        "mixture tokens что такое смесь токенов",
+        9,
+        "Mixture of Tokens (MoT) смешивает токены из разных примеров в группы. Каждый эксперт получает "
+        "взвешенную смесь токенов. Это устраняет проблему нестабильной маршрутизации в MoE.",
+    ),
+    (
+        "mot-uses",
+        "Where Mixture of Tokens is used: language models and beyond",
+        "mixture tokens used используется применение",
+        9,
+        "Mixture of Tokens is used in large language model pretraining, where it reduces training cost. "
+        "It also applies to vision transformers and to autoregressive decoding with transition tuning.",
+    ),
+    (
+        "mot-apps",
+        "Применение Mixture of Tokens в NLP задачах",
+        "mixture tokens применение используется nlp",
+        8,
+        "Mixture of Tokens применяется в предобучении языковых моделей и в задачах генерации текста. "
+        "Метод совместим с авторегрессионным декодированием.",
+    ),
+    (
+        "mot-improve",
+        "Improvements to Mixture of Tokens: transition tuning and scaling",
+        "mixture tokens improvements улучшения",
+        9,
+        "Transition tuning lets a Mixture of Tokens model switch to sparse inference. Later work scaled the "
+        "group size and combined MoT with expert-choice routing, improving perplexity by 3%.",
+    ),
+    (
+        "mot-improve-ru",
+        "Улучшения Mixture of Tokens и их преимущества",
+        "mixture tokens улучшения improvements преимущества",
+        8,
+        "Улучшения Mixture of Tokens включают transition tuning и увеличение размера групп. "
+        "Преимущества: стабильное обучение и меньшая стоимость.",
+    ),
+    (
+        "moe-intro",
+        "Mixture of Experts explained",
+        "mixture experts tokens",
+        5,
+        "Mixture of Experts routes each token to a few experts chosen by a gating network.",
+    ),
+    (
+        "recipes",
+        "Tokens for arcade machines: a collector's guide",
+        "tokens",
+        1,
+        "Arcade tokens were minted by many companies in the 1980s.",
+    ),
+]
+
+
+@dataclass
+class ScriptedLLM:
+    """Answers the five seed prompts; counts calls per prompt kind."""
+
+    calls: Counter = field(default_factory=Counter)
+    bad_citation: bool = True
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        system, user = messages[0]["content"], messages[-1]["content"]
+        kind = prompt_kind(system)
+        self.calls[kind] += 1
+        return getattr(self, kind)(user)
+
+    def plan(self, user: str) -> str:
+        return (
+            "Вот подзапросы:\n"
+            "ПОДЗАПРОС: Что такое Mixture of Tokens в машинном обучении?\n"
+            "- ПОДЗАПРОС: Где используется Mixture of Tokens и какие задачи решает?\n"
+            "**ПОДЗАПРОС:** Какие есть улучшения Mixture of Tokens и их преимущества?"
+        )
+
+    def queries(self, user: str) -> str:
+        topic = re.search(r'Тема: "(.*)"', user).group(1)
+        aspect = (
+            "что такое" if "Что такое" in topic else "применение" if "используется" in topic else "улучшения"
+        )
+        english = {"что такое": "what is", "применение": "where is it used", "улучшения": "improvements"}[
+            aspect
+        ]
+        return (
+            f"ЗАПРОС: Mixture of Tokens {aspect}\nЗАПРОС: смесь токенов {aspect}\n"
+            f"ЗАПРОС: Mixture of Tokens {english}\nЗАПРОС: Mixture of Tokens {english} arxiv"
+        )
+
+    def score(self, user: str) -> str:
+        titles = re.findall(r"^\d+\. Заголовок: (.*)$", user, re.M)
+        rows = [self._row(title) for title in titles]
+        random.Random(len(titles)).shuffle(rows)
+        return "```json\n" + json.dumps(rows, ensure_ascii=False, indent=1) + "\n```"
+
+    def _row(self, title: str) -> dict[str, Any]:
+        relevance = next((page[3] for page in PAGES if page[1] == title), 3)
+        keys = ["соответствие_запросу", "соответствие_направлению", "полнота", "точность", "структура"]
+        return {"заголовок": title.upper() if relevance % 2 else title, **dict.fromkeys(keys, relevance)}
+
+    def summarise(self, user: str) -> str:
+        body = user.split("<<<ДАННЫЕ", 1)[-1]
+        sentences = re.findall(r"[^.!?\n]+[.!?]", body)
+        return " ".join(sentence.strip() for sentence in sentences[:2])
+
+    def answer(self, user: str) -> str:
+        numbers = re.findall(r"^\[(\d+)\] ", user, re.M)
+        cited = "".join(f"[{n}]" for n in numbers[:2])
+        extra = " [99]" if self.bad_citation else ""
+        return (
+            "# Mixture of Tokens\n\n## Введение\n\nMixture of Tokens — непрерывная альтернатива MoE "
+            f"{cited}.\n\n## Где используется\n\nВ предобучении языковых моделей [{numbers[-1]}].\n\n"
+            f"## Улучшения\n\nTransition tuning{extra}.\n\n## Заключение\n\nМетод развивается [1].\n\n"
+            "## Источники\n\n1. made-up source"
+        )
+
+
+def prompt_kind(system: str) -> str:
+    if "подзапросов" in system:
+        return "plan"
+    if "поисковые запросы" in system:
+        return "queries"
+    if "Оценить релевантность" in system:
+        return "score"
+    if "кратком изложении" in system:
+        return "summarise"
+    return "answer"
+
+
+def search_pages(base_url: str) -> Any:
+    def results(request: Request) -> list[dict]:
+        words = set(request.param("q").lower().split())
+        found = [page for page in PAGES if words & set(page[2].split())]
+        return [
+            {"url": f"{base_url}pages/{slug}?utm_source=searx", "title": title, "content": text[:120]}
+            for slug, title, _, _, text in found
+        ]
+
+    return results
+
+
+@dataclass
+class World:
+    llm: FakeService
+    searxng: FakeService
+    reader: FakeService
+    web: FakeService
+    script: ScriptedLLM
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "AITUNNEL_BASE_URL": f"{self.llm.url}v1/",
+            "AITUNNEL_API_KEY": "test-key",
+            "AITUNNEL_MODEL": "test-model",
+            "SEARXNG_URL": self.searxng.url,
+            "JINA_READER_URL": self.reader.url,
+            "MINDSEARCH_ALLOW_PRIVATE_URLS": True,
+            "LIMIT_SEARCHXNG_RPM": 0,
+            "LIMIT_JINA_RPS": 0,
+            "LIMIT_AITUNNEL_RPS": 0,
+        }
+
+    def env(self) -> dict[str, str]:
+        return {name: str(value) for name, value in self.settings().items()}
+
+    def external_requests(self) -> int:
+        return sum(len(service.requests) for service in (self.llm, self.searxng, self.reader, self.web))
+
+
+@contextmanager
+def world(
+    *, llm_latency: float = 0.0, search_latency: float = 0.0, reader_latency: float = 0.0
+) -> Iterator[World]:
+    script = ScriptedLLM()
+    with ExitStack() as stack:
+        web = stack.enter_context(FakeService())
+        for slug, title, _, _, text in PAGES:
+            web.routes[("GET", f"/pages/{slug}")] = html_page(
+                title, f"<article><h1>{title}</h1><p>{text}</p></article>"
+            )
+        pages = {
+            f"{web.url}pages/{slug}?utm_source=searx": (title, f"# {title}\n\n{text}")
+            for slug, title, *_, text in PAGES
+        }
+        llm = stack.enter_context(
+            FakeService({("POST", "/v1/chat/completions"): openai_chat(script)}, latency=llm_latency)
+        )
+        searxng = stack.enter_context(
+            FakeService({("GET", "/search"): searxng_search(search_pages(web.url))}, latency=search_latency)
+        )
+        read = stack.enter_context(FakeService(fallback=reader(pages), latency=reader_latency))
+        yield World(llm=llm, searxng=searxng, reader=read, web=web, script=script)
