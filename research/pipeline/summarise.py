@@ -1,4 +1,9 @@
-"""Stage 6: every document read is summarised with the seed's prompt."""
+"""Stage 6: every document read is summarised with the seed's prompt.
+
+The read stage hands each document here as soon as it is read, so summaries are written while
+other pages are still being read; `run` catches up on any document left without a summary
+(a run that stopped in between).
+"""
 
 from __future__ import annotations
 
@@ -28,16 +33,18 @@ def run(ctx: RunContext) -> None:
 
 
 async def _summarise_all(ctx: RunContext, pending: list[Document], total: int) -> None:
-    done = total - len(pending)
+    await asyncio.gather(*(summarise_document(ctx, document, total) for document in pending))
 
-    async def one(document: Document) -> None:
-        nonlocal done
-        text, origin = await _summary_of(ctx, document)
-        await db(Summary.objects.get_or_create)(document=document, defaults={"text": text, "origin": origin})
-        done += 1
-        await db(ctx.emit)(STAGE, f"Summarised: {document.title or document.url}", done=done, total=total)
 
-    await asyncio.gather(*(one(document) for document in pending))
+async def summarise_document(ctx: RunContext, document: Document, total: int) -> None:
+    text, origin = await _summary_of(ctx, document)
+    done = await db(_save)(document, text, origin)
+    await db(ctx.emit)(STAGE, f"Summarised: {document.title or document.url}", done=done, total=total)
+
+
+def _save(document: Document, text: str, origin: str) -> int:
+    Summary.objects.get_or_create(document=document, defaults={"text": text, "origin": origin})
+    return Summary.objects.filter(document__topic_id=document.topic_id).count()
 
 
 async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:

@@ -1,14 +1,21 @@
 """Loopback HTTP servers that stand in for the outside world in tests and benchmarks.
 
 Each speaks the real protocol over a real socket on 127.0.0.1, so the code under test runs
-its genuine HTTP client path. Routes are plain functions; every request is recorded.
+its genuine HTTP client path. Routes are plain functions; every request is recorded with its
+arrival time. Faults (an error status, a Retry-After, a hang) are queued with `inject` and
+consumed one per request, before the route answers.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import threading
-from collections.abc import Callable
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,9 +29,15 @@ class Request:
     query: dict[str, list[str]]
     headers: dict[str, str]
     body: bytes
+    raw_path: str = ""  # path and query exactly as sent
+    arrived: float = field(default_factory=time.monotonic)
+    arrived_wall: float = field(default_factory=time.time)
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
+
+    def param(self, name: str, default: str = "") -> str:
+        return self.query.get(name, [default])[0]
 
 
 @dataclass
@@ -32,6 +45,8 @@ class Response:
     status: int = 200
     body: bytes | str | dict | list = b""
     headers: dict[str, str] = field(default_factory=dict)
+    # Without Content-Length the body runs until the connection closes, as some servers send it.
+    close_delimited: bool = False
 
     def encoded(self) -> tuple[bytes, str]:
         if isinstance(self.body, (dict, list)):
@@ -44,13 +59,49 @@ class Response:
 Route = Callable[[Request], Response]
 
 
-class FakeService:
-    """A threaded HTTP server on a free loopback port; use as a context manager."""
+@dataclass
+class Fault:
+    """What the next request gets instead of (or before) the route's answer.
 
-    def __init__(self, routes: dict[tuple[str, str], Route] | None = None) -> None:
+    `delay` seconds pass first (a hang, when longer than the client's timeout); then `status`
+    is answered with `headers` and `body`, or the route answers when `status` is None.
+    `path` limits the fault to requests for that path.
+    """
+
+    status: int | None = 500
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | str | dict | list = field(default_factory=lambda: {"error": "injected fault"})
+    delay: float = 0.0
+    path: str | None = None
+
+    @classmethod
+    def hang(cls, seconds: float, path: str | None = None) -> Fault:
+        return cls(status=None, delay=seconds, path=path)
+
+
+class FakeService:
+    """A threaded HTTP server on a free loopback port; use as a context manager.
+
+    `routes` are keyed by (method, exact path); `fallback` answers every other request (the
+    reader fake needs any path). `latency` delays every answer.
+    """
+
+    def __init__(
+        self,
+        routes: dict[tuple[str, str], Route] | None = None,
+        *,
+        fallback: Route | None = None,
+        latency: float = 0.0,
+    ) -> None:
         self.routes: dict[tuple[str, str], Route] = dict(routes or {})
+        self.fallback = fallback
+        self.latency = latency
         self.requests: list[Request] = []
+        self.faults: deque[Fault] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True  # a hanging answer must not hold up shutdown
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -63,8 +114,34 @@ class FakeService:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
+
+    def inject(self, *faults: Fault) -> None:
+        with self._lock:
+            self.faults.extend(faults)
+
+    def requests_to(self, path: str) -> list[Request]:
+        return [request for request in self.requests if request.path == path]
+
+    def answer(self, request: Request) -> Response:
+        fault = self._take_fault(request.path)
+        pause = self.latency + (fault.delay if fault else 0.0)
+        if pause:
+            self._closing.wait(pause)
+        if fault and fault.status is not None:
+            return Response(fault.status, fault.body, dict(fault.headers))
+        route = self.routes.get((request.method, request.path)) or self.fallback
+        return route(request) if route else Response(404, {"error": "not found"})
+
+    def _take_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.path in (None, path):
+                    self.faults.remove(fault)
+                    return fault
+        return None
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         service = self
@@ -74,39 +151,224 @@ class FakeService:
                 pass
 
             def _handle(self) -> None:
+                request = self._read_request()
+                service.requests.append(request)
+                response = service.answer(request)
+                # The client may have given up (a timeout test); there is nobody to answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._send(response)
+
+            def _read_request(self) -> Request:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
-                request = Request(
+                return Request(
                     method=self.command,
                     path=parts.path,
-                    query=parse_qs(parts.query),
+                    query=parse_qs(parts.query, keep_blank_values=True),
                     headers={k.lower(): v for k, v in self.headers.items()},
                     body=self.rfile.read(length) if length else b"",
+                    raw_path=self.path,
                 )
-                service.requests.append(request)
-                route = service.routes.get((self.command, parts.path))
-                response = route(request) if route else Response(404, {"error": "not found"})
+
+            def _send(self, response: Response) -> None:
                 body, content_type = response.encoded()
                 self.send_response(response.status)
-                headers = {"Content-Type": content_type, **response.headers}
-                for name, value in headers.items():
+                for name, value in {"Content-Type": content_type, **response.headers}.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
+                if response.close_delimited:
+                    self.close_connection = True
+                else:
+                    self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_GET = do_POST = do_PUT = do_DELETE = _handle
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
 
         return Handler
+
+
+def _openai_error(status: int, message: str, kind: str, code: str | None = None) -> Response:
+    return Response(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+
+def _bearer_ok(request: Request, key: str | None) -> bool:
+    return key is None or request.headers.get("authorization") == f"Bearer {key}"
 
 
 def openai_models(*model_ids: str) -> Route:
     """GET /v1/models as an OpenAI-compatible server answers it."""
 
     def route(request: Request) -> Response:
-        if request.headers.get("authorization") != "Bearer test-key":
-            return Response(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+        if not _bearer_ok(request, "test-key"):
+            return _openai_error(
+                401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
+            )
         return Response(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in model_ids]})
+
+    return route
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def chat_completion(model: str, content: str | None, prompt_tokens: int) -> dict[str, Any]:
+    """A chat.completion object exactly as the OpenAI API returns it."""
+    completion_tokens = estimate_tokens(content or "")
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+        "system_fingerprint": "fp_fake",
+    }
+
+
+def openai_chat(
+    reply: Callable[[list[dict]], str | None],
+    *,
+    key: str | None = "test-key",
+    model_ids: Iterable[str] = ("test-model",),
+) -> Route:
+    """POST /v1/chat/completions: `reply` gets the messages and returns the answer text.
+
+    A wrong bearer key gets 401 and an unknown model 404, with OpenAI's error JSON; `key=None`
+    accepts any key (a keyless local server).
+    """
+    known = set(model_ids)
+
+    def route(request: Request) -> Response:
+        if not _bearer_ok(request, key):
+            return _openai_error(
+                401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
+            )
+        payload = request.json() or {}
+        model, messages = payload.get("model", ""), payload.get("messages", [])
+        if model not in known:
+            message = f"The model `{model}` does not exist or you do not have access to it."
+            return _openai_error(404, message, "invalid_request_error", "model_not_found")
+        prompt_tokens = estimate_tokens("".join(str(m.get("content", "")) for m in messages))
+        return Response(200, chat_completion(model, reply(messages), prompt_tokens))
+
+    return route
+
+
+def _basic_auth_ok(request: Request, auth: tuple[str, str] | None) -> bool:
+    if auth is None:
+        return True
+    expected = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    return request.headers.get("authorization") == f"Basic {expected}"
+
+
+def searxng_result(item: dict[str, Any], position: int) -> dict[str, Any]:
+    """One SearXNG result with the fields a real instance fills in."""
+    engine = item.get("engine", "duckduckgo")
+    return {
+        "url": item.get("url", ""),
+        "title": item.get("title", ""),
+        "content": item.get("content", ""),
+        "engine": engine,
+        "engines": item.get("engines", [engine]),
+        "positions": [position],
+        "score": item.get("score", 1.0 / position),
+        "category": item.get("category", "general"),
+        "parsed_url": [*urlsplit(item.get("url", "")), ""],
+        "template": "default.html",
+        "publishedDate": item.get("publishedDate"),
+        **{k: v for k, v in item.items() if k not in {"engine", "engines", "score", "category"}},
+    }
+
+
+def searxng_search(
+    results: Callable[[Request], list[dict]],
+    *,
+    auth: tuple[str, str] | None = None,
+    unresponsive: Iterable[tuple[str, str]] = (),
+) -> Route:
+    """GET /search as SearXNG answers it; 403 unless format=json, as when json is not enabled."""
+    unresponsive_engines = [list(pair) for pair in unresponsive]
+
+    def route(request: Request) -> Response:
+        if not _basic_auth_ok(request, auth):
+            return Response(401, "Unauthorized", {"WWW-Authenticate": 'Basic realm="searxng"'})
+        if request.param("format") != "json":
+            return Response(403, b"<html><body>403 Forbidden</body></html>", {"Content-Type": "text/html"})
+        items = [searxng_result(item, i) for i, item in enumerate(results(request), start=1)]
+        return Response(
+            200,
+            {
+                "query": request.param("q"),
+                "number_of_results": len(items),
+                "results": items,
+                "answers": [],
+                "corrections": [],
+                "infoboxes": [],
+                "suggestions": [],
+                "unresponsive_engines": unresponsive_engines,
+            },
+        )
+
+    return route
+
+
+def reader_text(title: str, url: str, markdown: str) -> str:
+    return f"Title: {title}\n\nURL Source: {url}\n\nMarkdown Content:\n{markdown}\n"
+
+
+def reader(pages: dict[str, tuple[str, str]], *, key: str | None = None) -> Route:
+    """GET /<target-url> as r.jina.ai answers it; `pages` maps a target URL to (title, markdown).
+
+    Use it as a FakeService `fallback`, since the target URL is the path.
+    """
+
+    def route(request: Request) -> Response:
+        if not _bearer_ok(request, key):
+            return Response(
+                401, {"code": 401, "name": "AuthenticationRequiredError", "message": "Invalid API key"}
+            )
+        target = request.raw_path.removeprefix("/")
+        if target not in pages:
+            return Response(
+                422, {"code": 422, "name": "AssertionFailureError", "message": f"Failed to goto {target}"}
+            )
+        title, markdown = pages[target]
+        return Response(200, reader_text(title, target, markdown))
+
+    return route
+
+
+def html_page(title: str, body_html: str, *, status: int = 200, charset: str = "utf-8") -> Route:
+    """A plain HTML page."""
+    html = (
+        f'<!DOCTYPE html><html><head><meta charset="{charset}"><title>{title}</title></head>'
+        f"<body>{body_html}</body></html>"
+    )
+
+    def route(request: Request) -> Response:
+        content_type = f"text/html; charset={charset}"
+        return Response(status, html.encode(charset), {"Content-Type": content_type})
+
+    return route
+
+
+def redirect(location: str, status: int = 302) -> Route:
+    """A redirect to `location` (absolute or relative, as the server sends it)."""
+
+    def route(request: Request) -> Response:
+        return Response(status, b"", {"Location": location})
 
     return route
 

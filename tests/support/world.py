@@ -8,6 +8,7 @@ title matching), summarises and writes a cited report. Used by tests and by benc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -19,6 +20,7 @@ from typing import Any
 
 from tests.support.fakes import FakeService, Request, html_page, openai_chat, reader, searxng_search
 
+RESULTS_PER_PAGE = 10
 TOPIC = "Расскажи об Mixture of Tokens, в том числе где используется и какие есть улучшения"
 
 # (slug, title, keywords that make SearXNG return it, relevance 0–10 the LLM gives it, text)
@@ -94,6 +96,8 @@ PAGES = [
 class ScriptedLLM:
     """Answers the five seed prompts; counts calls per prompt kind."""
 
+    pages: list[tuple[str, str, str, int, str]] = field(default_factory=lambda: list(PAGES))
+    queries_per_language: int = 2
     calls: Counter = field(default_factory=Counter)
     bad_citation: bool = True
 
@@ -131,7 +135,7 @@ class ScriptedLLM:
         return "```json\n" + json.dumps(rows, ensure_ascii=False, indent=1) + "\n```"
 
     def _row(self, title: str) -> dict[str, Any]:
-        relevance = next((page[3] for page in PAGES if page[1] == title), 3)
+        relevance = next((page[3] for page in self.pages if page[1] == title), 3)
         keys = ["соответствие_запросу", "соответствие_направлению", "полнота", "точность", "структура"]
         return {"заголовок": title.upper() if relevance % 2 else title, **dict.fromkeys(keys, relevance)}
 
@@ -164,13 +168,38 @@ def prompt_kind(system: str) -> str:
     return "answer"
 
 
-def search_pages(base_url: str) -> Any:
+def notes(count: int) -> list[tuple[str, str, str, int, str]]:
+    """Extra, less relevant pages, so that searches return full result pages (benchmarks)."""
+    aspects = ["что такое", "применение используется", "улучшения improvements"]
+    return [
+        (
+            f"note-{i}",
+            f"Mixture of Tokens note {i}",
+            f"mixture tokens {aspects[i % 3]}",
+            2 + i % 6,
+            f"Note {i} on Mixture of Tokens. It restates known facts about token mixing. {aspects[i % 3]}.",
+        )
+        for i in range(count)
+    ]
+
+
+def search_pages(base_url: str, pages: list[tuple[str, str, str, int, str]]) -> Any:
+    """SearXNG's answer: pages sharing words with the query, best overlap first.
+
+    Ties are broken by a hash of query and page, so different queries see different pages.
+    """
+
     def results(request: Request) -> list[dict]:
-        words = set(request.param("q").lower().split())
-        found = [page for page in PAGES if words & set(page[2].split())]
+        query = request.param("q").lower()
+        words = set(query.split())
+
+        def rank(page: tuple) -> tuple[int, str]:
+            return -len(words & set(page[2].split())), hashlib.md5((query + page[0]).encode()).hexdigest()
+
+        found = sorted((page for page in pages if words & set(page[2].split())), key=rank)
         return [
             {"url": f"{base_url}pages/{slug}?utm_source=searx", "title": title, "content": text[:120]}
-            for slug, title, _, _, text in found
+            for slug, title, _, _, text in found[:RESULTS_PER_PAGE]
         ]
 
     return results
@@ -206,24 +235,24 @@ class World:
 
 @contextmanager
 def world(
-    *, llm_latency: float = 0.0, search_latency: float = 0.0, reader_latency: float = 0.0
+    *,
+    llm_latency: float = 0.0,
+    search_latency: float = 0.0,
+    reader_latency: float = 0.0,
+    extra_pages: int = 0,
+    queries_per_language: int = 2,
 ) -> Iterator[World]:
-    script = ScriptedLLM()
+    pages = PAGES + notes(extra_pages)
+    script = ScriptedLLM(pages=pages, queries_per_language=queries_per_language)
     with ExitStack() as stack:
         web = stack.enter_context(FakeService())
-        for slug, title, _, _, text in PAGES:
-            web.routes[("GET", f"/pages/{slug}")] = html_page(
-                title, f"<article><h1>{title}</h1><p>{text}</p></article>"
-            )
-        pages = {
-            f"{web.url}pages/{slug}?utm_source=searx": (title, f"# {title}\n\n{text}")
-            for slug, title, *_, text in PAGES
-        }
-        llm = stack.enter_context(
-            FakeService({("POST", "/v1/chat/completions"): openai_chat(script)}, latency=llm_latency)
-        )
-        searxng = stack.enter_context(
-            FakeService({("GET", "/search"): searxng_search(search_pages(web.url))}, latency=search_latency)
-        )
-        read = stack.enter_context(FakeService(fallback=reader(pages), latency=reader_latency))
+        for slug, title, _, _, text in pages:
+            article = f"<article><h1>{title}</h1><p>{text}</p></article>"
+            web.routes[("GET", f"/pages/{slug}")] = html_page(title, article)
+        readable = {f"{web.url}pages/{p[0]}?utm_source=searx": (p[1], f"# {p[1]}\n\n{p[4]}") for p in pages}
+        chat = {("POST", "/v1/chat/completions"): openai_chat(script)}
+        llm = stack.enter_context(FakeService(chat, latency=llm_latency))
+        search = {("GET", "/search"): searxng_search(search_pages(web.url, pages))}
+        searxng = stack.enter_context(FakeService(search, latency=search_latency))
+        read = stack.enter_context(FakeService(fallback=reader(readable), latency=reader_latency))
         yield World(llm=llm, searxng=searxng, reader=read, web=web, script=script)

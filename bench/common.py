@@ -1,0 +1,39 @@
+"""Shared set-up for benchmarks: Django on a database of their own, never the user's data."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup_django(database: str = "mindsearch_bench") -> None:
+    """Start (or join) the embedded server, give the benchmark a fresh database, migrate it."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mindsearch.settings")
+    os.environ.setdefault("DEBUG", "1")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    if not os.environ.get("DATABASE_URL"):
+        os.environ["DATABASE_URL"] = _fresh_embedded_database(database)
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def _fresh_embedded_database(database: str) -> str:
+    import psycopg
+    from psycopg import sql
+
+    from mindsearch import embedded_db
+
+    data_dir = Path(os.environ.get("MINDSEARCH_DATA_DIR") or ROOT / "var").resolve()
+    host = embedded_db.start(data_dir)["HOST"]
+    with psycopg.connect(host=host, user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    return f"postgres://postgres@{quote(host, safe='')}/{database}"

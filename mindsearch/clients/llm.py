@@ -1,0 +1,313 @@
+"""Chat completions from an OpenAI-compatible endpoint (aitunnel, OpenAI, Ollama, vLLM…).
+
+One retry layer only, ours (the SDK's is off): up to MAX_ATTEMPTS on 429, 5xx, timeouts,
+dropped connections and empty answers, each attempt waiting for the global rate limit first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import random
+import re
+import ssl
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+from django.conf import settings
+
+from mindsearch.clients import ratelimit
+
+DEFAULT_BASE_URL = "https://api.aitunnel.ru/v1/"
+# Read at call time, so tests can shorten them.
+TIMEOUT_SECONDS = 120.0
+CONNECT_TIMEOUT_SECONDS = 10.0
+MAX_ATTEMPTS = 4
+BACKOFF_SECONDS = 0.5
+RETRY_AFTER_CAP_SECONDS = 60.0
+RETRYABLE_STATUSES = {408, 409, 429}
+
+
+class LLMError(Exception):
+    """The LLM call failed; the message is shown to the user."""
+
+    def __init__(self, message: str, *, attempts: int = 0, latency_ms: int = 0) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.latency_ms = latency_ms
+
+
+class LLMAuthError(LLMError):
+    """The endpoint rejected the API key."""
+
+
+class LLMNotConfigured(LLMError):
+    """No endpoint or model is configured."""
+
+
+class LLMBadAnswer(LLMError):
+    """The endpoint answered, but not with anything usable."""
+
+
+class _Transient(Exception):
+    """A failure worth another attempt; becomes `kind` when the attempts run out."""
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, kind: type[LLMError] = LLMError
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: int
+    attempts: int
+
+
+def is_configured() -> bool:
+    """A model, and an API key or an endpoint of one's own (local servers need no key)."""
+    endpoint = bool(settings.AITUNNEL_API_KEY) or settings.AITUNNEL_BASE_URL != DEFAULT_BASE_URL
+    return endpoint and bool(settings.AITUNNEL_MODEL)
+
+
+async def complete(
+    messages: list[dict[str, str]], *, max_tokens: int | None = None, temperature: float = 0.2
+) -> Completion:
+    """One chat completion, retried on transient failures."""
+    if not is_configured():
+        raise LLMNotConfigured(
+            "No LLM is configured: set AITUNNEL_MODEL and AITUNNEL_API_KEY (or AITUNNEL_BASE_URL)"
+        )
+    request = {"model": settings.AITUNNEL_MODEL, "messages": messages, "temperature": temperature}
+    if max_tokens is not None:
+        request["max_tokens"] = max_tokens
+    started = time.monotonic()
+    async with _client() as client:
+        return await _with_retries(client, request, started)
+
+
+def _client() -> openai.AsyncOpenAI:
+    """A client per call, closed after it; cheap, because the TLS context is shared."""
+    return openai.AsyncOpenAI(
+        base_url=settings.AITUNNEL_BASE_URL,
+        api_key=settings.AITUNNEL_API_KEY or "not-needed",
+        max_retries=0,
+        timeout=httpx.Timeout(TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS),
+        http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
+    )
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Loading the CA store takes ~50 ms of CPU; once per process, not once per call.
+    return httpx2.create_ssl_context()
+
+
+async def _with_retries(client: openai.AsyncOpenAI, request: dict[str, Any], started: float) -> Completion:
+    attempt = 1
+    while True:
+        try:
+            return await _attempt(client, request, attempt, started)
+        except _Transient as failure:
+            if attempt == MAX_ATTEMPTS:
+                message = f"{failure} (gave up after {attempt} attempts)"
+                raise failure.kind(message, attempts=attempt, latency_ms=_ms_since(started)) from failure
+            await asyncio.sleep(retry_delay(attempt, failure.retry_after))
+        except LLMError as error:
+            error.attempts, error.latency_ms = attempt, _ms_since(started)
+            raise
+        attempt += 1
+
+
+async def _attempt(
+    client: openai.AsyncOpenAI, request: dict[str, Any], attempt: int, started: float
+) -> Completion:
+    await ratelimit.acquire_llm()
+    try:
+        response = await client.chat.completions.create(**request)
+    except openai.APIStatusError as exc:
+        raise _status_error(exc) from exc
+    except openai.APITimeoutError:
+        raise _Transient(f"The LLM endpoint did not answer within {TIMEOUT_SECONDS:g} s") from None
+    except openai.APIConnectionError as exc:
+        raise _Transient(f"The LLM endpoint is not reachable at {settings.AITUNNEL_BASE_URL}") from exc
+    return _completion(response, attempt, started)
+
+
+def _completion(response: Any, attempt: int, started: float) -> Completion:
+    choices = getattr(response, "choices", None)  # a proxy's HTML page parses to a plain str
+    text = choices[0].message.content if choices else None
+    if not text or not text.strip():
+        raise _Transient("The LLM returned an empty answer", kind=LLMBadAnswer)
+    usage = response.usage
+    return Completion(
+        text=text,
+        model=response.model or settings.AITUNNEL_MODEL,
+        prompt_tokens=usage.prompt_tokens if usage else 0,
+        completion_tokens=usage.completion_tokens if usage else 0,
+        latency_ms=_ms_since(started),
+        attempts=attempt,
+    )
+
+
+def _status_error(exc: openai.APIStatusError) -> Exception:
+    status = exc.status_code
+    if status in (401, 403):
+        return LLMAuthError(f"The LLM endpoint rejected the API key (HTTP {status})")
+    if status in RETRYABLE_STATUSES or status >= 500:
+        retry_after = parse_retry_after(exc.response.headers)
+        reason = "is rate-limiting us" if status == 429 else "failed"
+        return _Transient(f"The LLM endpoint {reason} (HTTP {status})", retry_after=retry_after)
+    if status == 404:
+        model = settings.AITUNNEL_MODEL
+        return LLMError(
+            f"The LLM endpoint does not know model {model} or this API (HTTP 404): {_detail(exc)}"
+        )
+    return LLMError(f"The LLM endpoint refused the request (HTTP {status}): {_detail(exc)}")
+
+
+def _detail(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        body = body.get("message") or body.get("error") or body
+    return str(body or exc.message)[:300]
+
+
+def parse_retry_after(headers: Any, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from Retry-After (seconds or an HTTP date) or retry-after-ms, capped."""
+    if milliseconds := headers.get("retry-after-ms"):
+        seconds = _float(milliseconds)
+        seconds = seconds / 1000 if seconds is not None else None
+    else:
+        seconds = _retry_after_seconds(headers.get("retry-after") or "", now or datetime.now(UTC))
+    return None if seconds is None else min(max(seconds, 0.0), RETRY_AFTER_CAP_SECONDS)
+
+
+def _retry_after_seconds(value: str, now: datetime) -> float | None:
+    if not value:
+        return None
+    seconds = _float(value)
+    if seconds is not None:
+        return seconds
+    try:
+        return (parsedate_to_datetime(value) - now).total_seconds()
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def retry_delay(attempt: int, retry_after: float | None) -> float:
+    """The server's Retry-After when given, else 0.5, 1, 2 s … with ±25% jitter."""
+    if retry_after is not None:
+        return retry_after
+    base = BACKOFF_SECONDS * 2 ** (attempt - 1)
+    return base * random.uniform(0.75, 1.25)  # noqa: S311 (jitter, not a secret)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+# --- Tolerant JSON -----------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_TRAILING_COMMA = re.compile(r'("(?:\\.|[^"\\])*")|,(\s*[\]}])', re.DOTALL)
+# Outside strings, a JSON value holds only these (letters of true, false and null included).
+_BARE = set(" \t\r\n:,.+-0123456789eEtrufalsn")
+_MAX_STARTS = 200
+_NOTHING = object()
+
+
+def parse_json(text: str) -> Any:
+    """The first JSON array or object in an LLM answer, repaired when the answer was cut off.
+
+    Code fences and prose around the JSON are ignored. A truncated answer is cut back to the
+    end of its last complete element (a half-written string, number or member is dropped)
+    and what is still open is closed.
+    """
+    for source in [*(m.group(1) for m in _FENCE.finditer(text or "")), text or ""]:
+        value = _first_value(source)
+        if value is not _NOTHING:
+            return value
+    raise LLMBadAnswer("The LLM's answer holds no usable JSON")
+
+
+def _first_value(text: str) -> Any:
+    starts = [i for i, ch in enumerate(text) if ch in "[{"][:_MAX_STARTS]
+    for start in starts:
+        state, end, cuts = _scan(text, start)
+        if state == "complete":
+            value = _loads(text[start:end])
+        elif state == "truncated":
+            value = _repair(text[start:], [(pos - start, closers) for pos, closers in cuts])
+        else:
+            continue
+        if value is not _NOTHING:
+            return value
+    return _NOTHING
+
+
+def _scan(text: str, start: int) -> tuple[str, int, list[tuple[int, str]]]:
+    """Walk the value at `start`: ("complete", its end, _) or ("truncated", _, cut points) or
+    ("invalid", …). A cut point is where the text may be cut, with the closers it then needs."""
+    closers: list[str] = []
+    cuts: list[tuple[int, str]] = []
+    in_string = escaped = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+            if not in_string:  # a closed string may end the value (or be a key: then loads fails)
+                cuts.append((i + 1, "".join(reversed(closers))))
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            closers.append("]" if ch == "[" else "}")
+            cuts.append((i + 1, "".join(reversed(closers))))
+        elif ch in "]}":
+            if closers.pop() != ch:
+                return "invalid", i, cuts
+            if not closers:
+                return "complete", i + 1, cuts
+            cuts.append((i + 1, "".join(reversed(closers))))
+        elif ch == ",":
+            cuts.append((i, "".join(reversed(closers))))
+        elif ch not in _BARE:
+            return "invalid", i, cuts
+    return "truncated", len(text), cuts
+
+
+def _repair(text: str, cuts: list[tuple[int, str]]) -> Any:
+    for position, closers in reversed(cuts):
+        value = _loads(text[:position].rstrip().removesuffix(",") + closers)
+        if value is not _NOTHING:
+            return value
+    return _NOTHING
+
+
+def _loads(candidate: str) -> Any:
+    for attempt in (candidate, _TRAILING_COMMA.sub(lambda m: m.group(1) or m.group(2), candidate)):
+        try:
+            return json.loads(attempt, strict=False)
+        except ValueError:
+            continue
+    return _NOTHING

@@ -1,0 +1,85 @@
+"""Pages as Markdown through an r.jina.ai-style reader (JINA_READER_URL + target URL).
+
+No retries here: when the reader fails, the pipeline falls back to a direct fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+from django.conf import settings
+
+from mindsearch.clients import fetch, ratelimit
+from mindsearch.clients.fetch import Page
+
+TIMEOUT_SECONDS = 30.0
+_PREAMBLE = re.compile(
+    r"\A\s*Title:[ \t]*(?P<title>[^\n]*)\n(?P<meta>.*?)^Markdown Content:[ \t]*\n?(?P<body>.*)\Z",
+    re.DOTALL | re.MULTILINE,
+)
+
+
+class ReadError(Exception):
+    """The reader could not give us the page; `status` is its HTTP status, if it answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def parse_reader_text(text: str) -> tuple[str, str]:
+    """(title, markdown) of the reader's plain answer; without its preamble, all is Markdown."""
+    found = _PREAMBLE.match(text)
+    if found is None:
+        return "", text.strip()
+    return found.group("title").strip(), found.group("body").strip()
+
+
+async def read(url: str) -> Page:
+    """Read `url` through the reader.
+
+    The target is checked first (fetch.UnsafeURL when refused): a self-hosted reader would
+    otherwise fetch private and metadata addresses for us.
+    """
+    await asyncio.to_thread(fetch.check_url, url)
+    await ratelimit.acquire_reader()
+    response = await _get(settings.JINA_READER_URL + url)
+    _raise_for_status(response.status_code)
+    title, markdown = parse_reader_text(response.text)
+    if not markdown:
+        raise ReadError("the reader returned no text", status=response.status_code)
+    return Page(url=url, title=title, markdown=markdown, via="reader")
+
+
+def _headers() -> dict[str, str]:
+    headers = {"Accept": "text/plain", "X-Return-Format": "markdown"}
+    if settings.JINA_API_KEY:
+        headers["Authorization"] = f"Bearer {settings.JINA_API_KEY}"
+    return headers
+
+
+async def _get(reader_url: str) -> httpx.Response:
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
+            return await client.get(reader_url, headers=_headers())
+    except httpx.TimeoutException:
+        raise ReadError(f"the reader did not answer within {TIMEOUT_SECONDS:g} s") from None
+    except httpx.HTTPError as exc:
+        base = settings.JINA_READER_URL
+        raise ReadError(f"the reader is not reachable at {base}: {exc or type(exc).__name__}") from exc
+
+
+def _raise_for_status(status: int) -> None:
+    if status < 400:
+        return
+    if status == 402:
+        raise ReadError("the reader's quota is used up (HTTP 402)", status)
+    if status in (401, 403):
+        raise ReadError(f"the reader rejected the API key (HTTP {status}): check JINA_API_KEY", status)
+    if status == 429:
+        raise ReadError("the reader is rate-limiting us (HTTP 429)", status)
+    if status >= 500:
+        raise ReadError(f"the reader failed (HTTP {status})", status)
+    raise ReadError(f"the reader could not read the page (HTTP {status})", status)

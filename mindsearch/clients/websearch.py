@@ -1,0 +1,160 @@
+"""Web search through a SearXNG instance's JSON API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+from django.conf import settings
+
+from mindsearch.clients import ratelimit
+
+TIMEOUT_SECONDS = 20.0
+ATTEMPTS = 2
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    url: str
+    title: str
+    snippet: str
+    engine: str
+    engines: list[str]
+    position: int
+    published_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SearchResponse:
+    results: list[SearchResult]
+    unresponsive_engines: list[str]
+
+
+class SearchError(Exception):
+    """The search could not be run; the message is shown to the user."""
+
+
+class _Retryable(SearchError):
+    """A failure worth one more try: a timeout, a dropped connection, a 5xx."""
+
+
+def is_configured() -> bool:
+    return bool(settings.SEARXNG_URL)
+
+
+async def search(
+    query: str, *, language: str, time_range: str = "", pageno: int = 1, categories: str = ""
+) -> SearchResponse:
+    """Run one SearXNG search (one retry on a timeout, connection error or 5xx)."""
+    if not is_configured():
+        raise SearchError("SearXNG is not configured: set SEARXNG_URL")
+    params = search_params(
+        query, language=language, time_range=time_range, pageno=pageno, categories=categories
+    )
+    for _retry in range(ATTEMPTS - 1):
+        try:
+            return await _search_once(params)
+        except _Retryable:
+            pass
+    return await _search_once(params)
+
+
+async def _search_once(params: dict[str, Any]) -> SearchResponse:
+    await ratelimit.acquire_search()
+    return parse_response(await _get(params))
+
+
+def search_params(
+    query: str, *, language: str, time_range: str, pageno: int, categories: str
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"q": query, "format": "json", "language": language, "pageno": pageno}
+    if time_range:
+        params["time_range"] = time_range
+    if categories:
+        params["categories"] = categories
+    return params
+
+
+def _search_url() -> str:
+    return urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "search")
+
+
+def _auth() -> tuple[str, str] | None:
+    if not settings.SEARCHXNG_BASIC_AUTH_LOGIN:
+        return None
+    return settings.SEARCHXNG_BASIC_AUTH_LOGIN, settings.SEARCHXNG_BASIC_AUTH_PASSWORD
+
+
+async def _get(params: dict[str, Any]) -> dict[str, Any]:
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS, auth=_auth()) as client:
+            response = await client.get(_search_url(), params=params, headers={"Accept": "application/json"})
+    except httpx.TimeoutException:
+        raise _Retryable(f"SearXNG did not answer within {TIMEOUT_SECONDS:g} s") from None
+    except httpx.HTTPError as exc:
+        raise _Retryable(
+            f"SearXNG is not reachable at {settings.SEARXNG_URL}: {exc or type(exc).__name__}"
+        ) from exc
+    _raise_for_status(response.status_code)
+    try:
+        return response.json()
+    except ValueError:
+        raise SearchError("SearXNG answered with something other than JSON") from None
+
+
+def _raise_for_status(status: int) -> None:
+    if status == 200:
+        return
+    if status == 401:
+        raise SearchError("SearXNG rejected the basic-auth credentials (HTTP 401)")
+    if status == 403:
+        raise SearchError("SearXNG refused format=json (HTTP 403): enable json in search.formats")
+    if status == 429:
+        raise SearchError("SearXNG's limiter refused the search (HTTP 429)")
+    if status >= 500:
+        raise _Retryable(f"SearXNG failed (HTTP {status})")
+    raise SearchError(f"SearXNG answered HTTP {status}")
+
+
+def parse_response(payload: Any) -> SearchResponse:
+    """SearchResponse from SearXNG's JSON; results without a URL are dropped."""
+    if not isinstance(payload, dict):
+        raise SearchError("SearXNG answered with something other than its JSON results")
+    items = [item for item in payload.get("results") or [] if isinstance(item, dict) and item.get("url")]
+    results = [_result(item, position) for position, item in enumerate(items, start=1)]
+    return SearchResponse(
+        results, [_unresponsive(entry) for entry in payload.get("unresponsive_engines") or []]
+    )
+
+
+def _result(item: dict[str, Any], position: int) -> SearchResult:
+    engine = str(item.get("engine") or "")
+    return SearchResult(
+        url=str(item["url"]),
+        title=str(item.get("title") or ""),
+        snippet=str(item.get("content") or ""),
+        engine=engine,
+        engines=[str(e) for e in item.get("engines") or ([engine] if engine else [])],
+        position=position,
+        published_at=parse_date(item.get("publishedDate")),
+    )
+
+
+def _unresponsive(entry: Any) -> str:
+    if isinstance(entry, (list, tuple)) and len(entry) == 2:
+        return f"{entry[0]}: {entry[1]}"
+    return str(entry)
+
+
+def parse_date(value: Any) -> datetime | None:
+    """SearXNG's publishedDate (ISO 8601, sometimes without a zone, which means UTC)."""
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

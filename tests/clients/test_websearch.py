@@ -1,0 +1,227 @@
+"""SearXNG search against a loopback server that answers as SearXNG does."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from mindsearch.clients import websearch
+from mindsearch.clients.websearch import SearchError
+from mindsearch.models import RateLimitGrant
+from tests.support.fakes import FakeService, Fault, Response, searxng_search
+from tests.support.processes import free_port
+
+RESULTS = [
+    {
+        "url": "https://arxiv.org/abs/2310.15961",
+        "title": "Mixture of Tokens",
+        "content": "Continuous MoE through cross-example aggregation",
+        "engine": "arxiv",
+        "engines": ["arxiv", "google scholar"],
+        "publishedDate": "2023-10-24T17:59:01",
+    },
+    {"url": "", "title": "No URL, dropped"},
+    {
+        "url": "https://example.org/post",
+        "title": "A post",
+        "content": "snippet",
+        "publishedDate": "2024-05-01T08:00:00+02:00",
+    },
+]
+
+
+@pytest.fixture(autouse=True)
+def no_rate_limit(settings):
+    settings.LIMIT_SEARCHXNG_RPM = 0
+    settings.SEARCHXNG_BASIC_AUTH_LOGIN = ""
+    settings.SEARCHXNG_BASIC_AUTH_PASSWORD = ""
+
+
+@pytest.fixture
+def fake(settings):
+    route = searxng_search(lambda request: RESULTS, unresponsive=[("google", "timeout"), ("bing", "CAPTCHA")])
+    with FakeService({("GET", "/search"): route}) as service:
+        settings.SEARXNG_URL = service.url.rstrip("/")
+        yield service
+
+
+def search(query: str = "mixture of tokens", **kwargs) -> websearch.SearchResponse:
+    kwargs.setdefault("language", "en")
+    return asyncio.run(websearch.search(query, **kwargs))
+
+
+def test_results_are_parsed(fake) -> None:
+    response = search()
+    assert [r.url for r in response.results] == [
+        "https://arxiv.org/abs/2310.15961",
+        "https://example.org/post",
+    ]
+    first = response.results[0]
+    assert first.title == "Mixture of Tokens"
+    assert first.snippet == "Continuous MoE through cross-example aggregation"
+    assert first.engine == "arxiv"
+    assert first.engines == ["arxiv", "google scholar"]
+    assert first.position == 1
+    assert first.published_at == datetime(2023, 10, 24, 17, 59, 1, tzinfo=UTC)
+    assert response.results[1].position == 2
+    assert response.results[1].published_at.utcoffset().total_seconds() == 7200
+
+
+def test_unresponsive_engines_are_kept(fake) -> None:
+    assert search().unresponsive_engines == ["google: timeout", "bing: CAPTCHA"]
+
+
+def test_params_sent(fake) -> None:
+    search("смесь токенов", language="ru", time_range="month", pageno=2, categories="science")
+    request = fake.requests_to("/search")[0]
+    assert request.query == {
+        "q": ["смесь токенов"],
+        "format": ["json"],
+        "language": ["ru"],
+        "pageno": ["2"],
+        "time_range": ["month"],
+        "categories": ["science"],
+    }
+
+
+def test_empty_options_are_left_out(fake) -> None:
+    search()
+    query = fake.requests_to("/search")[0].query
+    assert "time_range" not in query
+    assert "categories" not in query
+    assert query["pageno"] == ["1"]
+
+
+def test_basic_auth_is_sent(settings) -> None:
+    route = searxng_search(lambda request: RESULTS, auth=("searcher", "s3cret"))
+    with FakeService({("GET", "/search"): route}) as service:
+        settings.SEARXNG_URL = service.url
+        settings.SEARCHXNG_BASIC_AUTH_LOGIN = "searcher"
+        settings.SEARCHXNG_BASIC_AUTH_PASSWORD = "s3cret"
+        assert len(search().results) == 2
+        assert service.requests[0].headers["authorization"] == "Basic c2VhcmNoZXI6czNjcmV0"
+
+
+def test_wrong_credentials(settings) -> None:
+    route = searxng_search(lambda request: RESULTS, auth=("searcher", "s3cret"))
+    with FakeService({("GET", "/search"): route}) as service:
+        settings.SEARXNG_URL = service.url
+        settings.SEARCHXNG_BASIC_AUTH_LOGIN = "searcher"
+        settings.SEARCHXNG_BASIC_AUTH_PASSWORD = "wrong"
+        with pytest.raises(SearchError, match=r"rejected the basic-auth credentials \(HTTP 401\)"):
+            search()
+        assert len(service.requests) == 1
+
+
+def test_json_format_not_enabled(fake) -> None:
+    fake.inject(Fault(403, body=b"Forbidden", headers={"Content-Type": "text/html"}))
+    with pytest.raises(SearchError, match=r"refused format=json \(HTTP 403\): enable json in search.formats"):
+        search()
+
+
+def test_the_fake_refuses_other_formats_like_searxng(fake) -> None:
+    assert searxng_search(lambda request: [])(_request({"format": ["html"]})).status == 403
+
+
+def _request(query: dict) -> object:
+    from tests.support.fakes import Request
+
+    return Request("GET", "/search", query, {}, b"")
+
+
+def test_not_reachable(settings) -> None:
+    settings.SEARXNG_URL = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(SearchError, match=r"SearXNG is not reachable at http://127.0.0.1"):
+        search()
+
+
+def test_not_json(fake) -> None:
+    fake.inject(Fault(200, body=b"<html>not json</html>", headers={"Content-Type": "text/html"}))
+    with pytest.raises(SearchError, match=r"something other than JSON"):
+        search()
+
+
+def test_json_but_not_searxng(fake) -> None:
+    fake.inject(Fault(200, body=["a", "list"]))
+    with pytest.raises(SearchError, match=r"something other than"):
+        search()
+
+
+def test_one_retry_after_a_5xx(fake) -> None:
+    fake.inject(Fault(502))
+    assert len(search().results) == 2
+    assert len(fake.requests) == 2
+
+
+def test_two_5xx_fail(fake) -> None:
+    fake.inject(Fault(502), Fault(503))
+    with pytest.raises(SearchError, match=r"HTTP 503"):
+        search()
+    assert len(fake.requests) == 2
+
+
+def test_one_retry_after_a_timeout(fake, monkeypatch) -> None:
+    monkeypatch.setattr(websearch, "TIMEOUT_SECONDS", 0.3)
+    fake.inject(Fault.hang(1.0))
+    assert len(search().results) == 2
+
+
+def test_two_timeouts_fail(fake, monkeypatch) -> None:
+    monkeypatch.setattr(websearch, "TIMEOUT_SECONDS", 0.3)
+    fake.inject(Fault.hang(1.0), Fault.hang(1.0))
+    with pytest.raises(SearchError, match=r"did not answer within 0.3 s"):
+        search()
+
+
+def test_429_from_the_limiter_is_not_retried(fake) -> None:
+    fake.inject(Fault(429, body="Too Many Requests"))
+    with pytest.raises(SearchError, match=r"HTTP 429"):
+        search()
+    assert len(fake.requests) == 1
+
+
+def test_not_configured(settings) -> None:
+    settings.SEARXNG_URL = ""
+    assert not websearch.is_configured()
+    with pytest.raises(SearchError, match=r"SEARXNG_URL"):
+        search()
+
+
+def test_url_with_a_path_prefix(settings) -> None:
+    route = searxng_search(lambda request: RESULTS)
+    with FakeService({("GET", "/searxng/search"): route}) as service:
+        settings.SEARXNG_URL = f"{service.url}searxng"
+        assert len(search().results) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rate_limit_slot_is_taken_per_request(fake, settings) -> None:
+    settings.LIMIT_SEARCHXNG_RPM = 600
+    fake.inject(Fault(500))
+    search()
+    assert RateLimitGrant.objects.filter(name="searxng").count() == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2024-01-02T03:04:05", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("2024-01-02T03:04:05Z", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("2024-01-02", datetime(2024, 1, 2, tzinfo=UTC)),
+        ("", None),
+        (None, None),
+        ("yesterday", None),
+        (1700000000, None),
+    ],
+)
+def test_parse_date(value, expected) -> None:
+    assert websearch.parse_date(value) == expected
+
+
+def test_fake_fills_searxng_fields() -> None:
+    payload = searxng_search(lambda request: [{"url": "https://a.example/"}])(_request({"format": ["json"]}))
+    assert isinstance(payload, Response)
+    item = payload.body["results"][0]
+    assert {"url", "title", "content", "engine", "engines", "score", "category"} <= item.keys()

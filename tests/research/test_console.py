@@ -1,0 +1,48 @@
+"""`manage.py research "QUESTION" --yes`: the whole pipeline in the foreground, report printed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+
+from research.models import Report, Topic
+from tests.support import processes
+from tests.support.world import TOPIC, world
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+
+def test_console_research_prints_a_sectioned_cited_report(alice: User) -> None:
+    with world() as w:
+        done = processes.manage(
+            "research", TOPIC, "--yes", "--user", "alice", env=processes.process_env(**w.env())
+        )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for stage in ("queries", "search", "score_hits", "read", "summarise", "score_summaries", "answer"):
+        assert re.search(rf"{stage}\s+\[#+\]", out), stage
+    assert "Written by model test-model" in out
+    assert "## Введение" in out and "## Заключение" in out and "## Источники" in out
+    topic = Topic.objects.get(owner=alice)
+    assert topic.status == Topic.Status.COMPLETED
+    # The printed citations point at the highest-scored pages, listed with their URLs.
+    report = Report.objects.get(topic=topic)
+    top = report.sources[0]
+    assert top["score"] == max(source["score"] for source in report.sources)
+    assert f"1. [{top['title']}]({top['url']})" in out
+
+
+def test_console_needs_a_terminal_or_yes(alice: User) -> None:
+    with world() as w:
+        done = processes.manage("research", TOPIC, "--user", "alice", env=processes.process_env(**w.env()))
+    assert done.returncode != 0
+    assert "--yes" in done.stderr
+    assert Topic.objects.get(owner=alice).status == Topic.Status.AWAITING_APPROVAL
+
+
+def test_console_names_a_missing_user(db: None) -> None:
+    done = processes.manage("research", "anything", "--yes", "--user", "nobody", env=processes.process_env())
+    assert done.returncode != 0
+    assert "No user named 'nobody'" in done.stderr
