@@ -103,6 +103,10 @@ if DATABASE_URL:
 else:
     _db = embedded_db.start(MINDSEARCH_DATA_DIR)
 DATABASES = {"default": {**_DB_DEFAULTS, **_db}}
+if not env_str("REDIS_URL"):
+    # channels-postgres removes group members through the ORM under this alias: the same
+    # database as "default" (and, in tests, the same test database).
+    DATABASES["channels_postgres"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis (optional: several hosts) ---------------------------------------------------------

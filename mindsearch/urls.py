@@ -3,13 +3,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.urls import path
+from django.urls import include, path
 from django.views.i18n import set_language
 
 from mindsearch import views
 
 urlpatterns = [
-    path("", views.status, name="home"),
     path("status/", views.status, name="status"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/login/", views.login_view, name="login"),
@@ -22,4 +21,5 @@ urlpatterns = [
     ),
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     path("admin/", admin.site.urls),
+    path("", include("research.urls")),
 ]

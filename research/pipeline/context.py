@@ -72,6 +72,6 @@ class RunContext:
             self.warn("llm", f"Continuing without the LLM: {error}")
 
     def check_cancelled(self) -> None:
-        status = Topic.objects.values_list("status", flat=True).get(pk=self.topic.pk)
-        if status == Topic.Status.CANCELLED:
+        status = Topic.objects.filter(pk=self.topic.pk).values_list("status", flat=True).first()
+        if status in (None, Topic.Status.CANCELLED):  # None: the topic was deleted
             raise Cancelled

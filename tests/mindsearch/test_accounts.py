@@ -83,11 +83,13 @@ def test_signup_creates_user_and_signs_them_in(client, db):
     assert signed_in_user_id(client) == str(carol.pk)
 
 
-def test_signup_lands_on_status_page(client, db):
+def test_signup_lands_on_the_empty_workspace_with_the_status(client, db):
     response = client.post("/accounts/signup/", signup_data(), follow=True)
     assert response.redirect_chain == [("/", 302)]
     assert response.status_code == 200
-    assert "System status" in response.content.decode()
+    html = response.content.decode()
+    assert "No topics yet" in html and "Start a topic" in html
+    assert '<th scope="row">Database</th>' in html and '<th scope="row">Worker</th>' in html
 
 
 def test_signup_with_mismatched_passwords_creates_nothing(client, db):

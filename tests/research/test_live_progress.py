@@ -43,7 +43,8 @@ async def receive_seqs(ws: object, until: int, timeout: float = 30) -> list[int]
 async def stream_from_worker(host: str, cookie: str, topic: Topic) -> None:
     origin = f"http://{host}"
     url = f"ws://{host}/ws/topics/{topic.pk}/"
-    async with connect(url, additional_headers={"Cookie": cookie}, origin=origin) as ws:
+    # A script states where it starts in the URL; a browser says so in its first message.
+    async with connect(f"{url}?since=0", additional_headers={"Cookie": cookie}, origin=origin) as ws:
         # Two tasks in a row: the worker process keeps sending after its first task ended.
         await asyncio.to_thread(async_task, "tests.support.tasks.publish_events", topic.pk, 1, 20)
         assert await receive_seqs(ws, 20) == list(range(1, 21))

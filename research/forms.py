@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from research.models import SubQuery, Topic
+
+MAX_QUESTION_CHARS = 2000
+MAX_SUBQUERY_CHARS = 500
+
+
+class TopicForm(forms.ModelForm):
+    class Meta:
+        model = Topic
+        fields = ("question", "sources", "mode", "time_range", "auto_approve")
+        labels = {
+            "question": _("Your question"),
+            "sources": _("Search in"),
+            "mode": _("Depth"),
+            "time_range": _("Time range"),
+            "auto_approve": _("Start without reviewing the plan"),
+        }
+        help_texts = {
+            "question": _("Ask it as you would ask an expert; MindSearch plans sub-queries you can edit."),
+            "mode": _("Deep mode searches in rounds until little new is found."),
+        }
+        widgets = {
+            "question": forms.Textarea(attrs={"rows": 3, "maxlength": MAX_QUESTION_CHARS, "autofocus": True}),
+            "sources": forms.RadioSelect,
+            "mode": forms.RadioSelect,
+        }
+
+    def clean_question(self) -> str:
+        question = " ".join(self.cleaned_data["question"].split())
+        if len(question) < 3:
+            raise forms.ValidationError(_("Write a question of at least a few words."))
+        if len(question) > MAX_QUESTION_CHARS:
+            raise forms.ValidationError(_("Keep the question under %d characters.") % MAX_QUESTION_CHARS)
+        return question
+
+
+class SubQueryForm(forms.ModelForm):
+    class Meta:
+        model = SubQuery
+        fields = ("text",)
+        labels = {"text": _("Sub-query")}
+        widgets = {"text": forms.TextInput(attrs={"maxlength": MAX_SUBQUERY_CHARS})}
+        error_messages = {"text": {"required": _("A sub-query cannot be empty.")}}
+
+    def clean_text(self) -> str:
+        text = " ".join(self.cleaned_data["text"].split())
+        if not text:
+            raise forms.ValidationError(_("A sub-query cannot be empty."))
+        return text[:MAX_SUBQUERY_CHARS]
+
+
+class ShareLinkForm(forms.Form):
+    EXPIRY_CHOICES = [("", _("Never")), ("1", _("1 day")), ("7", _("7 days")), ("30", _("30 days"))]
+    expires_in_days = forms.TypedChoiceField(
+        label=_("Link expires"), choices=EXPIRY_CHOICES, coerce=int, empty_value=None, required=False
+    )

@@ -1,0 +1,123 @@
+"""What the topic pages show, gathered in one place for the full page, its fragments and the
+websocket (which re-renders fragments as the run goes on)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Sum
+from django.utils.translation import gettext_lazy as _
+
+from research.models import Document, Hit, LLMCall, Report, RunEvent, Topic
+from research.pipeline.answer import SOURCES_HEADING
+from research.rendering import render_markdown
+
+STAGES = [
+    ("plan", _("Plan")),
+    ("queries", _("Queries")),
+    ("search", _("Search")),
+    ("score_hits", _("Score hits")),
+    ("read", _("Read pages")),
+    ("summarise", _("Summarise")),
+    ("score_summaries", _("Score summaries")),
+    ("answer", _("Write report")),
+]
+
+
+def topic_context(topic: Topic, **extra: Any) -> dict[str, Any]:
+    context = panel_context(topic, {"status", "plan", "progress", "hits", "documents", "report"})
+    context.update(
+        events=list(topic.events.order_by("seq")), share_links=list(topic.share_links.all()), **extra
+    )
+    return context
+
+
+def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
+    """Only what the named panels need: the websocket re-renders a few of them per event."""
+    context: dict[str, Any] = {"topic": topic}
+    if "plan" in panels:
+        subqueries = topic.subqueries.prefetch_related("search_queries").order_by("round", "position", "id")
+        context["subqueries"] = list(subqueries)
+    if "progress" in panels:
+        context.update(progress=stage_progress(topic), usage=usage_of(topic))
+    if "hits" in panels:
+        context["hits"] = hits_of(topic)
+    if "documents" in panels:
+        context["documents"] = documents_of(topic)
+    if "report" in panels:
+        context["report"] = report_of(topic)
+    return context
+
+
+def stage_progress(topic: Topic) -> list[dict[str, Any]]:
+    """The latest done/total of each stage, from the durable event log."""
+    latest: dict[str, RunEvent] = {}
+    for event in topic.events.filter(total__isnull=False).order_by("seq"):
+        latest[event.stage] = event
+    return [progress_row(key, label, latest.get(key), topic) for key, label in STAGES]
+
+
+def progress_row(key: str, label: str, event: RunEvent | None, topic: Topic) -> dict[str, Any]:
+    done, total = (event.done or 0, event.total) if event else (0, 0)
+    percent = round(100 * done / total) if total else (100 if _past(key, topic) else 0)
+    return {"key": key, "label": label, "done": done, "total": total, "percent": min(100, percent)}
+
+
+def _past(stage: str, topic: Topic) -> bool:
+    return topic.status == Topic.Status.COMPLETED or (stage == "plan" and topic.subqueries.exists())
+
+
+def hits_of(topic: Topic) -> list[Hit]:
+    hits = Hit.objects.filter(topic=topic).select_related("score", "subquery")
+    return sorted(hits, key=lambda hit: (-(hit.score.total if _scored(hit) else -1), hit.position, hit.url))
+
+
+def _scored(hit: Hit) -> bool:
+    try:
+        return hit.score is not None
+    except Hit.score.RelatedObjectDoesNotExist:
+        return False
+
+
+def documents_of(topic: Topic) -> list[Document]:
+    documents = Document.objects.filter(topic=topic).select_related("summary__score", "hit__score")
+    return list(documents.order_by("-summary__score__total", "url"))
+
+
+def report_of(topic: Topic) -> dict[str, Any] | None:
+    try:
+        report = topic.report
+    except Report.DoesNotExist:
+        return None
+    body = SOURCES_HEADING.split(report.markdown)[0]
+    html = render_markdown(body, source_count=len(report.sources))
+    return {"report": report, "html": html, "sources": sources_of(report)}
+
+
+def sources_of(report: Report) -> list[dict[str, Any]]:
+    """The report's numbered sources with how each was read and scored."""
+    documents = Document.objects.select_related("hit__score", "summary__score", "uploaded_document")
+    by_id = documents.in_bulk([source["document_id"] for source in report.sources])
+    rows = []
+    for source in report.sources:
+        document = by_id.get(source["document_id"])
+        hit_score = document.hit.score.total if document and document.hit and _scored(document.hit) else None
+        rows.append({**source, "document": document, "hit_score": hit_score})
+    return rows
+
+
+def usage_of(topic: Topic) -> dict[str, Any]:
+    calls = LLMCall.objects.filter(topic=topic)
+    paid = calls.filter(cache_hit=False).aggregate(
+        prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), count=Count("id")
+    )
+    seconds = None
+    if topic.started_at and topic.finished_at:
+        seconds = round((topic.finished_at - topic.started_at).total_seconds())
+    return {
+        "calls": paid["count"],
+        "cached_calls": calls.filter(cache_hit=True).count(),
+        "prompt_tokens": paid["prompt"] or 0,
+        "completion_tokens": paid["completion"] or 0,
+        "seconds": seconds,
+    }

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from research import views
+
+urlpatterns = [
+    path("", views.topic_list, name="home"),
+    path("topics/new/", views.topic_create, name="topic_create"),
+    path("topics/<int:topic_id>/", views.topic_detail, name="topic_detail"),
+    path("topics/<int:topic_id>/subqueries/", views.subquery_add, name="subquery_add"),
+    path(
+        "topics/<int:topic_id>/subqueries/<int:subquery_id>/", views.subquery_update, name="subquery_update"
+    ),
+    path(
+        "topics/<int:topic_id>/subqueries/<int:subquery_id>/delete/",
+        views.subquery_delete,
+        name="subquery_delete",
+    ),
+    path(
+        "topics/<int:topic_id>/subqueries/<int:subquery_id>/move/", views.subquery_move, name="subquery_move"
+    ),
+    path("topics/<int:topic_id>/approve/", views.plan_approve, name="plan_approve"),
+    path("topics/<int:topic_id>/cancel/", views.topic_cancel, name="topic_cancel"),
+    path("topics/<int:topic_id>/rerun/", views.topic_rerun, name="topic_rerun"),
+    path("topics/<int:topic_id>/delete/", views.topic_delete, name="topic_delete"),
+    path("topics/<int:topic_id>/share/", views.share_create, name="share_create"),
+    path("topics/<int:topic_id>/share/<int:link_id>/revoke/", views.share_revoke, name="share_revoke"),
+    path("topics/<int:topic_id>/report.md", views.report_markdown, name="report_markdown"),
+    path("topics/<int:topic_id>/report.pdf", views.report_pdf, name="report_pdf"),
+    path("s/<str:token>/", views.shared_report, name="shared_report"),
+    path("s/<str:token>/report.md", views.shared_report_markdown, name="shared_report_markdown"),
+    path("s/<str:token>/report.pdf", views.shared_report_pdf, name="shared_report_pdf"),
+]
