@@ -2,7 +2,8 @@
 
 A browser says which event it shows last ({"since": n}) when it connects, so a reload, a second
 tab or a dropped connection gets exactly the missing events. With each batch of events the
-consumer also re-renders the parts of the page those events changed, as HTMX out-of-band swaps.
+consumer also sends the parts of the page those events changed, as HTMX out-of-band swaps;
+research/feeds.py renders both once per process for all the topic's watchers.
 """
 
 from __future__ import annotations
@@ -13,24 +14,10 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.template.loader import render_to_string
 
-from research import presenters
-from research.models import RunEvent, Topic
+from research import feeds
+from research.models import Topic
 from research.progress import topic_group
-
-# Which parts of the topic page an event of each stage changes.
-PANELS = {
-    "plan": ("plan",),
-    "queries": ("plan",),
-    "search": ("plan", "hits"),
-    "score_hits": ("hits",),
-    "read": ("documents",),
-    "summarise": ("documents",),
-    "score_summaries": ("documents",),
-    "answer": ("report",),
-    "done": ("report", "documents"),
-}
 
 
 class TopicProgressConsumer(AsyncWebsocketConsumer):
@@ -44,6 +31,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         self.topic_id = topic_id
+        self.feed = feeds.watch(topic_id)
         self.group = topic_group(topic_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -53,6 +41,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
+            feeds.unwatch(self.feed)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -65,7 +54,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
     async def run_event(self, message: dict[str, Any]) -> None:
         # Until the client has said where it is, it would only get duplicates.
         if self.last_seq is not None and message.get("seq", 0) > self.last_seq:
-            await self._send_since(self.last_seq)
+            await self._send_since(self.last_seq, upto=message["seq"])
 
     def _since_from_query(self) -> int | None:
         query = parse_qs(self.scope.get("query_string", b"").decode())
@@ -80,32 +69,18 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         self.last_seq = since
         await self._send_since(since)
 
-    async def _send_since(self, since: int) -> None:
+    async def _send_since(self, since: int, upto: int | None = None) -> None:
         # Reading rows (not messages) keeps order and fills any gap left by lost messages.
-        events = await self._events_since(since)
-        if not events:
+        lines = await self.feed.lines_after(since, upto)
+        if not lines:
             return
-        self.last_seq = events[-1].seq
-        lines = "".join(render_to_string("research/_run_event.html", {"event": e}) for e in events)
-        await self.send(text_data=lines)
-        await self.send(text_data=await self._panels({e.stage for e in events}))
+        self.last_seq = lines[-1].seq
+        await self.send(text_data="".join(line.html for line in lines))
+        # Forms in re-rendered panels need the CSRF token; the cookie's value is one Django accepts.
+        csrf_token = self.scope.get("cookies", {}).get("csrftoken", "")
+        stages = {line.stage for line in lines}
+        await self.send(text_data=await self.feed.panels(self.last_seq, stages, csrf_token))
 
     @database_sync_to_async
     def _owns(self, user: Any, topic_id: int) -> bool:
         return Topic.objects.for_user(user).filter(pk=topic_id).exists()
-
-    @database_sync_to_async
-    def _events_since(self, seq: int) -> list[RunEvent]:
-        return list(RunEvent.objects.filter(topic_id=self.topic_id).since(seq))
-
-    @database_sync_to_async
-    def _panels(self, stages: set[str]) -> str:
-        """The status header and progress bars, plus the panels these stages changed."""
-        topic = Topic.objects.get(pk=self.topic_id)
-        names = {"status", "progress"} | {panel for stage in stages for panel in PANELS.get(stage, ())}
-        if topic.is_finished:
-            names |= {"report", "documents", "hits", "plan"}
-        context = presenters.panel_context(topic, names)
-        # Forms in re-rendered panels need the CSRF token; the cookie's value is one Django accepts.
-        context["csrf_token"] = self.scope.get("cookies", {}).get("csrftoken", "")
-        return "".join(render_to_string(f"research/_{name}.html", context) for name in sorted(names))
