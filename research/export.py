@@ -27,7 +27,8 @@ def report_markdown(topic: Topic) -> str:
         "engine": engine,
     }
     subqueries = "\n".join(f"- {sq.text}" for sq in topic.subqueries.order_by("round", "position"))
-    return f"> {header}\n>\n> {_('Sub-queries')}:\n{_quote(subqueries)}\n\n{report.markdown.strip()}\n"
+    heading = _("Sub-queries")
+    return f"> {header}\n>\n> {heading}:\n{_quote(subqueries)}\n\n{report.markdown.strip()}\n"
 
 
 def _quote(lines: str) -> str:

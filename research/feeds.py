@@ -1,8 +1,9 @@
 """What the topic websockets of one process send, rendered once and shared by all of them.
 
 Two hundred people watching one topic must not mean two hundred identical queries and renders
-per event: each process keeps, per watched topic, the recent event lines and the latest panels,
-computed by whichever consumer asks first while the others wait for that result.
+per event: each process keeps, per watched topic, the recent events (their lines rendered once
+per language) and the latest panels, computed by whichever consumer asks first while the others
+wait for that result.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
+from django.utils import translation
 
 from research import presenters
 from research.models import RunEvent, Topic
@@ -30,42 +32,46 @@ PANELS = {
 }
 # Placeholder for each client's own CSRF token in panels rendered once for everyone.
 CSRF_PLACEHOLDER = "__csrf_token_placeholder__"
-KEEP_LINES = 2000
-
-
-@dataclass(frozen=True)
-class Line:
-    seq: int
-    stage: str
-    html: str
+KEEP_EVENTS = 2000
 
 
 @dataclass
 class TopicFeed:
     topic_id: int
-    lines: list[Line] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)
+    rendered: dict[tuple[int, str], str] = field(default_factory=dict)
     watchers: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    panels_key: tuple[int, frozenset[str]] | None = None
+    panels_key: tuple[int, frozenset[str], str] | None = None
     panels_html: str = ""
 
-    async def lines_after(self, since: int, upto: int | None = None) -> list[Line]:
-        """Event lines after `since`; with `upto` (the newest seq announced) the database is only
-        read when this feed has not seen that event yet."""
+    async def events_after(self, since: int, upto: int | None = None) -> list[RunEvent]:
+        """Events after `since`; with `upto` (the newest seq announced) the database is only read
+        when this feed has not seen that event yet."""
         async with self.lock:
-            if not self.lines or since < self.lines[0].seq - 1:
+            if not self.events or since < self.events[0].seq - 1:
                 # Older history than is kept (a client coming back after long): read it afresh.
-                self.lines = await _render_lines(self.topic_id, since)
-            elif upto is None or self.lines[-1].seq < upto:
-                self.lines.extend(await _render_lines(self.topic_id, self.lines[-1].seq))
-                del self.lines[:-KEEP_LINES]
-            return [line for line in self.lines if line.seq > since]
+                self.events = await _events_since(self.topic_id, since)
+            elif upto is None or self.events[-1].seq < upto:
+                self.events.extend(await _events_since(self.topic_id, self.events[-1].seq))
+                del self.events[:-KEEP_EVENTS]
+            return [event for event in self.events if event.seq > since]
 
-    async def panels(self, upto: int, stages: set[str], csrf_token: str) -> str:
+    def lines(self, events: list[RunEvent], language: str) -> str:
+        return "".join(self._line(event, language) for event in events)
+
+    def _line(self, event: RunEvent, language: str) -> str:
+        key = (event.seq, language)
+        if key not in self.rendered:
+            with translation.override(language):
+                self.rendered[key] = render_to_string("research/_run_event.html", {"event": event})
+        return self.rendered[key]
+
+    async def panels(self, upto: int, stages: set[str], language: str, csrf_token: str) -> str:
         async with self.lock:
-            key = (upto, frozenset(stages))
+            key = (upto, frozenset(stages), language)
             if key != self.panels_key:
-                self.panels_html = await _render_panels(self.topic_id, stages)
+                self.panels_html = await _render_panels(self.topic_id, stages, language)
                 self.panels_key = key
             return self.panels_html.replace(CSRF_PLACEHOLDER, csrf_token)
 
@@ -86,17 +92,17 @@ def unwatch(feed: TopicFeed) -> None:
 
 
 @database_sync_to_async
-def _render_lines(topic_id: int, since: int) -> list[Line]:
-    events = RunEvent.objects.filter(topic_id=topic_id).since(since)
-    return [Line(e.seq, e.stage, render_to_string("research/_run_event.html", {"event": e})) for e in events]
+def _events_since(topic_id: int, since: int) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(topic_id=topic_id).since(since))
 
 
 @database_sync_to_async
-def _render_panels(topic_id: int, stages: set[str]) -> str:
+def _render_panels(topic_id: int, stages: set[str], language: str) -> str:
     """The status header and progress bars, plus the panels these stages changed."""
     topic = Topic.objects.get(pk=topic_id)
     names = {"status", "progress"} | {panel for stage in stages for panel in PANELS.get(stage, ())}
     if topic.is_finished:
         names |= {"report", "documents", "hits", "plan"}
     context = {**presenters.panel_context(topic, names), "csrf_token": CSRF_PLACEHOLDER}
-    return "".join(render_to_string(f"research/_{name}.html", context) for name in sorted(names))
+    with translation.override(language):
+        return "".join(render_to_string(f"research/_{name}.html", context) for name in sorted(names))

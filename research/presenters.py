@@ -22,6 +22,13 @@ STAGES = [
     ("score_summaries", _("Score summaries")),
     ("answer", _("Write report")),
 ]
+STAGE_LABELS = {
+    **dict(STAGES),
+    "done": _("Done"),
+    "cancelled": _("Cancelled"),
+    "llm": _("LLM"),
+    "run": _("Run"),
+}
 
 
 def topic_context(topic: Topic, **extra: Any) -> dict[str, Any]:

@@ -123,3 +123,19 @@ async def test_garbage_from_the_client_is_ignored(topic: Topic, alice: User) -> 
     await comm.send_to(text_data="[1, 2]")
     assert await comm.receive_nothing(timeout=0.5)
     await comm.disconnect()
+
+
+async def test_updates_come_in_the_language_of_the_page(topic: Topic, alice: User) -> None:
+    await sync_to_async(record_event)(topic, "score_hits", "Scored 10 hits", done=10, total=20)
+    russian = communicator(topic, alice, "?since=0")
+    russian.scope["cookies"]["django_language"] = "ru"
+    english = communicator(topic, alice, "?since=0")
+    english.scope["headers"] = [(b"accept-language", b"en-GB,en;q=0.9")]
+    await russian.connect()
+    await english.connect()
+    in_russian, in_english = await receive_all(russian), await receive_all(english)
+    assert "Оценка результатов" in in_russian and "Ход работы" in in_russian
+    assert "Score hits" in in_english and "Progress" in in_english
+    assert "Progress" not in in_russian
+    await russian.disconnect()
+    await english.disconnect()
