@@ -17,14 +17,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from mindsearch.querysets import OwnedQuerySet
 
-class TopicQuerySet(models.QuerySet["Topic"]):
-    def for_user(self, user: Any) -> TopicQuerySet:
-        """Topics the user owns; every user-facing lookup of a topic starts here."""
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(owner=user)
 
+class TopicQuerySet(OwnedQuerySet):
     def active(self) -> TopicQuerySet:
         return self.filter(status__in=Topic.ACTIVE_STATUSES)
 
@@ -296,11 +292,8 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class ShareLinkQuerySet(models.QuerySet["ShareLink"]):
-    def for_user(self, user: Any) -> ShareLinkQuerySet:
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(topic__owner=user)
+class ShareLinkQuerySet(OwnedQuerySet):
+    owner_field = "topic__owner"
 
     def usable(self) -> ShareLinkQuerySet:
         now = timezone.now()
@@ -346,11 +339,8 @@ class ShareLink(models.Model):
         return self.expires_at is None or self.expires_at > timezone.now()
 
 
-class RunEventQuerySet(models.QuerySet["RunEvent"]):
-    def for_user(self, user: Any) -> RunEventQuerySet:
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(topic__owner=user)
+class RunEventQuerySet(OwnedQuerySet):
+    owner_field = "topic__owner"
 
     def since(self, seq: int) -> RunEventQuerySet:
         return self.filter(seq__gt=seq).order_by("seq")
@@ -390,11 +380,8 @@ class RunEvent(models.Model):
         return min(1.0, (self.done or 0) / self.total)
 
 
-class LLMCallQuerySet(models.QuerySet["LLMCall"]):
-    def for_user(self, user: Any) -> LLMCallQuerySet:
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(user=user)
+class LLMCallQuerySet(OwnedQuerySet):
+    owner_field = "user"
 
 
 class LLMCall(models.Model):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
@@ -11,6 +9,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from pgvector.django import HnswIndex, VectorField
+
+from mindsearch.querysets import OwnedQuerySet
 
 EMBEDDING_DIMENSIONS = 384
 
@@ -20,12 +20,7 @@ def upload_path(instance: UploadedDocument, filename: str) -> str:
     return f"uploads/{instance.owner_id}/{instance.sha256}"
 
 
-class UploadedDocumentQuerySet(models.QuerySet["UploadedDocument"]):
-    def for_user(self, user: Any) -> UploadedDocumentQuerySet:
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(owner=user)
-
+class UploadedDocumentQuerySet(OwnedQuerySet):
     def ready(self) -> UploadedDocumentQuerySet:
         return self.filter(status=UploadedDocument.Status.READY)
 
@@ -68,13 +63,6 @@ class UploadedDocument(models.Model):
         self.save(update_fields=["status", "error", "updated_at"])
 
 
-class ChunkQuerySet(models.QuerySet["Chunk"]):
-    def for_user(self, user: Any) -> ChunkQuerySet:
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(owner=user)
-
-
 class Chunk(models.Model):
     document = models.ForeignKey(UploadedDocument, on_delete=models.CASCADE, related_name="chunks")
     # Denormalised from the document so that vector and keyword search filter on one table.
@@ -93,7 +81,7 @@ class Chunk(models.Model):
         db_persist=True,
     )
 
-    objects = ChunkQuerySet.as_manager()
+    objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["document", "position"]
