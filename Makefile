@@ -35,6 +35,7 @@ worker: migrate
 	$(DEV) $(PY) manage.py qcluster
 
 test: install
+	scripts/ensure-chromium
 	$(DEV) $(PY) -m pytest
 
 lint: install

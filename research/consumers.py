@@ -15,10 +15,12 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 
 from research import feeds
+from research.forms import ShareLinkForm
 from research.models import Topic
 from research.progress import topic_group
 
@@ -84,6 +86,8 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         csrf_token = self.scope.get("cookies", {}).get("csrftoken", "")
         stages = {event.stage for event in events}
         await self.send(text_data=await self.feed.panels(self.last_seq, stages, language, csrf_token))
+        if "done" in stages:
+            await self.send(text_data=await self._sharing_panel(language, csrf_token))
 
     def _language(self) -> str:
         """The page's language, chosen as LocaleMiddleware chose it: the switch's cookie first,
@@ -99,6 +103,21 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             except LookupError:
                 continue
         return settings.LANGUAGE_CODE
+
+    @database_sync_to_async
+    def _sharing_panel(self, language: str, csrf_token: str) -> str:
+        """The finished report can now be shared; the share panel lists this owner's links, so it
+        is rendered here rather than once in the feed for everyone."""
+        topic = Topic.objects.get(pk=self.topic_id)
+        context = {
+            "topic": topic,
+            "report": hasattr(topic, "report"),
+            "share_form": ShareLinkForm(),
+            "share_links": list(topic.share_links.all()),
+            "csrf_token": csrf_token,
+        }
+        with translation.override(language):
+            return render_to_string("research/_sharing.html", context)
 
     @database_sync_to_async
     def _owns(self, user: Any, topic_id: int) -> bool:

@@ -36,9 +36,9 @@ def topic_list(request: HttpRequest) -> HttpResponse:
         topics = topics.filter(Q(question__icontains=query) | Q(subqueries__text__icontains=query)).distinct()
     if status in Topic.Status.values:
         topics = topics.filter(status=status)
-    page = Paginator(topics.annotate(last_event=Max("events__seq")), PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    # The aggregate adds a GROUP BY, and Django drops Meta.ordering from grouped queries.
+    topics = topics.annotate(last_event=Max("events__seq")).order_by("-created_at", "-id")
+    page = Paginator(topics, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {"page": page, "query": query, "status": status, "statuses": Topic.Status.choices}
     if request.htmx and request.htmx.target == "topic-rows":
         return render(request, "research/_topic_rows.html", context)

@@ -20,7 +20,7 @@ from research.pipeline.score_summaries import best_documents
 
 STAGE = "answer"
 MAX_CHARS_PER_SOURCE = 16_000
-CITATION = re.compile(r"\[(\d{1,3})\]")
+CITATION = re.compile(r"(\s*)\[(\d{1,3})\]")
 SOURCES_HEADING = re.compile(
     r"^#{1,3}\s*(источники|список источников|список литературы|sources|references)\s*:?\s*$", re.I | re.M
 )
@@ -91,7 +91,8 @@ def _source(n: int, document: Document) -> dict:
 def clean_citations(body: str, count: int) -> str:
     """Drop the model's own sources list and any [n] that does not name one of ours."""
     body = SOURCES_HEADING.split(body)[0].rstrip()
-    return CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= count else "", body)
+    # An unknown citation goes with the space before it: "tuning [99]." becomes "tuning.".
+    return CITATION.sub(lambda m: m.group(0) if 1 <= int(m.group(2)) <= count else "", body)
 
 
 def sources_section(question: str, sources: list[dict]) -> str:

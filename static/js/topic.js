@@ -5,3 +5,17 @@ document.addEventListener("htmx:wsOpen", (event) => {
   const since = last ? Number(last.dataset.seq) : 0;
   event.detail.socketWrapper.send(JSON.stringify({ since }), event.detail.elt);
 });
+
+// The log is a scroll box: keep its newest line in view as lines arrive, unless the reader has
+// scrolled up to older ones.
+const eventLog = () => document.getElementById("event-log");
+let followLog = true;
+document.addEventListener("htmx:wsBeforeMessage", () => {
+  const log = eventLog();
+  if (log) followLog = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
+});
+document.addEventListener("htmx:wsAfterMessage", () => {
+  const log = eventLog();
+  if (log && followLog) log.scrollTop = log.scrollHeight;
+});
+eventLog()?.scrollTo(0, eventLog().scrollHeight);

@@ -80,6 +80,7 @@ def test_full_run_writes_a_cited_report_from_the_best_pages(alice: User, loopbac
     # Sections from the model, its own sources list replaced by ours, an unknown [99] dropped.
     assert "## Введение" in report.markdown and "## Заключение" in report.markdown
     assert "[99]" not in report.markdown and "made-up source" not in report.markdown
+    assert "Transition tuning." in report.markdown  # the dropped citation took its space along
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", report.markdown.split("## Источники")[0])}
     assert cited and cited <= {source["n"] for source in report.sources}
     for source in report.sources:

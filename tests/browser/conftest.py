@@ -1,0 +1,77 @@
+"""Real headless Chromium against a real daphne and qcluster, with the loopback internet behind them.
+
+Playwright drives Debian's chromium (never a downloaded browser): CI installs it with
+`scripts/ensure-chromium`, and a missing browser fails the tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django_q.status import Stat
+from playwright.sync_api import Browser, expect, sync_playwright
+
+from tests.support import processes
+from tests.support.fakes import openai_models, searxng_config
+from tests.support.world import world
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+ARTIFACTS = processes.ROOT / "tests" / "artifacts" / "browser"
+# Slow enough that the plan cannot be ready before the topic page has loaded, and that
+# progress arrives in many visible steps; fast enough for the whole file to take about a minute.
+LLM_LATENCY = 0.5
+
+expect.set_options(timeout=30_000)
+
+
+@pytest.fixture
+def site() -> Iterator[str]:
+    """The base URL of a daphne + qcluster pair on the test database, wired to the fakes."""
+    with world(llm_latency=LLM_LATENCY) as w:
+        # The status page asks these; the world's fakes answer only what a run needs.
+        w.llm.routes[("GET", "/v1/models")] = openai_models("test-model")
+        w.searxng.routes[("GET", "/config")] = searxng_config("duckduckgo", "wikipedia")
+        env = processes.process_env(**w.env())
+        with processes.daphne(env) as host, processes.qcluster(env):
+            wait_for_worker()
+            yield f"http://{host}"
+
+
+def wait_for_worker(timeout: float = 60) -> None:
+    """Until the cluster's first heartbeat the status table would report no worker."""
+    deadline = time.monotonic() + timeout
+    while not Stat.get_all():
+        assert time.monotonic() < deadline, f"the qcluster did not start within {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def browser(site: str) -> Iterator[Browser]:
+    # Depends on `site` so that its database work happens first: while Playwright's sync API is
+    # active its event loop counts as running, and Django refuses ORM calls.
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/ensure-chromium (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
