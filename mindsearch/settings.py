@@ -99,7 +99,9 @@ _DB_DEFAULTS = {
 }
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    # No persistent connections: under ASGI each request runs in a new thread, and a connection
+    # kept per thread piles up until PostgreSQL refuses more ("too many clients").
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
 else:
     _db = embedded_db.start(MINDSEARCH_DATA_DIR)
 DATABASES = {"default": {**_DB_DEFAULTS, **_db}}
@@ -117,7 +119,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "mindsearch"},
+            # redis-py's pool stops at 100 connections by default and then fails at once:
+            # two hundred sockets joining a topic's group together would be refused.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 1000}], "prefix": "mindsearch"},
         }
     }
 else:
@@ -129,7 +133,7 @@ else:
     }
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_postgres.core.PostgresChannelLayer",
+            "BACKEND": "mindsearch.channel_layers.PostgresChannelLayer",
             "CONFIG": dict(DATABASES["default"]),
         }
     }

@@ -15,12 +15,10 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 
 from research import feeds
-from research.forms import ShareLinkForm
 from research.models import Topic
 from research.progress import topic_group
 
@@ -56,6 +54,15 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             return
         await self._catch_up(max(since, self.last_seq or 0))
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels closes stale database connections before every message; for the group's
+        run events (one per event per socket) that is a trip to the shared database thread each,
+        and they need none: the feed reads the database once for all sockets."""
+        if message["type"] == "run.event":
+            await self.run_event(message)
+        else:
+            await super().dispatch(message)
+
     async def run_event(self, message: dict[str, Any]) -> None:
         # Until the client has said where it is, it would only get duplicates.
         if self.last_seq is not None and message.get("seq", 0) > self.last_seq:
@@ -81,13 +88,12 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             return
         self.last_seq = events[-1].seq
         language = self._language()
-        await self.send(text_data=self.feed.lines(events, language))
         # Forms in re-rendered panels need the CSRF token; the cookie's value is one Django accepts.
         csrf_token = self.scope.get("cookies", {}).get("csrftoken", "")
         stages = {event.stage for event in events}
-        await self.send(text_data=await self.feed.panels(self.last_seq, stages, language, csrf_token))
-        if "done" in stages:
-            await self.send(text_data=await self._sharing_panel(language, csrf_token))
+        panels = await self.feed.panels(self.last_seq, stages, language, csrf_token)
+        # One frame per batch: writing frames is most of a socket's cost per event.
+        await self.send(text_data=self.feed.lines(events, language) + panels)
 
     def _language(self) -> str:
         """The page's language, chosen as LocaleMiddleware chose it: the switch's cookie first,
@@ -103,21 +109,6 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             except LookupError:
                 continue
         return settings.LANGUAGE_CODE
-
-    @database_sync_to_async
-    def _sharing_panel(self, language: str, csrf_token: str) -> str:
-        """The finished report can now be shared; the share panel lists this owner's links, so it
-        is rendered here rather than once in the feed for everyone."""
-        topic = Topic.objects.get(pk=self.topic_id)
-        context = {
-            "topic": topic,
-            "report": hasattr(topic, "report"),
-            "share_form": ShareLinkForm(),
-            "share_links": list(topic.share_links.all()),
-            "csrf_token": csrf_token,
-        }
-        with translation.override(language):
-            return render_to_string("research/_sharing.html", context)
 
     @database_sync_to_async
     def _owns(self, user: Any, topic_id: int) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Count, Sum
 from django.utils.translation import gettext_lazy as _
 
+from research.forms import ShareLinkForm
 from research.models import Document, Hit, LLMCall, Report, RunEvent, Topic
 from research.pipeline.answer import SOURCES_HEADING
 from research.rendering import render_markdown
@@ -51,8 +52,10 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
         context["hits"] = hits_of(topic)
     if "documents" in panels:
         context["documents"] = documents_of(topic)
-    if "report" in panels:
+    if "report" in panels or "sharing" in panels:
         context["report"] = report_of(topic)
+    if "sharing" in panels:
+        context.update(share_form=ShareLinkForm(), share_links=list(topic.share_links.all()))
     return context
 
 

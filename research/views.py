@@ -72,7 +72,7 @@ def topic_detail(request: HttpRequest, topic_id: int) -> HttpResponse:
     topic = _topic(request, topic_id)
     # A new share link's token is shown once, right after it was made, and never again.
     new_share_url = request.session.pop("new_share_url", None)
-    context = topic_context(topic, share_form=ShareLinkForm(), new_share_url=new_share_url)
+    context = topic_context(topic, new_share_url=new_share_url)
     return render(request, "research/topic_detail.html", context)
 
 

@@ -1,0 +1,32 @@
+"""The PostgreSQL channel layer, with one fix: a single LISTEN connection per event loop.
+
+channels-postgres starts a listener from every receive() that arrives before the first listener
+is up; two hundred sockets opening on a freshly started server made sixty LISTEN connections,
+each of which then handled every notification (delivery went from milliseconds to seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from channels_postgres.core import PostgresChannelLayer as BasePostgresChannelLayer
+
+
+class PostgresChannelLayer(BasePostgresChannelLayer):
+    _listener_starting_on: asyncio.AbstractEventLoop | None = None
+
+    def _get_or_create_listener_task(self) -> tuple[asyncio.Event, bool]:
+        event, is_new = super()._get_or_create_listener_task()
+        if not is_new:
+            return event, False
+        loop = asyncio.get_running_loop()
+        if self._listener_starting_on is loop:
+            return event, False  # one is already on its way; wait for it
+        self._listener_starting_on = loop
+        return event, True
+
+    async def listen_to_all_channels(self) -> None:
+        try:
+            await super().listen_to_all_channels()
+        finally:
+            self._listener_starting_on = None
