@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +39,20 @@ def alice(db: None) -> User:
 @pytest.fixture
 def bob(db: None) -> User:
     return User.objects.create_user("bob", "bob@example.com", "another staple battery")
+
+
+@pytest.fixture
+def alice_client(alice: User) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def bob_client(bob: User) -> Client:
+    client = Client()
+    client.force_login(bob)
+    return client
 
 
 @pytest.fixture(autouse=True)

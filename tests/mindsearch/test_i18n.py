@@ -29,13 +29,6 @@ def back_to_default_language() -> Iterator[None]:
     translation.activate(settings.LANGUAGE_CODE)
 
 
-@pytest.fixture
-def alice_client(alice: User) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
 # --- The pages --------------------------------------------------------------------------------
 
 

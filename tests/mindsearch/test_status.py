@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from tests.support.fakes import FakeService, Response, openai_models, searxng_config
-
-
-@pytest.fixture
-def alice_client(alice: User) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
 
 
 def row(html: str, name: str) -> str:

@@ -29,20 +29,6 @@ pytestmark = pytest.mark.django_db
 SCORES = dict.fromkeys(HitScore.CRITERIA, 8.0)
 
 
-@pytest.fixture
-def as_alice(alice: User) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def as_bob(bob: User) -> Client:
-    client = Client()
-    client.force_login(bob)
-    return client
-
-
 def awaiting(owner: User) -> Topic:
     topic = Topic.objects.create(
         owner=owner, question="What is Mixture of Tokens?", status="awaiting_approval"
@@ -92,15 +78,15 @@ def queued_tasks() -> list[str]:
 # --- My topics ----------------------------------------------------------------------------------
 
 
-def test_a_new_user_sees_the_empty_state_with_the_form_and_the_status(as_alice: Client) -> None:
-    html = as_alice.get("/").content.decode()
+def test_a_new_user_sees_the_empty_state_with_the_form_and_the_status(alice_client: Client) -> None:
+    html = alice_client.get("/").content.decode()
     assert "No topics yet" in html
     assert '<label for="id_question">' in html
     assert "Database" in html and "Worker" in html
 
 
 def test_starting_a_topic_queues_its_plan(
-    as_alice: Client, alice: User, django_capture_on_commit_callbacks: object
+    alice_client: Client, alice: User, django_capture_on_commit_callbacks: object
 ) -> None:
     form = {
         "question": "  Расскажи об   Mixture of Tokens ",
@@ -109,7 +95,7 @@ def test_starting_a_topic_queues_its_plan(
         "time_range": "",
     }
     with django_capture_on_commit_callbacks(execute=True):
-        response = as_alice.post(reverse("topic_create"), form)
+        response = alice_client.post(reverse("topic_create"), form)
     topic = Topic.objects.get(owner=alice)
     assert response.status_code == 302 and response["Location"] == f"/topics/{topic.pk}/"
     assert topic.question == "Расскажи об Mixture of Tokens" and topic.language == "ru"
@@ -117,45 +103,49 @@ def test_starting_a_topic_queues_its_plan(
     assert queued_tasks() == ["research.tasks.plan"]
 
 
-def test_a_blank_question_is_refused_with_a_message(as_alice: Client) -> None:
-    response = as_alice.post(reverse("topic_create"), {"question": " ", "sources": "web", "mode": "quick"})
+def test_a_blank_question_is_refused_with_a_message(alice_client: Client) -> None:
+    response = alice_client.post(
+        reverse("topic_create"), {"question": " ", "sources": "web", "mode": "quick"}
+    )
     assert response.status_code == 400
     assert "This field is required" in response.content.decode()
     assert not Topic.objects.exists()
 
 
-def test_the_list_filters_by_words_and_status(as_alice: Client, alice: User) -> None:
+def test_the_list_filters_by_words_and_status(alice_client: Client, alice: User) -> None:
     completed(alice)
     Topic.objects.create(owner=alice, question="Weather in Kazan", status="failed")
-    html = as_alice.get("/?q=kazan").content.decode()
+    html = alice_client.get("/?q=kazan").content.decode()
     assert "Weather in Kazan" in html and "Mixture of Tokens" not in html
-    html = as_alice.get("/?status=completed").content.decode()
+    html = alice_client.get("/?status=completed").content.decode()
     assert "Mixture of Tokens" in html and "Weather in Kazan" not in html
-    fragment = as_alice.get("/?q=where+is", headers={"HX-Request": "true", "HX-Target": "topic-rows"})
+    fragment = alice_client.get("/?q=where+is", headers={"HX-Request": "true", "HX-Target": "topic-rows"})
     assert "<html" not in fragment.content.decode() and "Mixture of Tokens" in fragment.content.decode()
 
 
 # --- Plan review ---------------------------------------------------------------------------------
 
 
-def test_the_plan_is_edited_added_to_reordered_and_deleted(as_alice: Client, alice: User) -> None:
+def test_the_plan_is_edited_added_to_reordered_and_deleted(alice_client: Client, alice: User) -> None:
     topic = awaiting(alice)
     first, second, third = topic.subqueries.order_by("position")
-    as_alice.post(reverse("subquery_update", args=[topic.pk, first.pk]), {"text": "What is MoT, exactly?"})
-    as_alice.post(reverse("subquery_delete", args=[topic.pk, second.pk]))
-    response = as_alice.post(
+    alice_client.post(
+        reverse("subquery_update", args=[topic.pk, first.pk]), {"text": "What is MoT, exactly?"}
+    )
+    alice_client.post(reverse("subquery_delete", args=[topic.pk, second.pk]))
+    response = alice_client.post(
         reverse("subquery_add", args=[topic.pk]), {"text": "Who uses it?"}, headers={"HX-Request": "true"}
     )
     assert response.status_code == 200 and "Who uses it?" in response.content.decode()
-    as_alice.post(reverse("subquery_move", args=[topic.pk, third.pk]), {"direction": "up"})
+    alice_client.post(reverse("subquery_move", args=[topic.pk, third.pk]), {"direction": "up"})
     texts = list(topic.subqueries.order_by("position").values_list("text", flat=True))
     assert texts == ["How was it improved?", "What is MoT, exactly?", "Who uses it?"]
     assert set(topic.subqueries.values_list("origin", flat=True)) == {"llm", "user"}
 
 
-def test_an_empty_sub_query_is_refused(as_alice: Client, alice: User) -> None:
+def test_an_empty_sub_query_is_refused(alice_client: Client, alice: User) -> None:
     topic = awaiting(alice)
-    response = as_alice.post(
+    response = alice_client.post(
         reverse("subquery_add", args=[topic.pk]), {"text": "   "}, headers={"HX-Request": "true"}
     )
     assert response.status_code == 400 and "cannot be empty" in response.content.decode()
@@ -163,25 +153,25 @@ def test_an_empty_sub_query_is_refused(as_alice: Client, alice: User) -> None:
 
 
 def test_approving_queues_the_run_and_locks_the_plan(
-    as_alice: Client, alice: User, django_capture_on_commit_callbacks: object
+    alice_client: Client, alice: User, django_capture_on_commit_callbacks: object
 ) -> None:
     topic = awaiting(alice)
     with django_capture_on_commit_callbacks(execute=True):
-        as_alice.post(reverse("plan_approve", args=[topic.pk]))
+        alice_client.post(reverse("plan_approve", args=[topic.pk]))
     topic.refresh_from_db()
     assert topic.status == Topic.Status.QUEUED
     assert "research.tasks.run" in queued_tasks()
     subquery = topic.subqueries.first()
-    response = as_alice.post(
+    response = alice_client.post(
         reverse("subquery_update", args=[topic.pk, subquery.pk]), {"text": "changed later"}
     )
     assert response.status_code == 404
 
 
-def test_a_plan_without_sub_queries_cannot_be_approved(as_alice: Client, alice: User) -> None:
+def test_a_plan_without_sub_queries_cannot_be_approved(alice_client: Client, alice: User) -> None:
     topic = awaiting(alice)
     topic.subqueries.all().delete()
-    as_alice.post(reverse("plan_approve", args=[topic.pk]))
+    alice_client.post(reverse("plan_approve", args=[topic.pk]))
     topic.refresh_from_db()
     assert topic.status == Topic.Status.AWAITING_APPROVAL
 
@@ -189,28 +179,28 @@ def test_a_plan_without_sub_queries_cannot_be_approved(as_alice: Client, alice: 
 # --- Run controls -----------------------------------------------------------------------------------
 
 
-def test_cancel_keeps_what_was_found(as_alice: Client, alice: User) -> None:
+def test_cancel_keeps_what_was_found(alice_client: Client, alice: User) -> None:
     topic = awaiting(alice)
     topic.set_status(Topic.Status.RUNNING)
-    as_alice.post(reverse("topic_cancel", args=[topic.pk]))
+    alice_client.post(reverse("topic_cancel", args=[topic.pk]))
     topic.refresh_from_db()
     assert topic.status == Topic.Status.CANCELLED and topic.subqueries.count() == 3
 
 
-def test_a_failed_topic_resumes_in_place(as_alice: Client, alice: User) -> None:
+def test_a_failed_topic_resumes_in_place(alice_client: Client, alice: User) -> None:
     topic = awaiting(alice)
     topic.fail("SearXNG is not reachable")
-    response = as_alice.post(reverse("topic_rerun", args=[topic.pk]))
+    response = alice_client.post(reverse("topic_rerun", args=[topic.pk]))
     topic.refresh_from_db()
     assert response["Location"] == f"/topics/{topic.pk}/"
     assert (topic.status, topic.error) == (Topic.Status.QUEUED, "")
 
 
 def test_a_completed_topic_is_researched_again_as_a_copy_with_the_same_plan(
-    as_alice: Client, alice: User
+    alice_client: Client, alice: User
 ) -> None:
     topic = completed(alice)
-    response = as_alice.post(reverse("topic_rerun", args=[topic.pk]))
+    response = alice_client.post(reverse("topic_rerun", args=[topic.pk]))
     copy = Topic.objects.exclude(pk=topic.pk).get()
     assert response["Location"] == f"/topics/{copy.pk}/"
     assert copy.status == Topic.Status.QUEUED
@@ -219,18 +209,18 @@ def test_a_completed_topic_is_researched_again_as_a_copy_with_the_same_plan(
     )
 
 
-def test_delete_removes_the_topic_and_its_rows(as_alice: Client, alice: User) -> None:
+def test_delete_removes_the_topic_and_its_rows(alice_client: Client, alice: User) -> None:
     topic = completed(alice)
-    as_alice.post(reverse("topic_delete", args=[topic.pk]))
+    alice_client.post(reverse("topic_delete", args=[topic.pk]))
     assert not Topic.objects.exists() and not Document.objects.exists()
 
 
 # --- The report -------------------------------------------------------------------------------------
 
 
-def test_the_report_is_rendered_with_linked_citations_and_sources(as_alice: Client, alice: User) -> None:
+def test_the_report_is_rendered_with_linked_citations_and_sources(alice_client: Client, alice: User) -> None:
     topic = completed(alice)
-    html = as_alice.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    html = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     assert '<a href="#source-1"' in html and 'id="source-1"' in html
     assert "https://example.org/mot" in html and "read by the reader" in html
     assert "summary score 9.0" in html and "search score 8.0" in html
@@ -238,40 +228,40 @@ def test_the_report_is_rendered_with_linked_citations_and_sources(as_alice: Clie
     assert "made-up" not in html and html.count('id="source-1"') == 1
 
 
-def test_hostile_markdown_is_sanitised(as_alice: Client, alice: User) -> None:
+def test_hostile_markdown_is_sanitised(alice_client: Client, alice: User) -> None:
     topic = completed(
         alice,
         '# Hi\n\n<script>alert("x")</script><img src=x onerror=alert(1)> [link](javascript:alert(2)) [1]',
     )
-    html = as_alice.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    html = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     assert "<script>alert" not in html and "onerror" not in html and "javascript:alert" not in html
 
 
-def test_a_hostile_question_is_escaped(as_alice: Client, alice: User) -> None:
+def test_a_hostile_question_is_escaped(alice_client: Client, alice: User) -> None:
     topic = Topic.objects.create(owner=alice, question='<img src=x onerror="alert(1)">')
-    html = as_alice.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    html = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     assert '<img src=x onerror="alert(1)">' not in html and "&lt;img" in html
 
 
-def test_markdown_export_has_the_report_and_its_sources(as_alice: Client, alice: User) -> None:
+def test_markdown_export_has_the_report_and_its_sources(alice_client: Client, alice: User) -> None:
     topic = completed(alice)
-    response = as_alice.get(reverse("report_markdown", args=[topic.pk]))
+    response = alice_client.get(reverse("report_markdown", args=[topic.pk]))
     assert response["Content-Type"].startswith("text/markdown")
     assert "attachment;" in response["Content-Disposition"]
     text = response.content.decode()
     assert "Tokens are mixed [1]" in text and "## Источники" in text and "What is it?" in text
 
 
-def test_pdf_export_is_a_pdf(as_alice: Client, alice: User) -> None:
+def test_pdf_export_is_a_pdf(alice_client: Client, alice: User) -> None:
     topic = completed(alice)
-    response = as_alice.get(reverse("report_pdf", args=[topic.pk]))
+    response = alice_client.get(reverse("report_pdf", args=[topic.pk]))
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
     assert response.content.startswith(b"%PDF-") and len(response.content) > 1000
 
 
-def test_no_report_no_export(as_alice: Client, alice: User) -> None:
+def test_no_report_no_export(alice_client: Client, alice: User) -> None:
     topic = awaiting(alice)
-    assert as_alice.get(reverse("report_markdown", args=[topic.pk])).status_code == 404
+    assert alice_client.get(reverse("report_markdown", args=[topic.pk])).status_code == 404
 
 
 # --- Sharing ---------------------------------------------------------------------------------------
@@ -284,10 +274,12 @@ def share(client: Client, topic: Topic, days: str = "") -> str:
     return page[start : page.index('"', start)]
 
 
-def test_a_share_link_opens_the_report_for_anyone_and_is_shown_once(as_alice: Client, alice: User) -> None:
+def test_a_share_link_opens_the_report_for_anyone_and_is_shown_once(
+    alice_client: Client, alice: User
+) -> None:
     topic = completed(alice)
-    url = share(as_alice, topic, "7")
-    assert 'id="share-url"' not in as_alice.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    url = share(alice_client, topic, "7")
+    assert 'id="share-url"' not in alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     anonymous = Client().get(url)
     html = anonymous.content.decode()
     assert anonymous.status_code == 200 and "Tokens are mixed" in html
@@ -297,34 +289,34 @@ def test_a_share_link_opens_the_report_for_anyone_and_is_shown_once(as_alice: Cl
     assert ShareLink.objects.get().expires_at > timezone.now() + timedelta(days=6)
 
 
-def test_revoked_expired_and_guessed_links_are_404(as_alice: Client, alice: User) -> None:
+def test_revoked_expired_and_guessed_links_are_404(alice_client: Client, alice: User) -> None:
     topic = completed(alice)
-    url = share(as_alice, topic)
+    url = share(alice_client, topic)
     link = ShareLink.objects.get()
-    as_alice.post(reverse("share_revoke", args=[topic.pk, link.pk]))
+    alice_client.post(reverse("share_revoke", args=[topic.pk, link.pk]))
     assert Client().get(url).status_code == 404
-    url = share(as_alice, topic)
+    url = share(alice_client, topic)
     ShareLink.objects.filter(revoked_at__isnull=True).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert Client().get(url).status_code == 404
     assert Client().get("/s/not-a-real-token-at-all/").status_code == 404
 
 
-def test_an_unfinished_topic_cannot_be_shared(as_alice: Client, alice: User) -> None:
+def test_an_unfinished_topic_cannot_be_shared(alice_client: Client, alice: User) -> None:
     topic = awaiting(alice)
-    as_alice.post(reverse("share_create", args=[topic.pk]), {"expires_in_days": ""})
+    alice_client.post(reverse("share_create", args=[topic.pk]), {"expires_in_days": ""})
     assert not ShareLink.objects.exists()
 
 
 # --- Ownership --------------------------------------------------------------------------------------
 
 
-def test_another_user_gets_404_everywhere(as_bob: Client, alice: User) -> None:
+def test_another_user_gets_404_everywhere(bob_client: Client, alice: User) -> None:
     topic = completed(alice)
     subquery = topic.subqueries.first()
     link, _ = ShareLink.issue(topic)
     gets = ["topic_detail", "report_markdown", "report_pdf"]
     for name in gets:
-        assert as_bob.get(reverse(name, args=[topic.pk])).status_code == 404, name
+        assert bob_client.get(reverse(name, args=[topic.pk])).status_code == 404, name
     posts = [
         ("subquery_add", [topic.pk]), ("subquery_update", [topic.pk, subquery.pk]),
         ("subquery_delete", [topic.pk, subquery.pk]), ("subquery_move", [topic.pk, subquery.pk]),
@@ -332,8 +324,8 @@ def test_another_user_gets_404_everywhere(as_bob: Client, alice: User) -> None:
         ("topic_delete", [topic.pk]), ("share_create", [topic.pk]), ("share_revoke", [topic.pk, link.pk]),
     ]  # fmt: skip
     for name, args in posts:
-        assert as_bob.post(reverse(name, args=args), {"text": "x"}).status_code == 404, name
-    assert "Mixture of Tokens" not in as_bob.get("/").content.decode()
+        assert bob_client.post(reverse(name, args=args), {"text": "x"}).status_code == 404, name
+    assert "Mixture of Tokens" not in bob_client.get("/").content.decode()
     assert Topic.objects.get(pk=topic.pk).status == Topic.Status.COMPLETED
     assert RunEvent.objects.count() == 0
 
