@@ -13,6 +13,7 @@ from pgvector.django import HnswIndex, VectorField
 from mindsearch.querysets import OwnedQuerySet
 
 EMBEDDING_DIMENSIONS = 384
+KEYWORD_CONFIG = "mindsearch_stem"
 
 
 def upload_path(instance: UploadedDocument, filename: str) -> str:
@@ -80,6 +81,14 @@ class Chunk(models.Model):
         output_field=SearchVectorField(),
         db_persist=True,
     )
+    # What keyword search (BM25) ranks by: English and Russian Snowball stems, no stop words
+    # (the text search configuration is created by migration 0002). Triggers copy it into
+    # Posting rows, the index BM25 actually reads.
+    stemmed_vector = models.GeneratedField(
+        expression=SearchVector("text", config=KEYWORD_CONFIG),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
 
     objects = OwnedQuerySet.as_manager()
 
@@ -100,3 +109,63 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document} #{self.position}"
+
+
+class KeywordStats(models.Model):
+    """An owner's chunk count and total chunk length (in distinct stems), for BM25.
+
+    Kept current by database triggers on the chunk table (migration 0002), so every way of
+    adding or deleting chunks, cascades included, updates it.
+    """
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    chunk_count = models.BigIntegerField(default=0)
+    length_total = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name_plural = "keyword statistics"
+
+    def __str__(self) -> str:
+        return f"{self.chunk_count} chunks of user {self.owner_id}"
+
+
+class TermStat(models.Model):
+    """How many of an owner's chunks contain a stem (its document frequency), for BM25."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    term = models.TextField()
+    df = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "term"], name="termstat_unique_term")]
+
+    def __str__(self) -> str:
+        return f"{self.term} ({self.df})"
+
+
+class Posting(models.Model):
+    """One stem in one chunk, with its count: the inverted index that BM25 reads.
+
+    Written only by the database triggers on the chunk table (migration 0002); the primary key
+    also carries `tf` and `length`, so scoring a term is an index-only scan.
+    """
+
+    pk = models.CompositePrimaryKey("owner_id", "term", "chunk_id")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
+    term = models.TextField()
+    chunk = models.ForeignKey(
+        Chunk, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    tf = models.SmallIntegerField()
+    length = models.SmallIntegerField(help_text="The chunk's number of distinct stems.")
+
+    def __str__(self) -> str:
+        return f"{self.term} ×{self.tf} in chunk {self.chunk_id}"

@@ -1,0 +1,332 @@
+"""Search a user's own chunks: dense (pgvector), keyword (BM25) and the two fused.
+
+Every search starts from the user and never sees another owner's chunks.
+
+- Dense: cosine distance on the HNSW index, with iterative scans so the owner filter cannot
+  starve the results; an owner with few chunks gets an exact scan instead (cheap, and exact).
+- Keyword: Okapi BM25 over Snowball stems (English and Russian, stop words dropped), read from
+  an inverted index (Posting) with the owner's own corpus statistics; database triggers keep
+  both current. PostgreSQL's ts_rank has
+  no idf and, by default, no length normalisation; it is not used.
+- Hybrid: a convex combination of the two legs' min-max normalised scores, the weight tuned on
+  the SciFact training judgments (bench/retrieval.py); optional MMR for diversity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db import connection, transaction
+
+from retrieval.embeddings import embed_query
+from retrieval.models import KEYWORD_CONFIG, Chunk, KeywordStats
+
+# Tuned on the SciFact training queries with bench/retrieval.py (see its "tuning" output).
+DENSE_WEIGHT = 0.5
+BM25_K1 = 1.2
+BM25_B = 0.75
+RRF_K = 60
+# Below this many chunks an exact scan takes a few milliseconds and needs no index.
+EXACT_SEARCH_MAX_CHUNKS = 5000
+# The HNSW candidate list; at least the number of results asked for.
+EF_SEARCH = 100
+# MMR picks from this many times k of the best fused candidates.
+MMR_POOL_FACTOR = 3
+
+Ranked = list[tuple[int, float]]  # (chunk id, score), best first
+
+
+@dataclass(frozen=True)
+class Passage:
+    chunk_id: int
+    document_id: int
+    document_name: str
+    page: int | None
+    text: str
+    score: float
+    dense_rank: int | None
+    keyword_rank: int | None
+
+
+def dense_search(
+    user: Any, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
+) -> list[Passage]:
+    """The user's chunks nearest to the query's embedding; score = cosine similarity."""
+    if not _has_owner(user) or not query.strip():
+        return []
+    dense = nearest_chunks(user.pk, embed_query(query), max(k, candidates))
+    return _passages(user, _select(dense, k, mmr), dense=dense)
+
+
+def keyword_search(
+    user: Any, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
+) -> list[Passage]:
+    """The user's chunks ranked by BM25 for the query's words; score = BM25."""
+    if not _has_owner(user) or not query.strip():
+        return []
+    keyword = bm25_chunks(user.pk, query, max(k, candidates))
+    return _passages(user, _select(keyword, k, mmr), keyword=keyword)
+
+
+def hybrid_search(
+    user: Any, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
+) -> list[Passage]:
+    """Dense and keyword candidates fused; score = the fused score in [0, 1].
+
+    `candidates` is how many chunks each leg brings; `mmr`, when given, is MMR's λ in [0, 1]
+    (1 = relevance only, 0.5 a common balance) for picking the k from the best fused ones.
+    """
+    if not _has_owner(user) or not query.strip():
+        return []
+    dense = nearest_chunks(user.pk, embed_query(query), max(k, candidates))
+    keyword = bm25_chunks(user.pk, query, max(k, candidates))
+    fused = fuse(dense, keyword, DENSE_WEIGHT)
+    return _passages(user, _select(fused, k, mmr), dense=dense, keyword=keyword)
+
+
+def _has_owner(user: Any) -> bool:
+    return bool(getattr(user, "is_authenticated", False))
+
+
+# --- Dense leg -----------------------------------------------------------------------------------
+
+
+def nearest_chunks(
+    owner_id: int, vector: list[float], limit: int, *, exact: bool | None = None, ef_search: int = EF_SEARCH
+) -> Ranked:
+    """The owner's `limit` chunks nearest to `vector` as (id, cosine similarity).
+
+    `exact` None decides by the owner's chunk count; the HNSW answer falls back to an exact
+    scan when the filter left it short (an owner with a tiny share of a huge table).
+    """
+    chunk_count = owner_chunk_count(owner_id)
+    if exact is None:
+        exact = chunk_count <= EXACT_SEARCH_MAX_CHUNKS
+    literal = _vector_literal(vector)
+    if not exact:
+        found = _nearest_by_index(owner_id, literal, limit, max(ef_search, limit))
+        if len(found) >= min(limit, chunk_count):
+            return found
+    return _nearest_exactly(owner_id, literal, limit)
+
+
+def owner_chunk_count(owner_id: int) -> int:
+    stats = KeywordStats.objects.filter(owner_id=owner_id).values_list("chunk_count", flat=True).first()
+    return stats or 0
+
+
+def _nearest_by_index(owner_id: int, literal: str, limit: int, ef_search: int) -> Ranked:
+    # relaxed_order lets the index scan keep going until enough rows pass the owner filter; the
+    # rows can come slightly out of order, so they are sorted again outside.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('hnsw.ef_search', %s, true),"
+            " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+            [str(ef_search)],
+        )
+        cursor.execute(
+            """
+            WITH nearest AS MATERIALIZED (
+                SELECT id, embedding <=> %(vector)s::vector AS distance FROM retrieval_chunk
+                WHERE owner_id = %(owner)s AND embedding IS NOT NULL
+                ORDER BY embedding <=> %(vector)s::vector LIMIT %(limit)s
+            )
+            SELECT id, 1 - distance FROM nearest ORDER BY distance, id
+            """,
+            {"vector": literal, "owner": owner_id, "limit": limit},
+        )
+        return cursor.fetchall()
+
+
+def _nearest_exactly(owner_id: int, literal: str, limit: int) -> Ranked:
+    # The materialised distances cannot be ordered by the index: every row is compared.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH scored AS MATERIALIZED (
+                SELECT id, embedding <=> %(vector)s::vector AS distance FROM retrieval_chunk
+                WHERE owner_id = %(owner)s AND embedding IS NOT NULL
+            )
+            SELECT id, 1 - distance FROM scored ORDER BY distance, id LIMIT %(limit)s
+            """,
+            {"vector": literal, "owner": owner_id, "limit": limit},
+        )
+        return cursor.fetchall()
+
+
+def _vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(f"{value:.8g}" for value in vector) + "]"
+
+
+# --- Keyword leg (BM25) --------------------------------------------------------------------------
+
+
+def bm25_chunks(owner_id: int, query: str, limit: int, *, k1: float = BM25_K1, b: float = BM25_B) -> Ranked:
+    """The owner's `limit` best chunks for `query` by Okapi BM25, as (id, score).
+
+    Reads only the postings of the query's stems (an index-only scan), so the cost follows
+    the stems' document frequencies, not the size of the owner's corpus.
+    """
+    stats = KeywordStats.objects.filter(owner_id=owner_id).first()
+    if stats is None or stats.chunk_count <= 0:
+        return []
+    idf = query_idf(owner_id, query, stats.chunk_count)
+    if not idf:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT p.chunk_id, sum(
+                q.idf * p.tf * (%(k1)s + 1)
+                / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.length / %(average)s))
+            ) AS score
+            FROM retrieval_posting AS p
+            JOIN unnest(%(terms)s::text[], %(idfs)s::float8[]) AS q(term, idf) ON q.term = p.term
+            WHERE p.owner_id = %(owner)s AND p.term = ANY(%(terms)s::text[])
+            GROUP BY p.chunk_id
+            ORDER BY score DESC, p.chunk_id
+            LIMIT %(limit)s
+            """,
+            {
+                "k1": k1,
+                "b": b,
+                "average": max(stats.length_total / stats.chunk_count, 1.0),
+                "terms": list(idf),
+                "idfs": list(idf.values()),
+                "owner": owner_id,
+                "limit": limit,
+            },
+        )
+        return cursor.fetchall()
+
+
+def query_idf(owner_id: int, query: str, chunk_count: int) -> dict[str, float]:
+    """The query's stems (normalised exactly as the chunks' are) that the owner's chunks
+    contain, with BM25's idf, which never goes negative."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT s.term, s.df
+            FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS t(term)
+            JOIN retrieval_termstat AS s ON s.term = t.term
+            WHERE s.owner_id = %s AND s.df > 0
+            ORDER BY s.term
+            """,
+            [KEYWORD_CONFIG, query, owner_id],
+        )
+        frequencies = cursor.fetchall()
+    return {term: math.log(1 + (chunk_count - df + 0.5) / (df + 0.5)) for term, df in frequencies}
+
+
+# --- Fusion and diversity (pure) -----------------------------------------------------------------
+
+
+def fuse(dense: Ranked, keyword: Ranked, dense_weight: float) -> Ranked:
+    """Convex combination of min-max normalised scores; a leg that missed a chunk gives it 0."""
+    dense_scores = _min_max(dense)
+    keyword_scores = _min_max(keyword)
+    fused = {
+        chunk_id: dense_weight * dense_scores.get(chunk_id, 0.0)
+        + (1 - dense_weight) * keyword_scores.get(chunk_id, 0.0)
+        for chunk_id in dense_scores.keys() | keyword_scores.keys()
+    }
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
+def reciprocal_rank_fusion(dense: Ranked, keyword: Ranked, k: int = RRF_K) -> Ranked:
+    """RRF, for comparison in the benchmark: sum of 1 / (k + rank) over the legs."""
+    fused: dict[int, float] = {}
+    for ranked in (dense, keyword):
+        for rank, (chunk_id, _) in enumerate(ranked, start=1):
+            fused[chunk_id] = fused.get(chunk_id, 0.0) + 1 / (k + rank)
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _min_max(ranked: Ranked) -> dict[int, float]:
+    if not ranked:
+        return {}
+    scores = [score for _, score in ranked]
+    low, high = min(scores), max(scores)
+    spread = high - low
+    return {chunk_id: (score - low) / spread if spread else 1.0 for chunk_id, score in ranked}
+
+
+def mmr_order(ranked: Ranked, vectors: dict[int, np.ndarray], k: int, relevance_weight: float) -> Ranked:
+    """Maximal marginal relevance (Carbonell and Goldstein): λ = `relevance_weight`.
+
+    Each pick maximises λ · relevance − (1 − λ) · the highest cosine similarity to a passage
+    already picked; relevance is the score over the best score, so 1 means no diversity.
+    """
+    relevance = _over_best(ranked)
+    pool = [chunk_id for chunk_id, _ in ranked if chunk_id in vectors]
+    picked: list[int] = []
+    while pool and len(picked) < k:
+        best = max(
+            pool, key=lambda chunk_id: _mmr_value(chunk_id, picked, relevance, vectors, relevance_weight)
+        )
+        picked.append(best)
+        pool.remove(best)
+    scores = dict(ranked)
+    return [(chunk_id, scores[chunk_id]) for chunk_id in picked]
+
+
+def _over_best(ranked: Ranked) -> dict[int, float]:
+    best = max((score for _, score in ranked), default=0.0)
+    return {chunk_id: score / best if best > 0 else 0.0 for chunk_id, score in ranked}
+
+
+def _mmr_value(
+    chunk_id: int,
+    picked: list[int],
+    relevance: dict[int, float],
+    vectors: dict[int, np.ndarray],
+    relevance_weight: float,
+) -> float:
+    redundancy = max((float(vectors[chunk_id] @ vectors[other]) for other in picked), default=0.0)
+    return relevance_weight * relevance[chunk_id] - (1 - relevance_weight) * redundancy
+
+
+def _select(ranked: Ranked, k: int, mmr: float | None) -> Ranked:
+    if mmr is None or len(ranked) <= 1:
+        return ranked[:k]
+    pool = ranked[: k * MMR_POOL_FACTOR]
+    return mmr_order(pool, _vectors([chunk_id for chunk_id, _ in pool]), k, mmr)
+
+
+def _vectors(chunk_ids: list[int]) -> dict[int, np.ndarray]:
+    rows = Chunk.objects.filter(id__in=chunk_ids, embedding__isnull=False).values_list("id", "embedding")
+    return {chunk_id: np.asarray(vector, dtype=np.float32) for chunk_id, vector in rows}
+
+
+# --- Results -------------------------------------------------------------------------------------
+
+
+def _passages(
+    user: Any, ranked: Ranked, *, dense: Ranked | None = None, keyword: Ranked | None = None
+) -> list[Passage]:
+    dense_rank = _ranks(dense or [])
+    keyword_rank = _ranks(keyword or [])
+    chunks = Chunk.objects.for_user(user).filter(id__in=[chunk_id for chunk_id, _ in ranked])
+    chunks = chunks.select_related("document").defer("embedding", "search_vector", "stemmed_vector")
+    by_id = {item.id: item for item in chunks}
+    return [
+        Passage(
+            chunk_id=chunk_id,
+            document_id=by_id[chunk_id].document_id,
+            document_name=by_id[chunk_id].document.original_name,
+            page=by_id[chunk_id].page,
+            text=by_id[chunk_id].text,
+            score=float(score),
+            dense_rank=dense_rank.get(chunk_id),
+            keyword_rank=keyword_rank.get(chunk_id),
+        )
+        for chunk_id, score in ranked
+        if chunk_id in by_id
+    ]
+
+
+def _ranks(ranked: Ranked) -> dict[int, int]:
+    return {chunk_id: rank for rank, (chunk_id, _) in enumerate(ranked, start=1)}
