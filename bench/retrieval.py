@@ -509,6 +509,9 @@ def drop_scale_owners(owners: list[Any]) -> None:
     ids = [owner.pk for owner in owners]
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM retrieval_chunk WHERE owner_id = ANY(%s)", [ids])
+        # 200k dead entries would linger in the graph (and a later --reuse run would walk them).
+        cursor.execute("REINDEX INDEX chunk_embedding_hnsw")
+        cursor.execute("VACUUM ANALYZE retrieval_chunk")
     for owner in owners:
         owner.delete()
 
