@@ -225,6 +225,20 @@ RESUME_STALLED_AFTER_SECONDS = env_int("RESUME_STALLED_AFTER_SECONDS", 60)
 # How long the status page waits for each outside service before calling it unreachable.
 STATUS_CHECK_TIMEOUT = env_float("STATUS_CHECK_TIMEOUT", 3.0)
 
+# --- Private documents (uploads) -----------------------------------------------------------------
+UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_BYTES", 20 * 1024 * 1024)
+UPLOAD_MAX_FILES = env_int("UPLOAD_MAX_FILES", 20)
+UPLOAD_MAX_DOCUMENTS = env_int("UPLOAD_MAX_DOCUMENTS", 500)
+# Files above this size stream to a temporary file, not memory (Django's default, spelled out).
+# DATA_UPLOAD_MAX_MEMORY_SIZE counts form fields only, never file contents, so it stays as it is.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+# Django answers a bare 400 above this; up to it the upload view names the limit itself.
+DATA_UPLOAD_MAX_NUMBER_FILES = max(100, UPLOAD_MAX_FILES)
+# Uploads are private: no URL serves MEDIA_ROOT (the owner downloads through a view that checks
+# ownership), and on disk only the account running MindSearch may read them.
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -21,9 +21,30 @@ def upload_path(instance: UploadedDocument, filename: str) -> str:
     return f"uploads/{instance.owner_id}/{instance.sha256}"
 
 
+# The MIME type stored for each kind of content the upload check recognises, and its label.
+CONTENT_TYPES = {
+    "pdf": "application/pdf",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "html": "text/html",
+    "markdown": "text/markdown",
+    "text": "text/plain",
+}
+TYPE_LABELS = {
+    CONTENT_TYPES["pdf"]: "PDF",
+    CONTENT_TYPES["docx"]: "DOCX",
+    CONTENT_TYPES["html"]: "HTML",
+    CONTENT_TYPES["markdown"]: "Markdown",
+    CONTENT_TYPES["text"]: _("Text"),
+}
+
+
 class UploadedDocumentQuerySet(OwnedQuerySet):
     def ready(self) -> UploadedDocumentQuerySet:
         return self.filter(status=UploadedDocument.Status.READY)
+
+    def in_progress(self) -> UploadedDocumentQuerySet:
+        """Documents the worker has yet to finish (neither ready nor failed)."""
+        return self.exclude(status__in=UploadedDocument.SETTLED)
 
 
 class UploadedDocument(models.Model):
@@ -50,12 +71,29 @@ class UploadedDocument(models.Model):
 
     objects = UploadedDocumentQuerySet.as_manager()
 
+    SETTLED = (Status.READY, Status.FAILED)
+
     class Meta:
         ordering = ["-created_at"]
         constraints = [models.UniqueConstraint(fields=["owner", "sha256"], name="upload_unique_per_owner")]
 
     def __str__(self) -> str:
         return self.original_name
+
+    @property
+    def is_settled(self) -> bool:
+        return self.status in self.SETTLED
+
+    @property
+    def type_label(self) -> str:
+        return str(TYPE_LABELS.get(self.content_type, self.content_type))
+
+    def queue_again(self) -> None:
+        """Back to PENDING for another indexing attempt (the caller enqueues it)."""
+        self.status = self.Status.PENDING
+        self.error = ""
+        self.updated_at = timezone.now()
+        self.save(update_fields=["status", "error", "updated_at"])
 
     def fail(self, error: str) -> None:
         self.status = self.Status.FAILED

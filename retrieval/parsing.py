@@ -10,6 +10,7 @@ process that holds torch's thread pool is unsafe anyway.
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import logging
@@ -20,6 +21,7 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_UNPACKED_BYTES = 200 * 1024 * 1024
@@ -83,6 +85,24 @@ def detect_kind(data: bytes) -> str:
     return "text"
 
 
+def sniff_kind(file: BinaryIO) -> str:
+    """The kind of a supported file, from its content, or ParseError(UNSUPPORTED).
+
+    Cheap enough for the web process: it reads the first bytes (and a DOCX's zip directory),
+    so an upload is refused at once rather than failing later in the worker.
+    """
+    file.seek(0)
+    head = file.read(SNIFF_BYTES)
+    kind = detect_kind(head)
+    if kind == "docx":
+        file.seek(0)
+        _check_docx_archive(file)
+    elif kind == "text" and not _looks_like_text(head, whole=len(head) < SNIFF_BYTES):
+        raise ParseError(UNSUPPORTED)
+    file.seek(0)
+    return kind
+
+
 def _read_child_answer(completed: subprocess.CompletedProcess[bytes]) -> ParsedDocument:
     try:
         answer = json.loads(completed.stdout)
@@ -137,7 +157,7 @@ def _join_pages(texts: list[str]) -> tuple[str, list[tuple[int, int, int]]]:
 
 
 def _parse_docx(data: bytes) -> ParsedDocument:
-    _check_docx_archive(data)
+    _check_docx_archive(io.BytesIO(data))
     import docx
 
     document = docx.Document(io.BytesIO(data))
@@ -147,9 +167,9 @@ def _parse_docx(data: bytes) -> ParsedDocument:
     return ParsedDocument(_clean(text), [], title or _first_line(text))
 
 
-def _check_docx_archive(data: bytes) -> None:
+def _check_docx_archive(source: BinaryIO) -> None:
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        with zipfile.ZipFile(source) as archive:
             members = archive.infolist()
     except zipfile.BadZipFile:
         raise ParseError(UNSUPPORTED) from None
@@ -212,6 +232,17 @@ def _decode_text(data: bytes) -> str:
     if _looks_binary(text):
         raise ParseError(UNSUPPORTED)
     return text
+
+
+def _looks_like_text(head: bytes, *, whole: bool) -> bool:
+    """Whether the first bytes decode as UTF-8 or UTF-16 text; unless they are the `whole`
+    file, a character cut off at the end of the sample is not held against it."""
+    encoding = "utf-16" if head.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
+    try:
+        text = codecs.getincrementaldecoder(encoding)().decode(head, final=whole)
+    except UnicodeDecodeError:
+        return False
+    return not _looks_binary(text)
 
 
 def _looks_binary(text: str) -> bool:
