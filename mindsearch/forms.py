@@ -36,3 +36,22 @@ class ThrottledAuthenticationForm(AuthenticationForm):
         if self.request is not None:
             throttle.clear_failures(self.request, username)
         return cleaned
+
+
+class ApiTokenForm(forms.Form):
+    EXPIRY_CHOICES = [("", _("Never")), ("30", _("30 days")), ("90", _("90 days")), ("365", _("1 year"))]
+    name = forms.CharField(
+        label=_("Name"),
+        max_length=100,
+        help_text=_("What the token is for, e.g. “nightly report script”."),
+        widget=forms.TextInput(attrs={"maxlength": 100}),
+    )
+    expires_in_days = forms.TypedChoiceField(
+        label=_("Expires"), choices=EXPIRY_CHOICES, coerce=int, empty_value=None, required=False
+    )
+
+    def clean_name(self) -> str:
+        name = " ".join(self.cleaned_data["name"].split())
+        if not name:
+            raise forms.ValidationError(_("Give the token a name."))
+        return name

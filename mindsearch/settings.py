@@ -42,6 +42,8 @@ INSTALLED_APPS = [
     "channels",
     "channels_postgres",
     "django_q",
+    # Listed so that the API docs serve Swagger UI from ninja's own static files, not a CDN.
+    "ninja",
     "mindsearch",
     "research",
     "retrieval",

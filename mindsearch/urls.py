@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
 from django.views.i18n import set_language
 
-from mindsearch import views
+from mindsearch import api, views
 
 urlpatterns = [
     path("status/", views.status, name="status"),
@@ -19,7 +19,10 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    path("settings/tokens/", views.api_tokens, name="api_tokens"),
+    path("settings/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api_token_revoke"),
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     path("admin/", admin.site.urls),
+    path("api/", api.urls()),
     path("", include("research.urls")),
 ]

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
-from mindsearch.forms import SignUpForm, ThrottledAuthenticationForm
+from mindsearch.forms import ApiTokenForm, SignUpForm, ThrottledAuthenticationForm
+from mindsearch.models import ApiToken
 from mindsearch.status import run_checks
 
 
@@ -44,3 +48,35 @@ class ThrottledLoginView(LoginView):
 
 
 login_view = login_not_required(ThrottledLoginView.as_view())
+
+
+@require_http_methods(["GET", "POST"])
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    """Personal API tokens: create one (its value is shown in this response only), see and
+    revoke the others."""
+    form = ApiTokenForm(request.POST or None)
+    new_token, status = None, 200
+    if request.method == "POST":
+        if form.is_valid():
+            days = form.cleaned_data["expires_in_days"]
+            expires_in = timedelta(days=days) if days else None
+            _row, new_token = ApiToken.issue(request.user, form.cleaned_data["name"], expires_in)
+            form = ApiTokenForm()
+        else:
+            status = 400
+    tokens = ApiToken.objects.for_user(request.user)
+    context = {
+        "form": form,
+        "tokens": tokens,
+        "new_token": new_token,
+        "docs_url": reverse("api:openapi-view"),
+        "topics_url": request.build_absolute_uri(reverse("api:list_topics")),
+    }
+    return render(request, "settings/api_tokens.html", context, status=status)
+
+
+@require_POST
+def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    get_object_or_404(ApiToken.objects.for_user(request.user), pk=token_id).revoke()
+    messages.success(request, _("The token was revoked; scripts using it now get 401."))
+    return redirect("api_tokens")

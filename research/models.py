@@ -24,6 +24,10 @@ class TopicQuerySet(OwnedQuerySet):
     def active(self) -> TopicQuerySet:
         return self.filter(status__in=Topic.ACTIVE_STATUSES)
 
+    def matching(self, words: str) -> TopicQuerySet:
+        """Topics whose question or one of whose sub-queries contains these words."""
+        return self.filter(Q(question__icontains=words) | Q(subqueries__text__icontains=words)).distinct()
+
 
 class Topic(models.Model):
     class Status(models.TextChoices):

@@ -1,0 +1,55 @@
+"""Pieces every API router shares: checked text input and the error answers' schemas."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+from django.db import models
+from ninja import Schema
+from pydantic import AfterValidator
+
+
+def _storable(value: str) -> str:
+    # PostgreSQL stores neither NUL nor lone surrogates: refuse them as input, not fail at the database.
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+
+
+def choices_enum(name: str, choices: type[models.TextChoices]) -> type[enum.Enum]:
+    """The values of a model's choices as an enum of its own name in the OpenAPI schema: two
+    models' `Status` classes would otherwise share one schema component."""
+    return enum.Enum(name, {value.upper() or "NONE": value for value in choices.values}, type=str)
+
+
+class ErrorOut(Schema):
+    detail: str
+
+
+class ValidationErrorOut(Schema):
+    detail: str
+    errors: list[dict[str, Any]]
+
+
+def errors(*codes: int) -> dict[int, type[Schema]]:
+    """The error answers of an operation: its own `codes`, plus those any operation may give
+    (401 not authenticated, 403 forbidden or CSRF, 422 invalid input)."""
+    found: dict[int, type[Schema]] = {401: ErrorOut, 403: ErrorOut, 422: ValidationErrorOut}
+    found.update(dict.fromkeys(codes, ErrorOut))
+    return found
+
+
+class Page(Schema):
+    """One page of a list: `count` is the total, `items` at most `limit` from `offset`."""
+
+    count: int
+    limit: int
+    offset: int

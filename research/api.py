@@ -1,0 +1,430 @@
+"""Research over the API: topics, their plan, run events, report and share links, and the
+cache statistics for staff. Operations are thin: the same workflow, forms and export as the
+pages. Every lookup starts from the authenticated user; another user's ids are a 404."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from django.db.models import Exists, OuterRef
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import reverse
+from ninja import Field, Query, Router, Schema
+from ninja.errors import HttpError
+from ninja.responses import Status
+
+from mindsearch.api_common import Page, Text, choices_enum, errors
+from research import export, workflow
+from research.forms import SubQueryForm, TopicForm
+from research.models import Report, RunEvent, ShareLink, Topic
+from research.pipeline import cache
+from research.presenters import report_of
+
+router = Router()
+
+MAX_PLAN_SUBQUERIES = 20
+MAX_PAGE = 100
+MAX_EVENTS = 1000
+# Event numbers are 32-bit in PostgreSQL; the same bound keeps offsets sane.
+MAX_INT = 2**31 - 1
+
+
+# --- Schemas ---------------------------------------------------------------------------------------
+
+TopicStatus = choices_enum("TopicStatus", Topic.Status)
+TopicSources = choices_enum("TopicSources", Topic.Sources)
+TopicMode = choices_enum("TopicMode", Topic.Mode)
+TopicTimeRange = choices_enum("TopicTimeRange", Topic.TimeRange)
+
+
+class TopicIn(Schema):
+    question: Text = Field(description="The question to research, as you would ask an expert.")
+    sources: TopicSources = Field(TopicSources.WEB, description="Search the web, your documents or both.")
+    mode: TopicMode = Field(TopicMode.QUICK, description="Deep mode searches in rounds.")
+    time_range: TopicTimeRange = Field(TopicTimeRange.NONE, description="Only results from this period.")
+    auto_approve: bool = Field(False, description="Run the plan without waiting for review.")
+
+
+class TopicOut(Schema):
+    id: int
+    question: str
+    status: TopicStatus
+    stage: str
+    mode: TopicMode
+    sources: TopicSources
+    time_range: TopicTimeRange
+    language: str
+    auto_approve: bool
+    error: str
+    llm_model: str = Field(description="Empty when the topic was researched without an LLM.")
+    last_event_seq: int
+    has_report: bool
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @staticmethod
+    def resolve_has_report(topic: Topic) -> bool:
+        annotated = getattr(topic, "report_exists", None)
+        return annotated if annotated is not None else hasattr(topic, "report")
+
+
+class TopicPage(Page):
+    items: list[TopicOut]
+
+
+class SubQueryOut(Schema):
+    id: int
+    position: int
+    text: str
+    origin: str
+    round: int
+
+
+class PlanOut(Schema):
+    topic_id: int
+    status: TopicStatus
+    editable: bool = Field(description="True while the plan waits for review.")
+    subqueries: list[SubQueryOut]
+
+
+class PlanItemIn(Schema):
+    id: int | None = Field(None, description="An existing sub-query's id; leave out for a new one.")
+    text: Text
+
+
+class PlanIn(Schema):
+    subqueries: list[PlanItemIn] = Field(
+        max_length=MAX_PLAN_SUBQUERIES,
+        description="The whole plan in order: listed ids are kept (and edited), new items added, "
+        "sub-queries left out deleted.",
+    )
+
+
+class EventOut(Schema):
+    seq: int
+    stage: str
+    level: str
+    message: str
+    done: int | None
+    total: int | None
+    data: dict[str, Any]
+    created_at: datetime
+
+
+class EventsOut(Schema):
+    topic_id: int
+    status: TopicStatus
+    last_seq: int = Field(description="Pass this as `since` to get only newer events.")
+    has_more: bool
+    events: list[EventOut]
+
+
+class SourceOut(Schema):
+    n: int
+    title: str
+    url: str = ""
+    document_id: int | None = None
+    fetched_via: str = ""
+    score: float | None = None
+
+
+class ReportOut(Schema):
+    topic_id: int
+    markdown: str = Field(description="The report as written, with its numbered sources list.")
+    html: str = Field(description="The report's body as sanitised HTML, without the sources list.")
+    sources: list[SourceOut]
+    model: str = Field(description="The LLM that wrote it; empty for the extractive engine.")
+    created_at: datetime
+
+
+class ShareLinkIn(Schema):
+    expires_in_days: int | None = Field(
+        None, ge=1, le=365, description="Leave out for a link that never expires."
+    )
+
+
+class ShareLinkOut(Schema):
+    id: int
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    usable: bool
+
+    @staticmethod
+    def resolve_usable(link: ShareLink) -> bool:
+        return link.is_usable
+
+
+class NewShareLinkOut(ShareLinkOut):
+    token: str = Field(description="Shown this once: only its hash is stored.")
+    url: str
+
+
+class CacheKindOut(Schema):
+    kind: str
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
+    hit_rate: float
+
+
+class CacheStatsOut(Schema):
+    kinds: list[CacheKindOut]
+
+
+# --- Lookups ---------------------------------------------------------------------------------------
+
+
+def _topics(request: HttpRequest) -> Any:
+    return Topic.objects.for_user(request.auth).annotate(
+        report_exists=Exists(Report.objects.filter(topic=OuterRef("pk")))
+    )
+
+
+def _topic(request: HttpRequest, topic_id: int) -> Topic:
+    topic = _topics(request).filter(pk=topic_id).first()
+    if topic is None:
+        raise Http404(f"Topic {topic_id} not found.")
+    return topic
+
+
+def _reported(topic: Topic) -> Topic:
+    if not topic.report_exists:
+        raise Http404(f"Topic {topic.pk} has no report yet.")
+    return topic
+
+
+def _form_errors(form: Any) -> HttpError:
+    messages = [f"{name}: {' '.join(problems)}" for name, problems in form.errors.items()]
+    return HttpError(422, "; ".join(messages))
+
+
+# --- Topics ----------------------------------------------------------------------------------------
+
+
+@router.post("/topics", response={201: TopicOut, **errors()}, tags=["topics"])
+def create_topic(request: HttpRequest, payload: TopicIn) -> Status:
+    """Start researching a question; its plan is written next (poll the topic or its events)."""
+    form = TopicForm(data=payload.model_dump(mode="json"))
+    if not form.is_valid():
+        raise _form_errors(form)
+    topic = workflow.start_topic(form.save(commit=False), request.auth)
+    topic.report_exists = False
+    return Status(201, topic)
+
+
+@router.get("/topics", response={200: TopicPage, **errors()}, tags=["topics"])
+def list_topics(
+    request: HttpRequest,
+    q: Annotated[Text, Query("", max_length=500, description="Words in the question or a sub-query.")] = "",
+    status: TopicStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 25,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+) -> dict[str, Any]:
+    """My topics, newest first."""
+    topics = _topics(request)
+    if q.strip():
+        topics = topics.matching(q.strip())
+    if status:
+        topics = topics.filter(status=status.value)
+    topics = topics.order_by("-created_at", "-id")
+    items = list(topics[offset : offset + limit])
+    return {"count": topics.count(), "limit": limit, "offset": offset, "items": items}
+
+
+@router.get("/topics/{topic_id}", response={200: TopicOut, **errors(404)}, tags=["topics"])
+def get_topic(request: HttpRequest, topic_id: int) -> Topic:
+    return _topic(request, topic_id)
+
+
+@router.delete("/topics/{topic_id}", response={204: None, **errors(404)}, tags=["topics"])
+def delete_topic(request: HttpRequest, topic_id: int) -> Status:
+    """Delete the topic and everything its run produced; a running worker stops at its next step."""
+    _topic(request, topic_id).delete()
+    return Status(204, None)
+
+
+@router.post("/topics/{topic_id}/cancel", response={200: TopicOut, **errors(404, 409)}, tags=["topics"])
+def cancel_topic(request: HttpRequest, topic_id: int) -> Topic:
+    """Stop the topic where it is; what was found so far is kept."""
+    topic = _topic(request, topic_id)
+    if not workflow.cancel_topic(topic):
+        raise HttpError(409, f"Topic {topic.pk} has already finished ({topic.status}).")
+    return topic
+
+
+@router.post(
+    "/topics/{topic_id}/rerun", response={201: TopicOut, 200: TopicOut, **errors(404, 409)}, tags=["topics"]
+)
+def rerun_topic(request: HttpRequest, topic_id: int) -> Status:
+    """Research a finished topic again. A failed or cancelled one resumes in place (200); a
+    completed one is copied with the same plan into a new topic (201), whose id is returned."""
+    topic = _topic(request, topic_id)
+    try:
+        running = workflow.rerun_topic(topic)
+    except workflow.Refused as refused:
+        raise HttpError(409, refused.message) from None
+    if running.pk == topic.pk:
+        return Status(200, _topic(request, topic.pk))
+    running.report_exists = False
+    return Status(201, running)
+
+
+# --- Plan ------------------------------------------------------------------------------------------
+
+
+def _plan(topic: Topic) -> dict[str, Any]:
+    return {
+        "topic_id": topic.pk,
+        "status": topic.status,
+        "editable": topic.status == Topic.Status.AWAITING_APPROVAL,
+        "subqueries": list(topic.subqueries.order_by("round", "position", "id")),
+    }
+
+
+@router.get("/topics/{topic_id}/plan", response={200: PlanOut, **errors(404)}, tags=["plan"])
+def get_plan(request: HttpRequest, topic_id: int) -> dict[str, Any]:
+    return _plan(_topic(request, topic_id))
+
+
+@router.put("/topics/{topic_id}/plan", response={200: PlanOut, **errors(404, 409)}, tags=["plan"])
+def edit_plan(request: HttpRequest, topic_id: int, payload: PlanIn) -> dict[str, Any]:
+    """Replace the plan while it waits for review (409 after that)."""
+    topic = _topic(request, topic_id)
+    items = []
+    for number, item in enumerate(payload.subqueries, 1):
+        form = SubQueryForm(data={"text": item.text})
+        if not form.is_valid():
+            raise HttpError(422, f"subqueries[{number}]: {' '.join(form.errors['text'])}")
+        items.append((item.id, form.cleaned_data["text"]))
+    try:
+        workflow.replace_plan(topic, items)
+    except workflow.Refused as refused:
+        raise HttpError(409, refused.message) from None
+    return _plan(topic)
+
+
+@router.post("/topics/{topic_id}/plan/approve", response={200: TopicOut, **errors(404, 409)}, tags=["plan"])
+def approve_plan(request: HttpRequest, topic_id: int) -> Topic:
+    """Run exactly the reviewed plan."""
+    topic = _topic(request, topic_id)
+    try:
+        workflow.approve_plan(topic)
+    except workflow.Refused as refused:
+        raise HttpError(409, refused.message) from None
+    return topic
+
+
+# --- Run events and report -------------------------------------------------------------------------
+
+
+@router.get("/topics/{topic_id}/events", response={200: EventsOut, **errors(404)}, tags=["run"])
+def list_events(
+    request: HttpRequest,
+    topic_id: int,
+    since: Annotated[int, Query(ge=0, le=MAX_INT, description="Only events after this sequence number.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_EVENTS)] = 200,
+) -> dict[str, Any]:
+    """The run's progress log after `since`, oldest first; poll with the returned `last_seq`
+    until the topic's status is completed, failed or cancelled."""
+    topic = _topic(request, topic_id)
+    events = list(RunEvent.objects.filter(topic=topic).since(since)[: limit + 1])
+    page = events[:limit]
+    return {
+        "topic_id": topic.pk,
+        "status": topic.status,
+        "last_seq": page[-1].seq if page else since,
+        "has_more": len(events) > limit,
+        "events": page,
+    }
+
+
+@router.get("/topics/{topic_id}/report", response={200: ReportOut, **errors(404)}, tags=["report"])
+def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
+    topic = _reported(_topic(request, topic_id))
+    shown = report_of(topic)
+    report = shown["report"]
+    return {
+        "topic_id": topic.pk,
+        "markdown": report.markdown,
+        "html": str(shown["html"]),
+        "sources": report.sources,
+        "model": report.model,
+        "created_at": report.created_at,
+    }
+
+
+MARKDOWN_RESPONSE = {
+    "responses": {
+        "200": {
+            "description": "The report as a Markdown file.",
+            "content": {"text/markdown": {"schema": {"type": "string"}}},
+        }
+    }
+}
+
+
+@router.get(
+    "/topics/{topic_id}/report.md",
+    response={200: None, **errors(404)},
+    tags=["report"],
+    openapi_extra=MARKDOWN_RESPONSE,
+)
+def get_report_markdown(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """The report as a Markdown file, headed by its sub-queries (the same as the page's download)."""
+    return export.markdown_response(_reported(_topic(request, topic_id)))
+
+
+# --- Share links -----------------------------------------------------------------------------------
+
+
+@router.get(
+    "/topics/{topic_id}/share-links", response={200: list[ShareLinkOut], **errors(404)}, tags=["sharing"]
+)
+def list_share_links(request: HttpRequest, topic_id: int) -> list[ShareLink]:
+    return list(_topic(request, topic_id).share_links.all())
+
+
+@router.post(
+    "/topics/{topic_id}/share-links", response={201: NewShareLinkOut, **errors(404, 409)}, tags=["sharing"]
+)
+def create_share_link(request: HttpRequest, topic_id: int, payload: ShareLinkIn) -> Status:
+    """A read-only link to the report for anyone who has it; the token is shown only here."""
+    topic = _topic(request, topic_id)
+    if not topic.report_exists:
+        raise HttpError(409, "Only a finished report can be shared.")
+    days = payload.expires_in_days
+    link, token = ShareLink.issue(topic, timedelta(days=days) if days else None)
+    link.token = token
+    link.url = request.build_absolute_uri(reverse("shared_report", args=[token]))
+    return Status(201, link)
+
+
+@router.post(
+    "/topics/{topic_id}/share-links/{link_id}/revoke",
+    response={200: ShareLinkOut, **errors(404)},
+    tags=["sharing"],
+)
+def revoke_share_link(request: HttpRequest, topic_id: int, link_id: int) -> ShareLink:
+    """The link answers 404 from now on."""
+    topic = _topic(request, topic_id)
+    link = topic.share_links.filter(pk=link_id).first()
+    if link is None:
+        raise Http404(f"Share link {link_id} not found.")
+    link.revoke()
+    return link
+
+
+# --- Cache (staff) ---------------------------------------------------------------------------------
+
+
+@router.get("/cache/stats", response={200: CacheStatsOut, **errors()}, tags=["cache"])
+def get_cache_stats(request: HttpRequest) -> dict[str, Any]:
+    """Per cache kind: live entries, their bytes, and lookups that hit or missed. Staff only."""
+    if not request.auth.is_staff:
+        raise HttpError(403, "Only staff can see the cache statistics.")
+    return {"kinds": [{"kind": kind, **row} for kind, row in cache.stats().items()]}

@@ -1,0 +1,141 @@
+"""What a user does to a topic, shared by the pages and the API: start it, edit and approve its
+plan, cancel it, research it again.
+
+Each step checks the topic's state under a row lock, so two tabs or a page and a script cannot
+approve a plan twice or edit one the worker already runs. A step that the topic's state does not
+allow raises `Refused` with a message for the user.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from research import tasks
+from research.models import SubQuery, Topic
+from research.pipeline.parsing import is_russian
+
+
+class Refused(Exception):
+    """The topic's state does not allow this step; `message` says why, for the user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def start_topic(topic: Topic, owner: Any) -> Topic:
+    """Save a new topic (from a validated form) and queue its plan."""
+    topic.owner = owner
+    topic.language = "ru" if is_russian(topic.question) else "en"
+    with transaction.atomic():
+        topic.save()
+        tasks.enqueue_plan(topic)
+    return topic
+
+
+def _lock_reviewable(topic: Topic) -> Topic:
+    locked = Topic.objects.select_for_update().get(pk=topic.pk)
+    if locked.status != Topic.Status.AWAITING_APPROVAL:
+        raise Refused(_("The plan of this topic can no longer be edited."))
+    return locked
+
+
+def add_subquery(topic: Topic, text: str) -> SubQuery:
+    with transaction.atomic():
+        _lock_reviewable(topic)
+        position = (topic.subqueries.aggregate(Max("position"))["position__max"] or 0) + 1
+        return SubQuery.objects.create(topic=topic, text=text, position=position, origin=SubQuery.Origin.USER)
+
+
+def replace_plan(topic: Topic, items: list[tuple[int | None, str]]) -> None:
+    """Make the plan exactly these (id or None for a new one, text) sub-queries, in this order.
+
+    Sub-queries left out are deleted; one whose text changed becomes the user's own.
+    """
+    with transaction.atomic():
+        _lock_reviewable(topic)
+        existing = {subquery.pk: subquery for subquery in topic.subqueries.all()}
+        ids = [pk for pk, _text in items if pk is not None]
+        for pk in ids:
+            if pk not in existing:
+                raise Refused(_("Sub-query %(id)s is not part of this plan.") % {"id": pk})
+        if len(ids) != len(set(ids)):
+            raise Refused(_("A sub-query appears twice in the plan."))
+        topic.subqueries.exclude(pk__in=ids).delete()
+        for position, (pk, text) in enumerate(items):
+            if pk is None:
+                origin = SubQuery.Origin.USER
+                SubQuery.objects.create(topic=topic, text=text, position=position, origin=origin)
+            else:
+                _update_subquery(existing[pk], text, position)
+
+
+def _update_subquery(subquery: SubQuery, text: str, position: int) -> None:
+    if subquery.text != text:
+        subquery.text, subquery.origin = text, SubQuery.Origin.USER
+    subquery.position = position
+    subquery.save(update_fields=["text", "origin", "position"])
+
+
+def approve_plan(topic: Topic) -> None:
+    with transaction.atomic():
+        locked = _lock_reviewable(topic)
+        if not locked.subqueries.exists():
+            raise Refused(_("Add at least one sub-query before approving the plan."))
+        locked.set_status(Topic.Status.QUEUED)
+        tasks.enqueue_run(locked)
+    topic.status = locked.status
+
+
+def cancel_topic(topic: Topic) -> bool:
+    """Stop a topic where it is (what was found is kept); False when it had already finished."""
+    with transaction.atomic():
+        locked = Topic.objects.select_for_update().get(pk=topic.pk)
+        if locked.is_finished:
+            return False
+        locked.set_status(Topic.Status.CANCELLED, finished_at=timezone.now())
+    topic.status, topic.finished_at = locked.status, locked.finished_at
+    return True
+
+
+def rerun_topic(topic: Topic) -> Topic:
+    """A failed or cancelled topic resumes where it stopped; a completed one is researched anew
+    as a copy with the same approved plan (unchanged inputs are answered from the cache).
+
+    Returns the topic that will run: the same one, or the copy.
+    """
+    with transaction.atomic():
+        locked = Topic.objects.select_for_update().get(pk=topic.pk)
+        if not locked.is_finished:
+            raise Refused(_("Only a finished, failed or cancelled topic can be researched again."))
+        if locked.status == Topic.Status.COMPLETED:
+            return _copy_with_plan(locked)
+        _resume(locked)
+    return locked
+
+
+def _resume(topic: Topic) -> None:
+    if topic.subqueries.exists():
+        topic.set_status(Topic.Status.QUEUED, error="", finished_at=None)
+        tasks.enqueue_run(topic)
+    else:
+        topic.set_status(Topic.Status.PLANNING, error="", finished_at=None)
+        tasks.enqueue_plan(topic)
+
+
+def _copy_with_plan(topic: Topic) -> Topic:
+    fields = ("question", "mode", "sources", "time_range", "language")
+    copy = Topic.objects.create(
+        owner=topic.owner, status=Topic.Status.QUEUED, **{name: getattr(topic, name) for name in fields}
+    )
+    SubQuery.objects.bulk_create(
+        SubQuery(topic=copy, position=sq.position, text=sq.text, origin=sq.origin)
+        for sq in topic.subqueries.filter(round=1)
+    )
+    tasks.enqueue_run(copy)
+    return copy

@@ -1,0 +1,129 @@
+"""My documents over the API: upload, list, status, delete, and search over them. Uploads go
+through the same `accept_upload` as the documents page; every lookup starts from the user."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Annotated, Any
+
+from django.conf import settings
+from django.http import Http404, HttpRequest
+from ninja import Field, File, Query, Router, Schema
+from ninja.errors import HttpError
+from ninja.files import UploadedFile
+from ninja.responses import Status
+
+from mindsearch.api_common import Page, Text, choices_enum, errors
+from retrieval import uploads
+from retrieval.embeddings import EmbeddingError
+from retrieval.models import Chunk, UploadedDocument
+from retrieval.search import hybrid_search
+
+router = Router()
+
+MAX_PAGE = 100
+MAX_RESULTS = 50
+MAX_OFFSET = 2**31 - 1
+
+
+DocumentStatus = choices_enum("DocumentStatus", UploadedDocument.Status)
+
+
+class DocumentOut(Schema):
+    id: int
+    name: str
+    content_type: str
+    size_bytes: int
+    sha256: str
+    status: DocumentStatus = Field(description="pending → parsing → embedding → ready, or failed.")
+    error: str = Field(description="Why indexing failed, for a failed document.")
+    page_count: int | None
+    chunk_count: int
+    published_at: date | None
+    created_at: datetime
+    updated_at: datetime
+
+    @staticmethod
+    def resolve_name(document: UploadedDocument) -> str:
+        return document.original_name
+
+
+class DocumentPage(Page):
+    items: list[DocumentOut]
+
+
+class PassageOut(Schema):
+    chunk_id: int
+    document_id: int
+    document_name: str
+    page: int | None
+    text: str
+    score: float = Field(description="The fused dense + keyword score, in [0, 1].")
+
+
+class SearchOut(Schema):
+    query: str
+    results: list[PassageOut]
+
+
+def _document(request: HttpRequest, document_id: int) -> UploadedDocument:
+    document = UploadedDocument.objects.for_user(request.auth).filter(pk=document_id).first()
+    if document is None:
+        raise Http404(f"Document {document_id} not found.")
+    return document
+
+
+@router.post("/documents", response={201: DocumentOut, 200: DocumentOut, **errors(413)}, tags=["documents"])
+def upload_document(request: HttpRequest, file: File[UploadedFile]) -> Status:
+    """Upload a PDF, DOCX, Markdown, text or HTML file (multipart field `file`); it is indexed in
+    the background (poll its status). The same bytes again answer 200 with the document
+    already there."""
+    try:
+        document, created = uploads.accept_upload(request.auth, file)
+    except uploads.UploadRejected as rejected:
+        too_large = (file.size or 0) > settings.UPLOAD_MAX_BYTES
+        raise HttpError(413 if too_large else 422, rejected.message) from None
+    return Status(201 if created else 200, document)
+
+
+@router.get("/documents", response={200: DocumentPage, **errors()}, tags=["documents"])
+def list_documents(
+    request: HttpRequest,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+) -> dict[str, Any]:
+    """My documents, newest first."""
+    documents = UploadedDocument.objects.for_user(request.auth).order_by("-created_at", "-id")
+    items = list(documents[offset : offset + limit])
+    return {"count": documents.count(), "limit": limit, "offset": offset, "items": items}
+
+
+@router.get("/documents/{document_id}", response={200: DocumentOut, **errors(404)}, tags=["documents"])
+def get_document(request: HttpRequest, document_id: int) -> UploadedDocument:
+    """One document with its indexing status."""
+    return _document(request, document_id)
+
+
+@router.delete("/documents/{document_id}", response={204: None, **errors(404)}, tags=["documents"])
+def delete_document(request: HttpRequest, document_id: int) -> Status:
+    """Delete the document, its passages and its stored file."""
+    uploads.delete_document(_document(request, document_id))
+    return Status(204, None)
+
+
+@router.get("/search", response={200: SearchOut, **errors(503)}, tags=["search"])
+def search_documents(
+    request: HttpRequest,
+    q: Annotated[Text, Query(min_length=1, max_length=1000, description="What to look for in my documents.")],
+    k: Annotated[int, Query(ge=1, le=MAX_RESULTS, description="How many passages to return.")] = 10,
+) -> dict[str, Any]:
+    """The passages of my indexed documents that best match `q` (hybrid: meaning and keywords)."""
+    query = q.strip()
+    # Without a single indexed passage there is nothing to rank, and no model to load.
+    if not query or not Chunk.objects.for_user(request.auth).exists():
+        return {"query": query, "results": []}
+    try:
+        passages = hybrid_search(request.auth, query, k=k)
+    except EmbeddingError as error:
+        raise HttpError(503, f"Search over documents is unavailable: {error}") from None
+    return {"query": query, "results": passages}
