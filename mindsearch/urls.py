@@ -24,5 +24,6 @@ urlpatterns = [
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     path("admin/", admin.site.urls),
     path("api/", api.urls()),
+    path("documents/", include("retrieval.urls")),
     path("", include("research.urls")),
 ]

@@ -1,0 +1,219 @@
+"""My documents: upload, the list with live indexing status, one document, delete, and search.
+
+Every lookup starts from the signed-in user; another user's document ids are a 404.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from mindsearch.status import ERROR, check_embeddings, check_worker
+from retrieval.embeddings import EmbeddingError
+from retrieval.highlight import highlight_all
+from retrieval.models import UploadedDocument
+from retrieval.search import Passage, hybrid_search, keyword_search
+from retrieval.uploads import (
+    UploadRejected,
+    accept_upload,
+    check_file_count,
+    delete_document,
+    display_name,
+    index_again,
+)
+
+SEARCH_RESULTS = 10
+PREVIEW_CHUNKS = 5
+
+
+@dataclass(frozen=True)
+class UploadOutcome:
+    level: str  # a message level: success, info or error
+    text: str
+    document: UploadedDocument | None = None
+
+
+def _document(request: HttpRequest, document_id: int) -> UploadedDocument:
+    return get_object_or_404(UploadedDocument.objects.for_user(request.user), pk=document_id)
+
+
+# --- The list ----------------------------------------------------------------------------------------
+
+
+def list_context(user: Any) -> dict[str, Any]:
+    """What the documents card shows, and the version the live refresh compares against."""
+    documents = list(UploadedDocument.objects.for_user(user).defer("error"))
+    in_progress = any(not document.is_settled for document in documents)
+    worker_missing = in_progress and check_worker().state == ERROR
+    rows = [(d.pk, d.status, d.chunk_count, d.updated_at.isoformat()) for d in documents]
+    version = hashlib.sha256(repr((rows, worker_missing)).encode()).hexdigest()[:16]
+    return {
+        "documents": documents,
+        "in_progress": in_progress,
+        "worker_missing": worker_missing,
+        "version": version,
+    }
+
+
+@require_GET
+def document_list(request: HttpRequest) -> HttpResponse:
+    context = list_context(request.user)
+    context.update(
+        embeddings=_embedding_problem(),
+        upload_max_bytes=settings.UPLOAD_MAX_BYTES,
+        upload_max_files=settings.UPLOAD_MAX_FILES,
+    )
+    return render(request, "retrieval/document_list.html", context)
+
+
+@require_GET
+def document_rows(request: HttpRequest) -> HttpResponse:
+    """The documents card, polled while something is being indexed; 204 while nothing changed."""
+    context = list_context(request.user)
+    if request.GET.get("version") == context["version"]:
+        return HttpResponse(status=204)
+    return render(request, "retrieval/_document_list.html", context)
+
+
+def _embedding_problem() -> Any:
+    check = check_embeddings()
+    return check if check.state == ERROR else None
+
+
+# --- Upload ------------------------------------------------------------------------------------------
+
+
+@require_POST
+def document_upload(request: HttpRequest) -> HttpResponse:
+    outcomes = upload_files(request.user, request.FILES.getlist("files"))
+    if request.htmx:
+        context = list_context(request.user)
+        context.update(outcomes=outcomes)
+        return render(request, "retrieval/_upload_results.html", context)
+    for outcome in outcomes:
+        messages.add_message(request, getattr(messages, outcome.level.upper()), outcome.text)
+    return redirect("document_list")
+
+
+def upload_files(user: Any, files: list[Any]) -> list[UploadOutcome]:
+    if not files:
+        return [UploadOutcome("error", _("Choose at least one file to upload."))]
+    try:
+        check_file_count(len(files))
+    except UploadRejected as rejected:
+        return [UploadOutcome("error", rejected.message)]
+    return [upload_one(user, uploaded_file) for uploaded_file in files]
+
+
+def upload_one(user: Any, uploaded_file: Any) -> UploadOutcome:
+    try:
+        document, created = accept_upload(user, uploaded_file)
+    except UploadRejected as rejected:
+        return UploadOutcome("error", rejected.message)
+    if created:
+        text = _("%(name)s was uploaded; indexing has started.") % {"name": document.original_name}
+        return UploadOutcome("success", text, document)
+    names = {"name": display_name(uploaded_file.name or ""), "existing": document.original_name}
+    if names["name"] == names["existing"]:
+        text = _("%(name)s was already uploaded; it was not added again.") % names
+    else:
+        text = _("%(name)s was already uploaded as %(existing)s; it was not added again.") % names
+    return UploadOutcome("info", text, document)
+
+
+# --- One document ------------------------------------------------------------------------------------
+
+
+@require_GET
+def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
+    document = _document(request, document_id)
+    chunks = document.chunks.defer("embedding", "search_vector", "stemmed_vector")[:PREVIEW_CHUNKS]
+    context = {"document": document, "chunks": chunks, "embeddings": _embedding_problem()}
+    return render(request, "retrieval/document_detail.html", context)
+
+
+@require_GET
+def document_status(request: HttpRequest, document_id: int) -> HttpResponse:
+    """The detail page's status block, polled until the document is ready or failed."""
+    document = _document(request, document_id)
+    return render(request, "retrieval/_document_status.html", {"document": document})
+
+
+@require_GET
+def document_file(request: HttpRequest, document_id: int) -> FileResponse:
+    """The original file, for its owner only and always as a download (an uploaded HTML page
+    must never render on this site)."""
+    document = _document(request, document_id)
+    return FileResponse(
+        document.file.open("rb"),
+        as_attachment=True,
+        filename=document.original_name,
+        content_type=document.content_type or "application/octet-stream",
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
+    """GET asks for confirmation (a page of its own, so it works without JavaScript); POST deletes."""
+    document = _document(request, document_id)
+    if request.method == "GET":
+        return render(request, "retrieval/document_confirm_delete.html", {"document": document})
+    name = document.original_name
+    delete_document(document)
+    messages.success(request, _("%(name)s was deleted, with its file and its passages.") % {"name": name})
+    return redirect("document_list")
+
+
+@require_POST
+def document_retry(request: HttpRequest, document_id: int) -> HttpResponse:
+    document = _document(request, document_id)
+    if document.status == UploadedDocument.Status.FAILED:
+        index_again(document)
+        messages.info(request, _("%(name)s is queued for indexing again.") % {"name": document.original_name})
+    return redirect("document_detail", document_id=document.pk)
+
+
+# --- Search ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    passage: Passage
+    html: str
+
+
+@require_GET
+def document_search(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "").strip()[:500]
+    ready = UploadedDocument.objects.for_user(request.user).ready()
+    context: dict[str, Any] = {"query": query, "has_ready": ready.exists(), "results": [], "notice": ""}
+    context["has_any"] = context["has_ready"] or UploadedDocument.objects.for_user(request.user).exists()
+    if query and context["has_ready"]:
+        passages, context["notice"] = search_passages(request.user, query)
+        texts = highlight_all(query, [passage.text for passage in passages])
+        context["results"] = [Result(passage, html) for passage, html in zip(passages, texts, strict=True)]
+    return render(request, "retrieval/document_search.html", context)
+
+
+def search_passages(user: Any, query: str) -> tuple[list[Passage], str]:
+    """Hybrid search, or keyword search alone (and why) when the embedding model is unavailable."""
+    problem = _embedding_problem()
+    if problem is None:
+        try:
+            return hybrid_search(user, query, k=SEARCH_RESULTS), ""
+        except EmbeddingError as error:
+            reason = str(error)
+    else:
+        reason = problem.summary
+    notice = _("Matching by meaning is unavailable (%(reason)s); these results match your words only.") % {
+        "reason": reason
+    }
+    return keyword_search(user, query, k=SEARCH_RESULTS), notice
