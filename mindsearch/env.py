@@ -62,3 +62,24 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_prices(name: str) -> dict[str, tuple[float, float]]:
+    """Per-model prices per 1k tokens: `model=input/output`, comma-separated.
+
+    The model name is everything before the last `=`, so names with slashes or colons
+    (`openai/gpt-4o-mini`, `llama3.1:8b`) need no quoting.
+    """
+    prices = {}
+    for item in env_list(name, []):
+        model, _, pair = item.rpartition("=")
+        input_price, _, output_price = pair.partition("/")
+        try:
+            prices[model.strip()] = (float(input_price), float(output_price))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must look like model=input/output,other=input/output; got {item!r}"
+            ) from None
+        if not model.strip():
+            raise ImproperlyConfigured(f"{name}: {item!r} names no model")
+    return prices

@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch import embedded_db
-from mindsearch.env import env_bool, env_float, env_int, env_list, env_str, load_env_file
+from mindsearch.env import env_bool, env_float, env_int, env_list, env_prices, env_str, load_env_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_env_file(BASE_DIR / ".env")
@@ -226,6 +226,12 @@ MINDSEARCH_ALLOW_PRIVATE_URLS = env_bool("MINDSEARCH_ALLOW_PRIVATE_URLS", False)
 RESUME_STALLED_AFTER_SECONDS = env_int("RESUME_STALLED_AFTER_SECONDS", 60)
 # How long the status page waits for each outside service before calling it unreachable.
 STATUS_CHECK_TIMEOUT = env_float("STATUS_CHECK_TIMEOUT", 3.0)
+
+# --- Usage: estimated LLM cost (0 = no price configured; tokens are still counted) -------------
+LLM_PRICE_INPUT_PER_1K = env_float("LLM_PRICE_INPUT_PER_1K", 0.0)
+LLM_PRICE_OUTPUT_PER_1K = env_float("LLM_PRICE_OUTPUT_PER_1K", 0.0)
+LLM_MODEL_PRICES = env_prices("LLM_MODEL_PRICES")
+LLM_PRICE_CURRENCY = env_str("LLM_PRICE_CURRENCY") or "USD"
 
 # --- Private documents (uploads) -----------------------------------------------------------------
 UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_BYTES", 20 * 1024 * 1024)

@@ -403,7 +403,17 @@ class LLMCall(models.Model):
     latency_ms = models.PositiveIntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=1)
     cache_hit = models.BooleanField(default=False)
+    cache_kind = models.CharField(
+        max_length=20,
+        blank=True,
+        default="",
+        help_text=_("The cache kind this call's answer is stored under."),
+    )
     error = models.TextField(blank=True, default="")
+    imported = models.BooleanField(
+        default=False,
+        help_text=_("Copied from an imported topic's archive: a record of its cost, not new spending."),
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     objects = LLMCallQuerySet.as_manager()
@@ -484,11 +494,19 @@ class CacheEntry(models.Model):
 
 
 class CacheCounter(models.Model):
-    """Lookups per cache kind: hits are also counted per entry, misses only here."""
+    """Lookups per cache kind and day: hits are also counted per entry, misses only here.
 
-    kind = models.CharField(max_length=20, choices=CacheEntry.Kind.choices, unique=True)
+    One row per kind and day keeps a lookup at one UPDATE while still answering "what did the
+    cache do this week".
+    """
+
+    kind = models.CharField(max_length=20, choices=CacheEntry.Kind.choices)
+    day = models.DateField(default=timezone.localdate)
     hits = models.PositiveBigIntegerField(default=0)
     misses = models.PositiveBigIntegerField(default=0)
 
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "day"], name="cache_counter_unique_day")]
+
     def __str__(self) -> str:
-        return f"{self.kind}: {self.hits} hits, {self.misses} misses"
+        return f"{self.kind} {self.day}: {self.hits} hits, {self.misses} misses"

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Sum
+from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
+from research import usage
 from research.forms import ShareLinkForm
-from research.models import Document, Hit, LLMCall, Report, RunEvent, Topic
+from research.models import Document, Hit, Report, RunEvent, Topic
 from research.pipeline.answer import SOURCES_HEADING
 from research.rendering import render_markdown
 
@@ -117,17 +118,17 @@ def sources_of(report: Report) -> list[dict[str, Any]]:
 
 
 def usage_of(topic: Topic) -> dict[str, Any]:
-    calls = LLMCall.objects.filter(topic=topic)
-    paid = calls.filter(cache_hit=False).aggregate(
-        prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), count=Count("id")
-    )
+    """Calls, tokens and the estimated cost of the topic's run (one grouped query)."""
+    spent = usage.topic_usage(topic)
     seconds = None
     if topic.started_at and topic.finished_at:
         seconds = round((topic.finished_at - topic.started_at).total_seconds())
     return {
-        "calls": paid["count"],
-        "cached_calls": calls.filter(cache_hit=True).count(),
-        "prompt_tokens": paid["prompt"] or 0,
-        "completion_tokens": paid["completion"] or 0,
+        "calls": spent.calls,
+        "cached_calls": spent.cached_calls,
+        "prompt_tokens": spent.prompt_tokens,
+        "completion_tokens": spent.completion_tokens,
+        "cost": spent.cost if usage.prices_configured() else None,
+        "currency": settings.LLM_PRICE_CURRENCY,
         "seconds": seconds,
     }

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from research import views
+from research import views, views_archive
 
 urlpatterns = [
     path("", views.topic_list, name="home"),
@@ -24,6 +24,8 @@ urlpatterns = [
     path("topics/<int:topic_id>/cancel/", views.topic_cancel, name="topic_cancel"),
     path("topics/<int:topic_id>/rerun/", views.topic_rerun, name="topic_rerun"),
     path("topics/<int:topic_id>/delete/", views.topic_delete, name="topic_delete"),
+    path("topics/<int:topic_id>/export.zip", views_archive.topic_export, name="topic_export"),
+    path("topics/import/", views_archive.topic_import, name="topic_import"),
     path("topics/<int:topic_id>/share/", views.share_create, name="share_create"),
     path("topics/<int:topic_id>/share/<int:link_id>/revoke/", views.share_revoke, name="share_revoke"),
     path("topics/<int:topic_id>/report.md", views.report_markdown, name="report_markdown"),

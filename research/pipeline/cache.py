@@ -79,19 +79,21 @@ def stats() -> dict[str, dict[str, int | float]]:
     )
     for row in live:
         rows[row["kind"]].update(entries=row["n"], bytes=row["size"])
-    for counter in CacheCounter.objects.all():
-        lookups = counter.hits + counter.misses
-        rows[counter.kind].update(
-            hits=counter.hits,
-            misses=counter.misses,
-            hit_rate=round(counter.hits / lookups, 3) if lookups else 0.0,
+    counters = CacheCounter.objects.values("kind").annotate(hits=Sum("hits"), misses=Sum("misses"))
+    for counter in counters:
+        lookups = counter["hits"] + counter["misses"]
+        rows[counter["kind"]].update(
+            hits=counter["hits"],
+            misses=counter["misses"],
+            hit_rate=round(counter["hits"] / lookups, 3) if lookups else 0.0,
         )
     return rows
 
 
 def _count(kind: str, *, hit: bool) -> None:
     field = "hits" if hit else "misses"
-    updated = CacheCounter.objects.filter(kind=kind).update(**{field: F(field) + 1})
+    today = timezone.localdate()
+    updated = CacheCounter.objects.filter(kind=kind, day=today).update(**{field: F(field) + 1})
     if not updated:
-        counter, _ = CacheCounter.objects.get_or_create(kind=kind)
+        counter, _ = CacheCounter.objects.get_or_create(kind=kind, day=today)
         CacheCounter.objects.filter(pk=counter.pk).update(**{field: F(field) + 1})

@@ -55,14 +55,21 @@ async def ask(
     key = result_cache.make_key("llm", stage, prompt.version, ctx.model, user_content)
     cached = await db(result_cache.get)(kind, key, owner_id)
     if cached is not None:
-        await db(_record)(ctx, stage, prompt, cached, cache_hit=True)
+        await db(_record)(ctx, stage, prompt, cached, cache_hit=True, cache_kind=kind)
         return cached["text"]
     messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
     try:
         completion = await llm_client.complete(messages, max_tokens=max_tokens)
     except llm_client.LLMError as exc:
         await db(_record)(
-            ctx, stage, prompt, {}, error=str(exc), attempts=exc.attempts, latency_ms=exc.latency_ms
+            ctx,
+            stage,
+            prompt,
+            {},
+            cache_kind=kind,
+            error=str(exc),
+            attempts=exc.attempts,
+            latency_ms=exc.latency_ms,
         )
         await db(ctx.llm_failed)(exc)
         raise
@@ -78,7 +85,13 @@ async def ask(
         kind, key, payload, owner_id=owner_id, description=f"{stage}: {ctx.question[:200]}"
     )
     await db(_record)(
-        ctx, stage, prompt, payload, attempts=completion.attempts, latency_ms=completion.latency_ms
+        ctx,
+        stage,
+        prompt,
+        payload,
+        cache_kind=kind,
+        attempts=completion.attempts,
+        latency_ms=completion.latency_ms,
     )
     return completion.text
 

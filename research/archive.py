@@ -1,0 +1,506 @@
+"""A topic as one file (the seed's file manager): export to a zip, import into any account.
+
+The zip holds `topic.json` — the topic and every row its run produced, each table a list of
+rows whose references are the ids they had at export — and `report.md` for people. Import
+checks the whole archive before it writes anything, then creates every row with new ids in one
+transaction for the importing user. Links to the exporter's private documents (uploaded files,
+their chunks) cannot follow the topic into another account: the text is kept, the link dropped.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError, models, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
+
+from research import export
+from research.models import (
+    Document,
+    Hit,
+    HitScore,
+    LLMCall,
+    Report,
+    RunEvent,
+    Scores,
+    SearchQuery,
+    SubQuery,
+    Summary,
+    SummaryScore,
+    Topic,
+)
+
+log = logging.getLogger(__name__)
+
+FORMAT = "mindsearch.topic"
+VERSION = 1
+JSON_NAME = "topic.json"
+REPORT_NAME = "report.md"
+# A deep topic with dozens of full pages is a few MB of JSON; these leave room for the biggest
+# real ones while keeping a hostile upload from filling the web process's memory.
+MAX_ARCHIVE_BYTES = 32 * 1024 * 1024
+MAX_JSON_BYTES = 64 * 1024 * 1024
+MAX_ROWS = 100_000
+
+
+class ArchiveError(Exception):
+    """An archive that cannot be imported or a topic that cannot be exported; the message is
+    for the user."""
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    model: type[models.Model]
+    fields: tuple[str, ...]
+    topic_path: str
+    # Foreign keys to rows of an earlier table in the archive: field → table name.
+    refs: dict[str, str] = field(default_factory=dict)
+    # Values that must not repeat within the topic (database constraints), checked up front.
+    unique: tuple[str, ...] = ()
+
+
+SCORE_FIELDS = (*Scores.CRITERIA, "total", "origin", "created_at")
+TOPIC_FIELDS = (
+    "question",
+    "status",
+    "mode",
+    "sources",
+    "time_range",
+    "language",
+    "auto_approve",
+    "stage",
+    "error",
+    "llm_model",
+    "last_event_seq",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+REPORT_FIELDS = ("markdown", "sources", "model", "created_at")
+# In creation order: every table refers only to tables above it.
+TABLES = (
+    Table("subqueries", SubQuery, ("position", "text", "origin", "round", "created_at"), "topic"),
+    Table(
+        "search_queries",
+        SearchQuery,
+        ("language", "position", "text", "result_count", "unresponsive_engines", "searched_at"),
+        "subquery__topic",
+        refs={"subquery": "subqueries"},
+    ),
+    Table(
+        "hits",
+        Hit,
+        (
+            "source",
+            "url",
+            "normalized_url",
+            "title",
+            "snippet",
+            "engine",
+            "position",
+            "published_at",
+            "created_at",
+        ),
+        "topic",
+        refs={"subquery": "subqueries", "search_query": "search_queries"},
+        unique=("normalized_url",),
+    ),
+    Table("hit_scores", HitScore, SCORE_FIELDS, "hit__topic", refs={"hit": "hits"}, unique=("hit",)),
+    Table(
+        "documents",
+        Document,
+        ("title", "url", "text", "fetched_via", "pages", "round", "created_at"),
+        "topic",
+        refs={"hit": "hits"},
+        unique=("hit",),
+    ),
+    Table(
+        "summaries",
+        Summary,
+        ("text", "origin", "created_at"),
+        "document__topic",
+        refs={"document": "documents"},
+        unique=("document",),
+    ),
+    Table(
+        "summary_scores",
+        SummaryScore,
+        SCORE_FIELDS,
+        "summary__document__topic",
+        refs={"summary": "summaries"},
+        unique=("summary",),
+    ),
+    Table(
+        "run_events",
+        RunEvent,
+        ("seq", "stage", "level", "message", "done", "total", "data", "created_at"),
+        "topic",
+        unique=("seq",),
+    ),
+    Table(
+        "llm_calls",
+        LLMCall,
+        (
+            "stage",
+            "model",
+            "prompt_version",
+            "prompt_tokens",
+            "completion_tokens",
+            "latency_ms",
+            "attempts",
+            "cache_hit",
+            "cache_kind",
+            "error",
+            "created_at",
+        ),
+        "topic",
+    ),
+)
+
+
+# --- Export ----------------------------------------------------------------------------------------
+
+
+def export_topic(topic: Topic) -> bytes:
+    """The topic as a zip archive (bytes); a topic still being researched is refused."""
+    if topic.status in Topic.ACTIVE_STATUSES:
+        raise ArchiveError(_("This topic is still being researched: export it when it has finished."))
+    data = dumps(topic_data(topic))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(JSON_NAME, data)
+        if Report.objects.filter(topic=topic).exists():
+            archive.writestr(REPORT_NAME, export.report_markdown(topic))
+    return buffer.getvalue()
+
+
+def topic_data(topic: Topic) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": timezone.now(),
+        "topic": Topic.objects.filter(pk=topic.pk).values(*TOPIC_FIELDS).get(),
+        "report": Report.objects.filter(topic=topic).values(*REPORT_FIELDS).first(),
+    }
+    for table in TABLES:
+        rows = table.model.objects.filter(**{table.topic_path: topic}).order_by("pk")
+        data[table.name] = list(rows.values("id", *table.fields, *table.refs))
+    return data
+
+
+def dumps(data: dict[str, Any]) -> str:
+    return json.dumps(data, default=_full_time, ensure_ascii=False, indent=1)
+
+
+def _full_time(value: Any) -> str:
+    # Not DjangoJSONEncoder: it cuts times to milliseconds, and a round trip must keep them.
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def filename(topic: Topic) -> str:
+    return export.filename(topic, "zip")
+
+
+# --- Reading an archive ----------------------------------------------------------------------------
+
+
+def read_archive(upload: IO[bytes]) -> dict[str, Any]:
+    """The archive's `topic.json`, parsed; anything but a well-formed archive of this format and
+    version is an ArchiveError. Nothing is extracted to disk: names are only compared."""
+    try:
+        with zipfile.ZipFile(upload) as archive:
+            raw = _read_member(archive)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
+        log.info("unreadable topic archive: %s", exc)
+        raise ArchiveError(_("This is not a readable zip archive.")) from None
+    except (RuntimeError, NotImplementedError):  # encrypted, or an unsupported compression
+        raise ArchiveError(_("The archive is encrypted or compressed in an unsupported way.")) from None
+    return parse(raw)
+
+
+def _read_member(archive: zipfile.ZipFile) -> bytes:
+    names = [info.filename for info in archive.infolist()]
+    unexpected = [name for name in names if name not in (JSON_NAME, REPORT_NAME)]
+    if unexpected:
+        raise ArchiveError(
+            _("The archive holds an unexpected file: %(name)s.") % {"name": unexpected[0][:100]}
+        )
+    if len(set(names)) != len(names):
+        raise ArchiveError(_("The archive holds the same file twice."))
+    if JSON_NAME not in names:
+        raise ArchiveError(
+            _("The archive has no %(name)s: it is not a MindSearch topic.") % {"name": JSON_NAME}
+        )
+    info = archive.getinfo(JSON_NAME)
+    if info.file_size > MAX_JSON_BYTES:
+        raise ArchiveError(_too_big())
+    with archive.open(info) as member:
+        # zipfile stops at the declared size, so a member lying about it cannot inflate further.
+        raw = member.read(MAX_JSON_BYTES + 1)
+    if len(raw) > MAX_JSON_BYTES:
+        raise ArchiveError(_too_big())
+    return raw
+
+
+def _too_big() -> str:
+    return _("The archive unpacks to more than %(mb)d MB.") % {"mb": MAX_JSON_BYTES // 2**20}
+
+
+def parse(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ArchiveError(_("The archive's %(name)s is not valid JSON.") % {"name": JSON_NAME}) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ArchiveError(_("This is not a MindSearch topic archive."))
+    if data.get("version") != VERSION:
+        message = _("The archive is version %(found)s; this MindSearch reads version %(version)s.")
+        raise ArchiveError(message % {"found": str(data.get("version"))[:20], "version": VERSION})
+    return data
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
+# --- Checking the rows ------------------------------------------------------------------------------
+
+
+@dataclass
+class Checked:
+    """An archive's rows, every value checked against its column; refs still the archive's ids."""
+
+    topic: dict[str, Any]
+    report: dict[str, Any] | None
+    tables: dict[str, list[dict[str, Any]]]
+
+
+def check(data: dict[str, Any]) -> Checked:
+    lists = [data.get(table.name) for table in TABLES]
+    if sum(len(rows) for rows in lists if isinstance(rows, list)) > MAX_ROWS:
+        raise ArchiveError(_("The archive holds more than %(n)d rows.") % {"n": MAX_ROWS})
+    topic = _check_row(Topic, TOPIC_FIELDS, data.get("topic"), "topic")
+    if topic["status"] in Topic.ACTIVE_STATUSES:
+        raise ArchiveError(_("The archive's topic was still being researched when it was exported."))
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for table in TABLES:
+        tables[table.name] = _check_table(table, data.get(table.name, []), tables)
+    report = None
+    if data.get("report") is not None:
+        report = _check_row(Report, REPORT_FIELDS, data["report"], "report")
+        report["sources"] = _check_sources(report["sources"], tables["documents"])
+    return Checked(topic, report, tables)
+
+
+def _check_table(table: Table, rows: Any, earlier: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    if not isinstance(rows, list):
+        raise ArchiveError(_("In the archive, %(table)s is not a list.") % {"table": table.name})
+    known = {name: {row["id"] for row in earlier[target]} for name, target in table.refs.items()}
+    checked, ids = [], set()
+    for index, raw in enumerate(rows):
+        where = f"{table.name}[{index}]"
+        row = _check_row(table.model, table.fields, raw, where)
+        row["id"] = raw.get("id")
+        if type(row["id"]) is not int or row["id"] in ids:
+            raise ArchiveError(_("In the archive, %(row)s has a missing or repeated id.") % {"row": where})
+        ids.add(row["id"])
+        for name in table.refs:
+            row[name] = _check_ref(table.model, name, raw.get(name), known[name], where)
+        checked.append(row)
+    for name in table.unique:
+        _check_unique(table, name, checked)
+    return checked
+
+
+def _check_row(model: type[models.Model], names: tuple[str, ...], raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ArchiveError(_("In the archive, %(row)s is not an object.") % {"row": where})
+    row = {}
+    for name in names:
+        column = model._meta.get_field(name)
+        if name not in raw and (column.has_default() or column.null):
+            row[name] = column.get_default()
+            continue
+        try:
+            row[name] = clean_value(column, raw.get(name))
+        except ValidationError:
+            message = _("In the archive, %(row)s has a missing or invalid %(field)s.")
+            raise ArchiveError(message % {"row": where, "field": name}) from None
+    return row
+
+
+def clean_value(column: models.Field, value: Any) -> Any:
+    """The value as the column stores it, or ValidationError: types are checked, not coerced,
+    so a hostile archive cannot smuggle in what the pipeline would never have written."""
+    if value is None:
+        if column.null:
+            return None
+        raise ValidationError("null")
+    kind = column.get_internal_type()
+    if kind in ("CharField", "TextField"):
+        ok = isinstance(value, str) and _storable(value)
+        ok = ok and (column.max_length is None or len(value) <= column.max_length)
+    elif kind.endswith("IntegerField"):
+        ok = type(value) is int
+        if ok:
+            column.run_validators(value)  # the column's range
+    elif kind == "FloatField":
+        ok = type(value) in (int, float) and math.isfinite(value)
+    elif kind == "BooleanField":
+        ok = type(value) is bool
+    elif kind == "DateTimeField":
+        value = _parse_time(value)
+        ok = value is not None
+    elif kind == "JSONField":
+        ok = isinstance(value, type(column.get_default())) and "\\u0000" not in json.dumps(value)
+    else:
+        ok = False
+    if not ok or (column.choices and value not in dict(column.flatchoices)):
+        raise ValidationError("invalid")
+    return value
+
+
+def _storable(text: str) -> bool:
+    """PostgreSQL text holds neither NUL nor a lone surrogate (which JSON can spell as \\ud800)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _check_ref(model: type[models.Model], name: str, value: Any, known: set[int], where: str) -> int | None:
+    if value is None and model._meta.get_field(name).null:
+        return None
+    if type(value) is not int or value not in known:
+        message = _("In the archive, %(row)s refers to a %(field)s that is not in the archive.")
+        raise ArchiveError(message % {"row": where, "field": name})
+    return value
+
+
+def _check_unique(table: Table, name: str, rows: list[dict[str, Any]]) -> None:
+    values = [row[name] for row in rows if row[name] is not None]
+    if len(set(values)) != len(values):
+        message = _("In the archive, two rows of %(table)s have the same %(field)s.")
+        raise ArchiveError(message % {"table": table.name, "field": name})
+
+
+def _check_sources(sources: list[Any], documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    known = {row["id"] for row in documents}
+    for source in sources:
+        document_id = source.get("document_id") if isinstance(source, dict) else "missing"
+        if document_id is not None and (type(document_id) is not int or document_id not in known):
+            raise ArchiveError(_("In the archive, the report cites a document that is not in it."))
+    return sources
+
+
+# --- Import ----------------------------------------------------------------------------------------
+
+
+def import_archive(upload: IO[bytes], owner: AbstractBaseUser) -> Topic:
+    return import_topic(read_archive(upload), owner)
+
+
+def import_topic(data: dict[str, Any], owner: AbstractBaseUser) -> Topic:
+    """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved."""
+    checked = check(data)
+    try:
+        with transaction.atomic():
+            return _create(checked, owner)
+    except DatabaseError:
+        # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.
+        log.exception("a checked topic archive could not be saved")
+        raise ArchiveError(_("The archive holds data the database refuses.")) from None
+
+
+def _create(checked: Checked, owner: AbstractBaseUser) -> Topic:
+    fields = dict(checked.topic)
+    events = checked.tables["run_events"]
+    fields["last_event_seq"] = max([fields["last_event_seq"], *(event["seq"] for event in events)])
+    topic = Topic.objects.create(owner=owner, **fields)
+    _restore_created_at(Topic, [topic], [checked.topic])
+    new_ids: dict[str, dict[int, int]] = {}
+    for table in TABLES:
+        rows = checked.tables[table.name]
+        objects = [table.model(**_values(table, row, topic, owner, new_ids)) for row in rows]
+        created = table.model.objects.bulk_create(objects, batch_size=500)
+        if "created_at" in table.fields:
+            _restore_created_at(table.model, created, rows)
+        new_ids[table.name] = {row["id"]: obj.pk for row, obj in zip(rows, created, strict=True)}
+    if checked.report is not None:
+        documents = new_ids["documents"]
+        sources = [
+            {**s, "document_id": _new_id(s.get("document_id"), documents)} for s in checked.report["sources"]
+        ]
+        report = Report.objects.create(topic=topic, **{**checked.report, "sources": sources})
+        _restore_created_at(Report, [report], [checked.report])
+    return topic
+
+
+def _values(
+    table: Table,
+    row: dict[str, Any],
+    topic: Topic,
+    owner: AbstractBaseUser,
+    new_ids: dict[str, dict[int, int]],
+) -> dict[str, Any]:
+    values = {name: row[name] for name in table.fields}
+    for name, target in table.refs.items():
+        values[f"{name}_id"] = None if row[name] is None else new_ids[target][row[name]]
+    if table.topic_path == "topic":
+        values["topic"] = topic
+    if table.model is LLMCall:
+        # A record of what the exporter's run cost, not spending by the importer.
+        values.update(user=owner, imported=True)
+    if table.model is RunEvent:
+        values["data"] = _remap_event_data(row["data"], new_ids.get("hits", {}))
+    return values
+
+
+def _remap_event_data(data: dict[str, Any], hit_ids: dict[int, int]) -> dict[str, Any]:
+    """Scoring events name the hits they scored by id; point them at the new rows."""
+    hits = data.get("hits")
+    if not isinstance(hits, list):
+        return data
+    remapped = [
+        {**item, "hit": _new_id(item.get("hit"), hit_ids)} if isinstance(item, dict) else item
+        for item in hits
+    ]
+    return {**data, "hits": remapped}
+
+
+def _new_id(old: Any, new_ids: dict[int, int]) -> int | None:
+    return new_ids.get(old) if type(old) is int else None
+
+
+def _restore_created_at(model: type[models.Model], objects: list[models.Model], rows: list[dict]) -> None:
+    """Creating sets `created_at` to now (auto_now_add); put back when each row was made, which
+    the page shows (the event log's times, the report's date)."""
+    for obj, row in zip(objects, rows, strict=True):
+        obj.created_at = row["created_at"]
+    model.objects.bulk_update(objects, ["created_at"], batch_size=500)
