@@ -233,6 +233,18 @@ LLM_PRICE_OUTPUT_PER_1K = env_float("LLM_PRICE_OUTPUT_PER_1K", 0.0)
 LLM_MODEL_PRICES = env_prices("LLM_MODEL_PRICES")
 LLM_PRICE_CURRENCY = env_str("LLM_PRICE_CURRENCY") or "USD"
 
+# --- Research: deep rounds, source selection (seeds 001, 002) ----------------------------------
+# Deep mode stops when a round's relevant new documents / relevant documents already known falls
+# under the threshold, or after the last allowed round; each round asks this many new sub-queries.
+RESEARCH_DEEP_MAX_ROUNDS = env_int("RESEARCH_DEEP_MAX_ROUNDS", 5)
+RESEARCH_DEEP_GROWTH_THRESHOLD = env_float("RESEARCH_DEEP_GROWTH_THRESHOLD", 0.1)
+RESEARCH_DEEP_SUBQUERIES = env_int("RESEARCH_DEEP_SUBQUERIES", 3)
+RESEARCH_DEEP_SOURCES = env_int("RESEARCH_DEEP_SOURCES", 10)
+# A document counts as relevant (for growth, and for the report) from this summary score (0–10).
+RESEARCH_MIN_SCORE = env_float("RESEARCH_MIN_SCORE", 5.0)
+RESEARCH_SOURCES_PER_SITE = env_int("RESEARCH_SOURCES_PER_SITE", 1)
+RESEARCH_MMR_LAMBDA = env_float("RESEARCH_MMR_LAMBDA", 0.7)
+
 # --- Private documents (uploads) -----------------------------------------------------------------
 UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_BYTES", 20 * 1024 * 1024)
 UPLOAD_MAX_FILES = env_int("UPLOAD_MAX_FILES", 20)

@@ -55,6 +55,17 @@ class Topic(models.Model):
         MONTH = "month", _("Past month")
         YEAR = "year", _("Past year")
 
+    class Domain(models.TextChoices):
+        """The seed's seven domains (ISE): they choose query hints and SearXNG categories."""
+
+        WEATHER = "weather", _("Weather")
+        TRANSPORTATION = "transportation", _("Transportation")
+        FINANCE = "finance", _("Finance")
+        SPORTS = "sports", _("Sports")
+        TEMPORAL_CHANGE = "temporal_change", _("Change over time")
+        LOCATION = "location", _("Places")
+        GENERAL = "general", _("General")
+
     ACTIVE_STATUSES = (Status.PLANNING, Status.QUEUED, Status.RUNNING)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="topics")
@@ -64,6 +75,15 @@ class Topic(models.Model):
     sources = models.CharField(max_length=10, choices=Sources.choices, default=Sources.WEB)
     time_range = models.CharField(max_length=10, choices=TimeRange.choices, blank=True, default="")
     language = models.CharField(max_length=10, default="ru")
+    domain = models.CharField(
+        max_length=20, choices=Domain.choices, blank=True, default="", help_text=_("Empty until routed.")
+    )
+    period_start = models.DateField(
+        null=True,
+        blank=True,
+        help_text=_("The dates the question asks about: the filter for private documents."),
+    )
+    period_end = models.DateField(null=True, blank=True)
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
     stage = models.CharField(max_length=30, blank=True, default="")
     error = models.TextField(blank=True, default="")
@@ -121,6 +141,8 @@ class SubQuery(models.Model):
         LLM = "llm", _("Planned by the LLM")
         FALLBACK = "fallback", _("Planned without an LLM")
         USER = "user", _("Written by the user")
+        DEEP = "deep", _("From what an earlier round found")
+        PERIOD = "period", _("One year of the period asked about")
 
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="subqueries")
     position = models.PositiveIntegerField(default=0)
@@ -135,6 +157,47 @@ class SubQuery(models.Model):
 
     def __str__(self) -> str:
         return self.text[:80]
+
+
+class RoundQuerySet(OwnedQuerySet):
+    owner_field = "topic__owner"
+
+
+class Round(models.Model):
+    """One finished round of a deep topic and the information growth it measured (seed 002).
+
+    Growth = relevant documents new in this round / relevant documents known before it; the
+    topic stops searching when it falls under the threshold or at the last allowed round.
+    """
+
+    class Stop(models.TextChoices):
+        CONTINUED = "", _("Went on to another round")
+        GROWTH = "growth", _("Little new was found")
+        MAX_ROUNDS = "max_rounds", _("The last allowed round")
+        NO_QUERIES = "no_queries", _("No new sub-query was left to ask")
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="rounds")
+    number = models.PositiveIntegerField()
+    subqueries = models.PositiveIntegerField(default=0)
+    documents = models.PositiveIntegerField(default=0, help_text=_("Documents read in this round."))
+    new_documents = models.PositiveIntegerField(
+        default=0, help_text=_("Relevant documents new in this round.")
+    )
+    known_documents = models.PositiveIntegerField(
+        default=0, help_text=_("Relevant documents known before this round.")
+    )
+    growth_rate = models.FloatField()
+    stop_reason = models.CharField(max_length=20, choices=Stop.choices, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = RoundQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["topic", "number"]
+        constraints = [models.UniqueConstraint(fields=["topic", "number"], name="round_unique_number")]
+
+    def __str__(self) -> str:
+        return f"Round {self.number} of {self.topic}: growth {self.growth_rate:.2f}"
 
 
 class SearchQuery(models.Model):

@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from research import usage
 from research.forms import ShareLinkForm
 from research.models import Document, Hit, Report, RunEvent, Topic
+from research.pipeline import deep, passages
 from research.pipeline.answer import SOURCES_HEADING
 from research.rendering import render_markdown
 
@@ -30,6 +31,9 @@ STAGE_LABELS = {
     "cancelled": _("Cancelled"),
     "llm": _("LLM"),
     "run": _("Run"),
+    "route": _("Route"),
+    "years": _("Per-year search"),
+    "deep": _("Deep rounds"),
 }
 
 
@@ -48,7 +52,11 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
         subqueries = topic.subqueries.prefetch_related("search_queries").order_by("round", "position", "id")
         context["subqueries"] = list(subqueries)
     if "progress" in panels:
-        context.update(progress=stage_progress(topic), usage=usage_of(topic))
+        context.update(progress=stage_progress(topic), usage=usage_of(topic), rounds=deep.rounds_of(topic))
+        context["deep_rule"] = {
+            "threshold": settings.RESEARCH_DEEP_GROWTH_THRESHOLD,
+            "max_rounds": settings.RESEARCH_DEEP_MAX_ROUNDS,
+        }
     if "hits" in panels:
         context["hits"] = hits_of(topic)
     if "documents" in panels:
@@ -113,8 +121,15 @@ def sources_of(report: Report) -> list[dict[str, Any]]:
     for source in report.sources:
         document = by_id.get(source["document_id"])
         hit_score = document.hit.score.total if document and document.hit and _scored(document.hit) else None
-        rows.append({**source, "document": document, "hit_score": hit_score})
+        passage_url = _passage_url(source)
+        rows.append({**source, "document": document, "hit_score": hit_score, "passage_url": passage_url})
     return rows
+
+
+def _passage_url(source: dict[str, Any]) -> str:
+    """A link that opens the page at the passage the report drew on (a text fragment)."""
+    cited = source.get("passages") or []
+    return passages.text_fragment_url(source["url"], cited[0]["quote"]) if cited and source["url"] else ""
 
 
 def usage_of(topic: Topic) -> dict[str, Any]:

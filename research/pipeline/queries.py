@@ -8,7 +8,7 @@ from asgiref.sync import async_to_sync
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SearchQuery, SubQuery
-from research.pipeline import extractive
+from research.pipeline import extractive, route
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines, split_by_language
@@ -58,7 +58,9 @@ async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], 
             await db(ctx.warn)(STAGE, f"The LLM could not write queries ({exc}); using keywords instead.")
     fallback_ru, fallback_en = extractive.keyword_queries(subquery.text, limit=PER_LANGUAGE)
     # A language the LLM left out is filled from keywords, so both languages are always searched.
-    return (russian or fallback_ru)[:PER_LANGUAGE], (english or fallback_en)[:PER_LANGUAGE]
+    russian, english = (russian or fallback_ru)[:PER_LANGUAGE], (english or fallback_en)[:PER_LANGUAGE]
+    domain = ctx.topic.domain
+    return route.enhance_queries(russian, domain, "ru"), route.enhance_queries(english, domain, "en")
 
 
 def _save(subquery: SubQuery, russian: list[str], english: list[str]) -> None:

@@ -1,9 +1,12 @@
-"""The run loop: plan, wait for the user's approval, then each stage in turn.
+"""The run loop: route, plan, wait for the user's approval, then each stage in turn.
 
 Every stage reads the rows of the stage before, skips what is already done and saves as it goes,
 so running a topic again — after a crash, a kill or a re-queue — continues where it stopped.
 A PostgreSQL advisory lock per topic keeps two workers from running one topic at once; the lock
 dies with its connection, so a killed worker never leaves a topic locked.
+
+A deep topic repeats the search-to-scored-summaries stages once per round until `deep` says
+the rounds found little new; the report is then written from all of them.
 """
 
 from __future__ import annotations
@@ -11,17 +14,31 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 
 from django.db import connection
 from django.utils import timezone
 
 from research.models import RunEvent, Topic
-from research.pipeline import answer, plan, queries, read, score_hits, score_summaries, search, summarise
+from research.pipeline import (
+    answer,
+    deep,
+    plan,
+    queries,
+    read,
+    route,
+    score_hits,
+    score_summaries,
+    search,
+    summarise,
+    years,
+)
 from research.pipeline.context import Cancelled, RunContext, StageError
 
 log = logging.getLogger(__name__)
 
-STAGES = (queries, search, score_hits, read, summarise, score_summaries, answer)
+# One round: what each sub-query not yet done needs, up to its scored summaries.
+ROUND_STAGES = (queries, search, years, score_hits, read, summarise, score_summaries)
 LOCK_NAMESPACE = 7_301  # first key of pg_try_advisory_lock(int, int): "research topic"
 
 Listener = Callable[[RunEvent], None]
@@ -37,7 +54,9 @@ def plan_topic(topic_id: int, listeners: list[Listener] | None = None) -> bool:
             return topic.status == Topic.Status.QUEUED
         topic.set_status(Topic.Status.PLANNING, heartbeat_at=timezone.now())
         ctx = RunContext.for_topic(topic, listeners)
-        if not _guarded(ctx, lambda: plan.run(ctx)):
+        if not _guarded(ctx, lambda: _route_then_plan(ctx)):
+            return False
+        if topic.status == Topic.Status.COMPLETED:  # answered directly, nothing to plan
             return False
         if topic.auto_approve:
             topic.set_status(Topic.Status.QUEUED)
@@ -66,13 +85,37 @@ def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
         return topic.status
 
 
+def _route_then_plan(ctx: RunContext) -> None:
+    if _stage(ctx, route):
+        _answered_directly(ctx)
+        return
+    plan.run(ctx)
+
+
+def _answered_directly(ctx: RunContext) -> None:
+    now = timezone.now()
+    ctx.topic.set_status(
+        Topic.Status.COMPLETED, started_at=ctx.topic.started_at or now, finished_at=now, stage=""
+    )
+    ctx.emit("done", "The answer is ready")
+
+
 def _run_stages(ctx: RunContext) -> None:
-    for stage in STAGES:
-        ctx.check_cancelled()
-        name = stage.STAGE
-        if ctx.topic.stage != name:
-            ctx.topic.set_status(Topic.Status.RUNNING, stage=name)
-        stage.run(ctx)
+    if _stage(ctx, route):  # a copy of a topic that was answered directly
+        return
+    while True:
+        for stage in ROUND_STAGES:
+            _stage(ctx, stage)
+        if not _stage(ctx, deep):
+            break
+    _stage(ctx, answer)
+
+
+def _stage(ctx: RunContext, stage: ModuleType) -> bool | None:
+    ctx.check_cancelled()
+    if ctx.topic.stage != stage.STAGE:
+        ctx.topic.set_status(ctx.topic.status, stage=stage.STAGE)
+    return stage.run(ctx)
 
 
 def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:

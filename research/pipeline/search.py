@@ -12,7 +12,7 @@ from django.utils.dateparse import parse_datetime
 
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
-from research.pipeline import cache
+from research.pipeline import cache, route
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.urls import normalize_url
 
@@ -79,11 +79,16 @@ async def _search_all(ctx: RunContext, pending: list[SearchQuery], total: int) -
 
 
 async def _search(ctx: RunContext, query: SearchQuery) -> dict:
-    key = cache.make_key("search", query.text, query.language, ctx.topic.time_range, 1)
+    categories = route.categories_for(ctx.topic.domain, ctx.question, ctx.topic.time_range)
+    parts = ("search", query.text, query.language, ctx.topic.time_range, 1)
+    # The default category adds nothing to the key, so earlier entries stay valid.
+    key = cache.make_key(*parts, categories) if categories else cache.make_key(*parts)
     cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key)
     if cached is not None:
         return cached
-    response = await websearch.search(query.text, language=query.language, time_range=ctx.topic.time_range)
+    response = await websearch.search(
+        query.text, language=query.language, time_range=ctx.topic.time_range, categories=categories
+    )
     payload = {
         "results": [_as_payload(result) for result in response.results[:RESULTS_PER_QUERY]],
         "unresponsive_engines": response.unresponsive_engines,

@@ -13,13 +13,13 @@ from asgiref.sync import async_to_sync
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Document, Scores, Summary
-from research.pipeline import extractive
+from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 
 STAGE = "summarise"
-# What the summariser sees of a long page; the answer stage still gets the full text.
-MAX_INPUT_CHARS = 24_000
+# What the summariser sees of a long page: its passages most about the sub-query.
+MAX_INPUT_CHARS = passages.SUMMARY_BUDGET
 
 
 def run(ctx: RunContext) -> None:
@@ -48,8 +48,9 @@ def _save(document: Document, text: str, origin: str) -> int:
 
 
 async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
+    excerpt = await db(passages.document_excerpt)(document, ctx.question, MAX_INPUT_CHARS)
     if ctx.llm_enabled:
-        request = f"Текст для summary:\n{data_block(document.text[:MAX_INPUT_CHARS])}"
+        request = f"Текст для summary:\n{data_block(excerpt)}"
         private = document.fetched_via == Document.FetchedVia.PRIVATE
         try:
             text = await ask(
@@ -60,4 +61,4 @@ async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
         else:
             if text.strip():
                 return text.strip(), Scores.Origin.LLM
-    return extractive.extractive_summary(document.text, ctx.question), Scores.Origin.FALLBACK
+    return extractive.extractive_summary(excerpt, ctx.question), Scores.Origin.FALLBACK

@@ -208,10 +208,11 @@ def test_a_wrong_llm_key_falls_back_once_and_says_why(alice: User, loopback: Wor
     settings.AITUNNEL_API_KEY = "wrong-key"
     topic = research(new_topic(alice, auto_approve=True))
     assert topic.status == Topic.Status.COMPLETED, topic.error
-    # Planning is rejected once; the run tries again (the key may have been fixed meanwhile),
-    # its concurrent first calls are rejected, and after that the LLM is never asked again.
+    # Routing, the topic's first call, is rejected once and planning goes on without the LLM;
+    # the run tries again (the key may have been fixed meanwhile), its concurrent first calls
+    # are rejected, and after that the LLM is never asked again.
     assert len(loopback.llm.requests) == 1 + topic.subqueries.count()
-    assert set(LLMCall.objects.filter(topic=topic).values_list("stage", flat=True)) == {"plan", "queries"}
+    assert set(LLMCall.objects.filter(topic=topic).values_list("stage", flat=True)) == {"route", "queries"}
     warning = RunEvent.objects.filter(topic=topic, level="warning", stage="llm").last()
     assert "API key" in warning.message
     assert topic.report.model == ""

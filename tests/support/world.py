@@ -139,6 +139,15 @@ class ScriptedLLM:
         keys = ["соответствие_запросу", "соответствие_направлению", "полнота", "точность", "структура"]
         return {"заголовок": title.upper() if relevance % 2 else title, **dict.fromkeys(keys, relevance)}
 
+    def route(self, user: str) -> str:
+        return '{"domain": "general", "needs_search": true}'
+
+    def expand(self, user: str) -> str:
+        return "ПОДЗАПРОС: Mixture of Tokens transition tuning | ОЦЕНКА: 7"
+
+    def direct(self, user: str) -> str:
+        return "Здравствуйте! Задайте тему для исследования."
+
     def summarise(self, user: str) -> str:
         body = user.split("<<<ДАННЫЕ", 1)[-1]
         sentences = re.findall(r"[^.!?\n]+[.!?]", body)
@@ -157,6 +166,12 @@ class ScriptedLLM:
 
 
 def prompt_kind(system: str) -> str:
+    if "классификатор запросов" in system:
+        return "route"
+    if "следующего раунда" in system:
+        return "expand"
+    if "можно ответить без поиска" in system:
+        return "direct"
     if "подзапросов" in system:
         return "plan"
     if "поисковые запросы" in system:
@@ -224,6 +239,9 @@ class World:
             "LIMIT_SEARCHXNG_RPM": 0,
             "LIMIT_JINA_RPS": 0,
             "LIMIT_AITUNNEL_RPS": 0,
+            # Every page of this world is on one host; the per-site cap is tested on a world
+            # of many sites (tests/support/deep_world.py).
+            "RESEARCH_SOURCES_PER_SITE": 0,
         }
 
     def env(self) -> dict[str, str]:

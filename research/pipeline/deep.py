@@ -1,0 +1,320 @@
+"""Deep mode (seed 002): rounds of search that go on while they still find something new.
+
+After each round the information growth rate is measured: relevant documents new in the round
+over relevant documents known before it ("relevant": summary score of `RESEARCH_MIN_SCORE` or
+more). Under `RESEARCH_DEEP_GROWTH_THRESHOLD`, or at `RESEARCH_DEEP_MAX_ROUNDS`, the search
+stops. Otherwise the next round's sub-queries are drawn from what was learned:
+
+1. for each sub-query of the round, the LLM reads the summaries found for it and proposes new
+   sub-queries, each scored 0–10 for how much the original question needs it (without an LLM,
+   the names and terms the summaries add are proposed, scored by how closely their sentences
+   keep to the question);
+2. all proposals go into one pool and the best are chosen globally (not a fixed number per
+   sub-query), skipping what was already asked;
+3. each is merged with the question's subject, so a bare name still searches the topic.
+
+The round's sub-queries then go through the same stages as the first round's; every stage
+skips what is done, so a run that dies in round 3 resumes in round 3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Max
+
+from mindsearch.clients.llm import LLMError
+from research.models import CacheEntry, Document, Round, SubQuery, Topic
+from research.pipeline import extractive
+from research.pipeline.context import RunContext, db
+from research.pipeline.llm import ask, data_block, load_prompt
+from research.pipeline.parsing import parse_prefixed_lines
+
+STAGE = "deep"
+PROPOSALS_PER_SUBQUERY = 5
+SUMMARIES_PER_SUBQUERY = 5
+# A proposal whose words are mostly those of an asked sub-query asks nothing new.
+DUPLICATE_SHARE = 0.8
+SUBJECT_WORDS = 8
+_SCORE = re.compile(
+    r"\s*[|;]?\s*(?:оценка|score|relevance|релевантность)\s*[:：=]\s*(\d+(?:[.,]\d+)?)\s*(?:/\s*10)?\s*$",
+    re.I,
+)
+_CLAUSE_END = re.compile(r"[,;:?!.]|\s(?:и|а также|в том числе|включая|and|including|as well as)\s", re.I)
+_NAME = re.compile(r"[A-ZА-ЯЁ][\w\-]*(?:\s+(?:of\s+|de\s+|и\s+)?[A-ZА-ЯЁ0-9][\w\-]*)*")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    text: str
+    score: float  # 0–10: how much the original question needs it
+
+
+def run(ctx: RunContext) -> bool:
+    """Measure the round just finished; True when another round was planned."""
+    topic = ctx.topic
+    if topic.mode != Topic.Mode.DEEP:
+        return False
+    number = current_round(topic)
+    measured = Round.objects.filter(topic=topic, number=number).first() or _measure(ctx, number)
+    if measured.stop_reason:
+        return False
+    reason = stop_reason(measured.growth_rate, number)
+    if reason:
+        return _stop(ctx, measured, reason)
+    texts = next_subqueries(ctx, number)
+    if not texts:
+        return _stop(ctx, measured, Round.Stop.NO_QUERIES)
+    _start_round(ctx, number + 1, texts)
+    return True
+
+
+def current_round(topic: Topic) -> int:
+    return topic.subqueries.aggregate(last=Max("round"))["last"] or 1
+
+
+def growth_rate(new: int, known: int) -> float:
+    """Seed 002: new / max(known, 1), so a first round's growth is its count of finds."""
+    return new / max(known, 1)
+
+
+def stop_reason(growth: float, number: int) -> str:
+    if growth < settings.RESEARCH_DEEP_GROWTH_THRESHOLD:
+        return Round.Stop.GROWTH
+    if number >= settings.RESEARCH_DEEP_MAX_ROUNDS:
+        return Round.Stop.MAX_ROUNDS
+    return ""
+
+
+def _measure(ctx: RunContext, number: int) -> Round:
+    topic = ctx.topic
+    documents = Document.objects.filter(topic=topic)
+    relevant = documents.filter(summary__score__total__gte=settings.RESEARCH_MIN_SCORE)
+    new = relevant.filter(round=number).count()
+    known = relevant.filter(round__lt=number).count()
+    measured, _ = Round.objects.get_or_create(
+        topic=topic,
+        number=number,
+        defaults={
+            "subqueries": topic.subqueries.filter(round=number).count(),
+            "documents": documents.filter(round=number).count(),
+            "new_documents": new,
+            "known_documents": known,
+            "growth_rate": growth_rate(new, known),
+        },
+    )
+    ctx.emit(
+        STAGE,
+        f"Round {number}: {new} relevant new documents, {known} known before; "
+        f"growth {measured.growth_rate:.2f}",
+        data={"round": number, "new": new, "known": known, "growth": round(measured.growth_rate, 3)},
+    )
+    return measured
+
+
+def _stop(ctx: RunContext, measured: Round, reason: str) -> bool:
+    measured.stop_reason = reason
+    measured.save(update_fields=["stop_reason"])
+    why = {
+        Round.Stop.GROWTH: f"growth {measured.growth_rate:.2f} is under "
+        f"{settings.RESEARCH_DEEP_GROWTH_THRESHOLD:g}",
+        Round.Stop.MAX_ROUNDS: f"round {measured.number} is the last allowed",
+        Round.Stop.NO_QUERIES: "no new sub-query was left to ask",
+    }[reason]
+    ctx.emit(STAGE, f"Stopped searching after round {measured.number}: {why}", data={"stop": reason})
+    return False
+
+
+def _start_round(ctx: RunContext, number: int, texts: list[str]) -> None:
+    with transaction.atomic():
+        SubQuery.objects.bulk_create(
+            SubQuery(topic=ctx.topic, position=i, text=text, origin=SubQuery.Origin.DEEP, round=number)
+            for i, text in enumerate(texts)
+        )
+    ctx.emit(
+        STAGE,
+        f"Round {number}: {len(texts)} new sub-queries from what was found",
+        data={"round": number, "subqueries": texts},
+    )
+
+
+# --- the next round's sub-queries ------------------------------------------------------------------
+
+
+def next_subqueries(ctx: RunContext, number: int) -> list[str]:
+    asked = list(ctx.topic.subqueries.values_list("text", flat=True))
+    learned = _learned(ctx.topic, number)
+    proposals: list[Proposal] = []
+    if ctx.llm_enabled:
+        proposals = async_to_sync(_propose_all)(ctx, learned, asked)
+    if not proposals:
+        proposals = keyword_proposals(ctx.question, learned, asked)
+    chosen = choose(proposals, asked, settings.RESEARCH_DEEP_SUBQUERIES)
+    return [merge_with_question(proposal.text, ctx.question) for proposal in chosen]
+
+
+# (sub-query text, [(title, summary, summary score)], from private documents)
+Learned = list[tuple[str, list[tuple[str, str, float]], bool]]
+
+
+def _learned(topic: Topic, number: int) -> Learned:
+    """What the round found, per sub-query: its best summaries first."""
+    documents = (
+        Document.objects.filter(topic=topic, round=number, summary__score__isnull=False)
+        .select_related("hit__subquery", "summary__score")
+        .order_by("-summary__score__total", "url", "title")
+    )
+    groups: dict[str, tuple[list[tuple[str, str, float]], list[bool]]] = {}
+    for document in documents:
+        direction = document.hit.subquery.text if document.hit else document.title
+        items, private = groups.setdefault(direction, ([], []))
+        if len(items) < SUMMARIES_PER_SUBQUERY:
+            items.append(
+                (document.title or document.url, document.summary.text, document.summary.score.total)
+            )
+            private.append(document.fetched_via == Document.FetchedVia.PRIVATE)
+    return [(direction, items, any(private)) for direction, (items, private) in groups.items()]
+
+
+async def _propose_all(ctx: RunContext, learned: Learned, asked: list[str]) -> list[Proposal]:
+    found = await asyncio.gather(
+        *(_propose(ctx, direction, items, private, asked) for direction, items, private in learned)
+    )
+    return [proposal for proposals in found for proposal in proposals]
+
+
+async def _propose(
+    ctx: RunContext, direction: str, items: list[tuple[str, str, float]], private: bool, asked: list[str]
+) -> list[Proposal]:
+    listing = "\n\n".join(f"[{n}] {title}\n{summary}" for n, (title, summary, _) in enumerate(items, 1))
+    request = (
+        f"Исходный запрос: {ctx.question}\nНаправление поиска: {direction}\n"
+        "Уже заданные подзапросы:\n" + "\n".join(f"- {text}" for text in asked) + "\n\n"
+        f"Найдено по этому направлению:\n{data_block(listing)}"
+    )
+    try:
+        answer = await ask(
+            ctx, STAGE, load_prompt("expand"), request, kind=CacheEntry.Kind.SEARCH_QUERIES, private=private
+        )
+    except LLMError as exc:
+        await db(ctx.warn)(STAGE, f"The LLM could not propose sub-queries ({exc}); using keywords.")
+        return []
+    return parse_proposals(answer)[:PROPOSALS_PER_SUBQUERY]
+
+
+def parse_proposals(answer: str) -> list[Proposal]:
+    """ПОДЗАПРОС: lines with their ОЦЕНКА ("… | ОЦЕНКА: 8"); a proposal without one scores 5."""
+    proposals = []
+    for line in parse_prefixed_lines(answer, "ПОДЗАПРОС:"):
+        found = _SCORE.search(line)
+        text = line[: found.start()] if found else line
+        text = text.strip(" |;—-\"'«»")
+        score = min(10.0, float(found.group(1).replace(",", "."))) if found else 5.0
+        if extractive.tokenize(text):
+            proposals.append(Proposal(text, score))
+    return proposals
+
+
+def keyword_proposals(question: str, learned: Learned, asked: list[str]) -> list[Proposal]:
+    """Without an LLM: names and terms the summaries add, scored by how closely their sentence
+    keeps to the question and how good its summary was."""
+    known = set(extractive.tokenize(" ".join([question, *asked])))
+    wanted = set(extractive.tokenize(question))
+    best: dict[str, Proposal] = {}
+    for direction, items, _private in learned:
+        focus = wanted | set(extractive.tokenize(direction))
+        for _title, summary, score in items:
+            for sentence in re.split(r"(?<=[.!?…])\s+", summary):
+                tokens = set(extractive.tokenize(sentence))
+                phrase = novel_phrase(sentence, known)
+                if not phrase or not tokens:
+                    continue
+                closeness = min(1.0, len(tokens & focus) / max(len(wanted), 1))
+                proposal = Proposal(phrase, round(closeness * score, 1))
+                key = phrase.casefold()
+                if key not in best or best[key].score < proposal.score:
+                    best[key] = proposal
+    return sorted(best.values(), key=lambda proposal: -proposal.score)
+
+
+def novel_phrase(sentence: str, known: set[str]) -> str:
+    """A name the sentence mentions that the question and sub-queries do not (its first such
+    capitalised run of words), or else its longest run of new content words (up to four)."""
+    for match in _NAME.finditer(sentence):
+        words = [word for word in match.group(0).split() if extractive.tokenize(word)]
+        novel = [word for word in words if not set(extractive.tokenize(word)) <= known]
+        if novel:
+            return " ".join(words)
+    runs, current = [], []
+    for word in re.findall(r"[^\W_][\w\-]*", sentence):
+        tokens = extractive.tokenize(word)
+        if tokens and not set(tokens) <= known:
+            current.append(word)
+        else:
+            runs.append(current)
+            current = []
+    runs.append(current)
+    longest = max(runs, key=len)
+    return " ".join(longest[:4]) if len(longest) >= 2 else ""
+
+
+def choose(proposals: list[Proposal], asked: list[str], limit: int) -> list[Proposal]:
+    """The best proposals of the whole pool, none repeating what is asked or already chosen."""
+    taken = [set(extractive.tokenize(text)) for text in asked]
+    chosen: list[Proposal] = []
+    for proposal in sorted(proposals, key=lambda p: -p.score):
+        if len(chosen) >= limit:
+            break
+        tokens = set(extractive.tokenize(proposal.text))
+        if tokens and not any(len(tokens & other) >= DUPLICATE_SHARE * len(tokens) for other in taken):
+            chosen.append(proposal)
+            taken.append(tokens)
+    return chosen
+
+
+def question_subject(question: str) -> str:
+    """What the question is about: its first clause without the request words, a few words long."""
+    cleaned = (extractive.keyword_subqueries(question, limit=1) or [question])[0]
+    subject = _CLAUSE_END.split(cleaned, maxsplit=1)[0].strip()
+    return " ".join(subject.split()[:SUBJECT_WORDS])
+
+
+def merge_with_question(text: str, question: str) -> str:
+    """The proposal, with the question's subject added when the proposal does not name it."""
+    subject = question_subject(question)
+    if not subject or set(extractive.tokenize(subject)) <= set(extractive.tokenize(text)):
+        return text
+    return f"{text} — {subject}"
+
+
+# --- for the topic page ----------------------------------------------------------------------------
+
+
+def rounds_of(topic: Topic) -> list[dict]:
+    """Each round of a deep topic: its sub-queries, documents, growth and why it stopped; the
+    round under way has no growth yet."""
+    if topic.mode != Topic.Mode.DEEP:
+        return []
+    measured = {row.number: row for row in topic.rounds.all()}
+    asked = dict(topic.subqueries.values_list("round").annotate(n=Count("id")))
+    read = dict(Document.objects.filter(topic=topic).values_list("round").annotate(n=Count("id")))
+    rows = []
+    for number in sorted(set(asked) | set(measured)):
+        row = measured.get(number)
+        rows.append(
+            {
+                "number": number,
+                "subqueries": asked.get(number, 0),
+                "documents": read.get(number, 0),
+                "new": row.new_documents if row else None,
+                "known": row.known_documents if row else None,
+                "growth": row.growth_rate if row else None,
+                "stop": row.get_stop_reason_display() if row and row.stop_reason else "",
+            }
+        )
+    return rows

@@ -1,0 +1,346 @@
+"""Stage 0: what kind of question this is, and whether it needs a search at all (seed 001).
+
+The LLM sorts the question into one of the seed's seven domains and says whether a search is
+needed; when it cannot, keywords decide the domain. The domain adds a hint to the search
+queries and picks SearXNG's categories. A time phrase in the question becomes the topic's
+`time_range` (unless the user chose one) and the period its private documents are filtered to.
+
+Greetings and questions that need no search are answered here, in one short LLM call (or a
+fixed reply without an LLM), and the topic is done: no plan, no search, no pages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+
+from mindsearch.clients.llm import LLMError, parse_json
+from research.models import CacheEntry, Report, Topic
+from research.pipeline import timeparse
+from research.pipeline.context import RunContext
+from research.pipeline.llm import ask, load_prompt
+from research.pipeline.parsing import is_russian
+
+STAGE = "route"
+Domain = Topic.Domain
+# The LLM's "no search needed" is trusted for short messages only: a long question put to a
+# research tool wants research, whatever a classifier thinks.
+MAX_WORDS_WITHOUT_SEARCH = 30
+DIRECT_MAX_TOKENS = 400
+_WINDOW_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+
+
+@dataclass(frozen=True)
+class Route:
+    domain: str
+    needs_search: bool
+    by_llm: bool
+
+
+def run(ctx: RunContext) -> bool:
+    """Route the topic once; True when it was answered directly and needs nothing more."""
+    topic = ctx.topic
+    if topic.domain:
+        return answered_directly(topic)
+    # Relative phrases are read on the day the question was asked, so a resumed run agrees.
+    today = timezone.localdate(topic.created_at)
+    period = timeparse.parse_period(topic.question, today)
+    route = (
+        Route(Domain.GENERAL, False, False)
+        if looks_like_small_talk(topic.question)
+        else _classify(ctx, period)
+    )
+    if not route.needs_search and _may_skip_search(topic, route):
+        markdown, model = _direct_answer(ctx)
+        if markdown:
+            _save_direct_answer(ctx, route, markdown, model)
+            return True
+    _save_route(topic, route, period, today)
+    ctx.emit(STAGE, _describe(topic, route), done=1, total=1, data=_route_data(topic, route))
+    return False
+
+
+def answered_directly(topic: Topic) -> bool:
+    return Report.objects.filter(topic=topic).exists() and not topic.subqueries.exists()
+
+
+# --- classification ---------------------------------------------------------------------------------
+
+
+def _classify(ctx: RunContext, period: timeparse.Period | None) -> Route:
+    fallback = Route(classify_by_keywords(ctx.question, period), True, False)
+    if not ctx.llm_enabled:
+        return fallback
+    try:
+        answer = async_to_sync(ask)(
+            ctx,
+            STAGE,
+            load_prompt("route"),
+            f'Запрос: "{ctx.question}"',
+            kind=CacheEntry.Kind.SEARCH_QUERIES,
+            max_tokens=60,
+        )
+        return parse_route(parse_json(answer), fallback)
+    except LLMError as exc:
+        ctx.warn(STAGE, f"The LLM could not classify the question ({exc}); classified by keywords.")
+        return fallback
+
+
+def parse_route(answer: object, fallback: Route) -> Route:
+    """The LLM's {"domain": …, "needs_search": …}; what it left out or got wrong comes from keywords."""
+    if not isinstance(answer, dict):
+        return fallback
+    domain = str(answer.get("domain", "")).strip().lower().replace("-", "_").replace(" ", "_")
+    needs = answer.get("needs_search", True)
+    if isinstance(needs, str):
+        needs = needs.strip().lower() not in ("false", "no", "нет", "0")
+    known = domain in Domain.values
+    return Route(domain if known else fallback.domain, bool(needs), by_llm=known)
+
+
+def _may_skip_search(topic: Topic, route: Route) -> bool:
+    """Small talk never needs a search; a question only when the LLM said so and it is a short
+    one about the web (the user's documents are searched whatever the LLM knows)."""
+    if looks_like_small_talk(topic.question):
+        return True
+    return (
+        route.by_llm
+        and topic.sources == Topic.Sources.WEB
+        and len(topic.question.split()) <= MAX_WORDS_WITHOUT_SEARCH
+    )
+
+
+def _words(*phrases: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(rf"\b{phrase}") for phrase in phrases)
+
+
+# Stems and phrases that point at a domain; matched at word starts in lower-cased text.
+DOMAIN_WORDS: dict[str, tuple[re.Pattern[str], ...]] = {
+    Domain.WEATHER: _words(
+        "погод", "температур", "осадк", "дожд", "снегопад", "ливн", "гроз", "метео", "заморозк",
+        r"weather\b", "forecast", "temperature", r"rain", "snowfall", "humidity", "storm", "heatwave",
+    ),
+    Domain.TRANSPORTATION: _words(
+        "поезд", "электричк", "рейс", "авиабилет", "аэропорт", "вокзал", r"метро\b", "автобус", "трамва",
+        "маршрут", "пробк", "расписани", "такси", r"ржд\b", r"trains?\b", r"flights?\b", "airport", "airline",
+        "subway", r"metro\b", r"bus(?:es)?\b", r"trams?\b", r"routes?\b", "traffic", "transit", "commute",
+        "railway", "timetable",
+    ),
+    Domain.FINANCE: _words(
+        r"акци[яийею]", "котировк", r"курс (?:доллар|евро|рубл|юан|валют|биткоин)", "бирж",
+        "инфляци", r"ключев\w+ ставк", "дивиденд", "капитализац", "выручк", "облигац", "биткоин",
+        "криптовалют", r"ipo\b", r"stocks?\b", r"share price", "nasdaq", r"nyse\b", r"s&p", r"market cap",
+        "dividend", "earnings", "inflation", r"interest rates?", "bitcoin", r"crypto", r"exchange rates?",
+        "revenue", r"bonds?\b", "финанс", r"financ",
+    ),
+    Domain.SPORTS: _words(
+        r"матч", "турнир", "чемпионат", r"лиг[аиуе]\b", "футбол", "хокке", "баскетбол", "теннис", "олимпи",
+        r"сборн\w+ (?:росси|по)", r"кубок", r"нхл\b", r"кхл\b", r"nba\b", r"nhl\b", r"nfl\b", r"fifa\b",
+        r"uefa\b", "premier league", r"match(?:es)?\b", "tournament", "championship", r"leagues?\b",
+        r"football", "soccer", "basketball", r"tennis", "olympic", "roster", "world cup", "grand prix",
+    ),
+    Domain.TEMPORAL_CHANGE: _words(
+        "изменил", "изменени", r"менял", "динамик", "эволюц", r"по годам", r"за годы", "тенденц", "тренд",
+        r"history of", r"how (?:has|have|did) .{0,60}chang", "changed", r"over the years", r"over time",
+        r"year over year", r"trends?\b", "evolution", "timeline",
+    ),
+    Domain.LOCATION: _words(
+        r"где находится", r"адрес", r"как (?:добраться|доехать|пройти)", r"рядом с", "поблизости",
+        "ближайш", r"на карте", r"where is", r"address", r"located", r"directions to", "nearby",
+        r"near me", "closest", r"how (?:do i|to) get to",
+    ),
+}  # fmt: skip
+# Ties go to the more specific domain.
+_DOMAIN_ORDER = (
+    Domain.WEATHER,
+    Domain.TRANSPORTATION,
+    Domain.FINANCE,
+    Domain.SPORTS,
+    Domain.LOCATION,
+    Domain.TEMPORAL_CHANGE,
+)
+
+
+def classify_by_keywords(question: str, period: timeparse.Period | None = None) -> str:
+    """The domain whose words the question uses most; a span of years counts for change over time."""
+    text = _normal(question)
+    counts = {
+        domain: sum(1 for word in DOMAIN_WORDS[domain] if word.search(text)) for domain in _DOMAIN_ORDER
+    }
+    if period is not None and len(period.years) >= 2:
+        counts[Domain.TEMPORAL_CHANGE] += 1
+    best = max(_DOMAIN_ORDER, key=lambda domain: counts[domain])
+    return best if counts[best] else Domain.GENERAL
+
+
+def _normal(text: str) -> str:
+    return " ".join((text or "").lower().replace("ё", "е").split())
+
+
+# --- small talk ------------------------------------------------------------------------------------
+
+_SMALL_TALK = re.compile(
+    r"привет\w*|здравству\w*|добр\w+ (?:утро|день|вечер|ночи)|хай|салют|спасибо|благодар\w+|пока"
+    r"|до свидания|как (?:у (?:тебя|вас) )?дела|как ты|как поживаешь|кто ты|ты кто|что ты умеешь"
+    r"|что умеешь|ок|окей|hi|hello|hey|hiya|greetings|good (?:morning|afternoon|evening|night)"
+    r"|thanks|thank you|bye|goodbye|how are you(?: doing)?|who are you|what can you do|ok|okay"
+)
+_FILLER = re.compile(
+    r"большое|огромное|очень|тебе|вам|всем|еще|снова|дорогой|друг|бот|mindsearch|there|so much"
+    r"|very much|a lot|again|friend|mate|bot|you|и|and"
+)
+_SMALL_TALK_TEXT = re.compile(rf"(?:(?:{_SMALL_TALK.pattern}|{_FILLER.pattern})(?:\s+|$))+")
+
+
+def looks_like_small_talk(question: str) -> bool:
+    """A message made only of greetings, thanks and pleasantries ("Привет! Как дела?")."""
+    text = re.sub(r"[^\w\s&]", " ", _normal(question))
+    text = " ".join(text.split())
+    return bool(text) and _SMALL_TALK_TEXT.fullmatch(text + " ") is not None
+
+
+# --- direct answers --------------------------------------------------------------------------------
+
+
+def _direct_answer(ctx: RunContext) -> tuple[str, str]:
+    """(Markdown, model) of a short reply; ("", "") when only a search can answer."""
+    if ctx.llm_enabled:
+        try:
+            text = async_to_sync(ask)(
+                ctx,
+                "answer",
+                load_prompt("direct"),
+                f"Сообщение пользователя: {ctx.question}",
+                kind=CacheEntry.Kind.ANSWERS,
+                max_tokens=DIRECT_MAX_TOKENS,
+            )
+        except LLMError as exc:
+            ctx.warn(STAGE, f"The LLM could not answer directly ({exc}).")
+        else:
+            if text.strip():
+                return text.strip(), ctx.model
+    if looks_like_small_talk(ctx.question):
+        return _fixed_reply(ctx.question), ""
+    return "", ""
+
+
+def _fixed_reply(question: str) -> str:
+    if is_russian(question):
+        return (
+            "Здравствуйте! Я MindSearch: задайте тему, и я найду источники в интернете и в ваших "
+            "документах и напишу отчёт со ссылками на них."
+        )
+    return (
+        "Hello! I am MindSearch: give me a topic and I will research it in web sources and your "
+        "documents and write a report that cites them."
+    )
+
+
+def _save_direct_answer(ctx: RunContext, route: Route, markdown: str, model: str) -> None:
+    topic = ctx.topic
+    with transaction.atomic():
+        Report.objects.get_or_create(
+            topic=topic, defaults={"markdown": markdown, "sources": [], "model": model}
+        )
+        topic.domain = route.domain
+        topic.save(update_fields=["domain", "updated_at"])
+    ctx.emit("answer", "Answered directly: this message needs no search", done=1, total=1)
+
+
+# --- what the route changes in the search --------------------------------------------------------
+
+
+def _save_route(topic: Topic, route: Route, period: timeparse.Period | None, today: date) -> None:
+    topic.domain = route.domain
+    if period is not None and not topic.time_range:
+        topic.time_range = period.time_range
+    if period is not None:
+        topic.period_start, topic.period_end = period.start, period.end
+    elif topic.time_range:
+        topic.period_start = today - timedelta(days=_WINDOW_DAYS[topic.time_range])
+        topic.period_end = today
+    topic.save(update_fields=["domain", "time_range", "period_start", "period_end", "updated_at"])
+
+
+def _describe(topic: Topic, route: Route) -> str:
+    how = "by the LLM" if route.by_llm else "by keywords"
+    parts = [f"Domain: {topic.get_domain_display()} ({how})"]
+    categories = categories_for(topic.domain, topic.question, topic.time_range)
+    parts.append(f"search categories: {categories or 'general'}")
+    if topic.period_start:
+        parts.append(f"period {topic.period_start:%Y-%m-%d} – {topic.period_end:%Y-%m-%d}")
+    if topic.time_range:
+        parts.append(f"time range: {topic.time_range}")
+    return "; ".join(parts)
+
+
+def _route_data(topic: Topic, route: Route) -> dict:
+    return {
+        "domain": topic.domain,
+        "by_llm": route.by_llm,
+        "time_range": topic.time_range,
+        "period": [str(topic.period_start), str(topic.period_end)] if topic.period_start else None,
+    }
+
+
+_NEWS_DOMAINS = {Domain.FINANCE, Domain.SPORTS, Domain.TRANSPORTATION, Domain.WEATHER}
+_SCIENCE = _words(
+    "исследовани", "научн", "статья", "статьи", "учены", "клиническ", r"физик", r"биолог", r"хими",
+    r"медицин", r"генет", r"research", r"papers?\b", r"stud(?:y|ies)\b", "scientific", r"arxiv",
+    r"clinical", r"physics", r"biolog", r"chemi", r"genom", r"theorem", r"теорем",
+)  # fmt: skip
+_IT = _words(
+    r"python", r"javascript", r"typescript", r"java\b", r"rust\b", r"golang", r"c\+\+", r"sql\b",
+    r"api\b", r"linux", r"docker", r"kubernetes", r"github", r"framework", r"библиотек", r"программ",
+    r"software", r"programming", r"код\b", r"code\b", r"compiler", r"компилятор", r"database",
+    r"баз[аеы] данных", r"django", r"react\b", r"nginx", r"postgres",
+)  # fmt: skip
+
+
+def categories_for(domain: str, question: str, time_range: str = "") -> str:
+    """SearXNG categories for the topic ("" = the instance's default, general)."""
+    text = _normal(question)
+    chosen = []
+    if domain in _NEWS_DOMAINS or time_range in ("day", "week"):
+        chosen.append("news")
+    if domain == Domain.GENERAL and any(word.search(text) for word in _IT):
+        chosen.append("it")
+    if domain in (Domain.GENERAL, Domain.TEMPORAL_CHANGE) and any(word.search(text) for word in _SCIENCE):
+        chosen.append("science")
+    return ",".join([*chosen, "general"]) if chosen else ""
+
+
+# What each domain adds to a sub-query's first search query in each language (ISE's
+# generate_domain_specific_query).
+QUERY_HINTS: dict[str, dict[str, str]] = {
+    Domain.WEATHER: {"ru": "прогноз погоды", "en": "weather forecast"},
+    Domain.TRANSPORTATION: {"ru": "расписание маршрут", "en": "schedule route"},
+    Domain.FINANCE: {"ru": "котировки отчётность", "en": "stock price earnings"},
+    Domain.SPORTS: {"ru": "статистика результаты составы", "en": "latest stats rankings team roster"},
+    Domain.TEMPORAL_CHANGE: {"ru": "исторические данные по годам", "en": "historical data year over year"},
+    Domain.LOCATION: {"ru": "адрес на карте", "en": "address map location"},
+}
+
+
+def enhance_queries(queries: list[str], domain: str, language: str) -> list[str]:
+    """The domain's hint appended to the first query, unless it already says as much."""
+    hint = QUERY_HINTS.get(domain, {}).get(language, "")
+    if not hint or not queries:
+        return list(queries)
+    first = queries[0]
+    hint_words = [word for word in hint.split() if word.lower() not in _normal(first)]
+    if len(hint_words) < len(hint.split()) / 2:
+        return list(queries)
+    return [f"{first} {' '.join(hint_words)}", *queries[1:]]
+
+
+def period_of(topic: Topic) -> tuple[date | None, date | None] | None:
+    """The date filter for the topic's private documents, or None when it has no period."""
+    if topic.period_start is None and topic.period_end is None:
+        return None
+    return topic.period_start, topic.period_end

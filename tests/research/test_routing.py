@@ -1,0 +1,229 @@
+"""Routing: the domain, SearXNG categories and query hints, time phrases in the search, and
+messages answered without any search."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from research.models import LLMCall, Report, RunEvent, SearchQuery, Topic
+from research.pipeline.route import (
+    Route,
+    categories_for,
+    classify_by_keywords,
+    enhance_queries,
+    looks_like_small_talk,
+    parse_route,
+)
+from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.timeparse import parse_period
+from tests.support.world import TOPIC, World, world
+
+Domain = Topic.Domain
+
+
+@pytest.mark.parametrize(
+    ("question", "domain"),
+    [
+        ("Какая погода будет в Казани в выходные?", Domain.WEATHER),
+        ("weather forecast for Oslo", Domain.WEATHER),
+        ("Расписание поездов Москва — Тверь", Domain.TRANSPORTATION),
+        ("cheapest flights from Riga to Lisbon", Domain.TRANSPORTATION),
+        ("Котировки акций Сбербанка и дивиденды", Domain.FINANCE),
+        ("NVIDIA stock price and earnings", Domain.FINANCE),
+        ("Кто выиграл чемпионат КХЛ по хоккею?", Domain.SPORTS),
+        ("NBA standings and team roster of the Lakers", Domain.SPORTS),
+        ("Как менялась численность населения Казани по годам", Domain.TEMPORAL_CHANGE),
+        ("how has the price of solar panels changed over time", Domain.TEMPORAL_CHANGE),
+        ("Где находится Эрмитаж и как добраться от вокзала", Domain.LOCATION),
+        ("Расскажи об Mixture of Tokens", Domain.GENERAL),
+    ],
+)
+def test_keyword_fallback_finds_the_seven_domains(question: str, domain: str) -> None:
+    assert classify_by_keywords(question) == domain
+
+
+def test_a_span_of_years_leans_to_change_over_time() -> None:
+    question = "QS ranking of CUHK 2015–2023"
+    assert classify_by_keywords(question) == Domain.GENERAL
+    period = parse_period(question, timezone.localdate())
+    assert classify_by_keywords(question, period) == Domain.TEMPORAL_CHANGE
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Привет!", "привет, как дела?", "Здравствуйте", "Спасибо большое!", "Hi there", "hello!!",
+     "thanks a lot", "Good morning, bot", "кто ты?", "What can you do?"],
+)  # fmt: skip
+def test_small_talk(message: str) -> None:
+    assert looks_like_small_talk(message)
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Привет! Расскажи о квантовых компьютерах", "hi-fi amplifiers", "history of Hilbert spaces",
+     "Пока не ясно", "thanks to whom did the Soviet space program succeed", ""],
+)  # fmt: skip
+def test_not_small_talk(message: str) -> None:
+    assert not looks_like_small_talk(message)
+
+
+def test_parse_route_keeps_what_it_can() -> None:
+    fallback = Route(Domain.SPORTS, True, False)
+    assert parse_route({"domain": "Finance", "needs_search": False}, fallback) == Route(
+        Domain.FINANCE, False, True
+    )
+    assert parse_route({"domain": "temporal change", "needs_search": "true"}, fallback) == Route(
+        Domain.TEMPORAL_CHANGE, True, True
+    )
+    assert parse_route({"domain": "cooking", "needs_search": "нет"}, fallback) == Route(
+        Domain.SPORTS, False, False
+    )
+    assert parse_route(["finance"], fallback) == fallback
+
+
+def test_categories_follow_the_domain_and_the_time_range() -> None:
+    assert categories_for(Domain.GENERAL, "Mixture of Tokens") == ""
+    assert categories_for(Domain.FINANCE, "NVIDIA stock") == "news,general"
+    assert categories_for(Domain.SPORTS, "NBA standings") == "news,general"
+    assert categories_for(Domain.GENERAL, "How to profile Python code") == "it,general"
+    assert categories_for(Domain.GENERAL, "клинические исследования метформина") == "science,general"
+    assert categories_for(Domain.GENERAL, "выборы", "week") == "news,general"
+    assert categories_for(Domain.LOCATION, "где находится Эрмитаж", "year") == ""
+
+
+def test_query_hints_go_on_the_first_query_of_each_language_once() -> None:
+    assert enhance_queries(["NBA Lakers", "Lakers 2024"], Domain.SPORTS, "en") == [
+        "NBA Lakers latest stats rankings team roster",
+        "Lakers 2024",
+    ]
+    assert enhance_queries(["Лейкерс"], Domain.SPORTS, "ru") == ["Лейкерс статистика результаты составы"]
+    # Only the words the query lacks are added; a query that has most of them stays as it is.
+    assert enhance_queries(["Lakers latest stats"], Domain.SPORTS, "en") == [
+        "Lakers latest stats rankings team roster"
+    ]
+    assert enhance_queries(["Lakers latest stats and rankings"], Domain.SPORTS, "en") == [
+        "Lakers latest stats and rankings"
+    ]
+    assert enhance_queries(["Mixture of Tokens"], Domain.GENERAL, "en") == ["Mixture of Tokens"]
+    assert enhance_queries([], Domain.FINANCE, "en") == []
+
+
+# --- in a run ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def loopback(settings: object) -> World:
+    with world() as w:
+        for name, value in w.settings().items():
+            setattr(settings, name, value)
+        yield w
+
+
+def research(owner: User, question: str, **fields: object) -> Topic:
+    topic = Topic.objects.create(owner=owner, question=question, auto_approve=True, **fields)
+    if plan_topic(topic.pk):
+        run_topic(topic.pk)
+    topic.refresh_from_db()
+    return topic
+
+
+@pytest.mark.django_db
+def test_a_greeting_is_answered_without_any_search(alice: User, loopback: World) -> None:
+    topic = research(alice, "Привет! Как дела?")
+    assert topic.status == Topic.Status.COMPLETED
+    assert not loopback.searxng.requests and not loopback.reader.requests
+    assert not topic.subqueries.exists() and not topic.hits.exists()
+    report = Report.objects.get(topic=topic)
+    assert report.sources == [] and "Задайте тему" in report.markdown
+    # One short LLM call answers it; no classification is spent on small talk.
+    assert list(LLMCall.objects.filter(topic=topic).values_list("stage", flat=True)) == ["answer"]
+    assert topic.finished_at is not None
+
+
+@pytest.mark.django_db
+def test_a_greeting_without_an_llm_gets_a_fixed_reply(alice: User, loopback: World, settings: object) -> None:
+    settings.AITUNNEL_API_KEY = ""
+    settings.AITUNNEL_BASE_URL = "https://api.aitunnel.ru/v1/"
+    topic = research(alice, "Hello there!")
+    assert topic.status == Topic.Status.COMPLETED
+    assert "MindSearch" in topic.report.markdown and topic.report.model == ""
+    assert not loopback.llm.requests and not loopback.searxng.requests
+
+
+@pytest.mark.django_db
+def test_a_question_the_llm_can_answer_needs_no_search(alice: User, loopback: World) -> None:
+    loopback.script.route = lambda user: '{"domain": "general", "needs_search": false}'
+    loopback.script.direct = lambda user: "2 + 2 = **4**."
+    topic = research(alice, "Сколько будет 2+2?")
+    assert topic.status == Topic.Status.COMPLETED
+    assert topic.report.markdown == "2 + 2 = **4**." and topic.report.model == "test-model"
+    assert not loopback.searxng.requests
+    assert sorted(LLMCall.objects.filter(topic=topic).values_list("stage", flat=True)) == ["answer", "route"]
+
+
+@pytest.mark.django_db
+def test_a_long_question_is_researched_whatever_the_classifier_says(alice: User, loopback: World) -> None:
+    loopback.script.route = lambda user: '{"domain": "general", "needs_search": false}'
+    topic = research(alice, TOPIC + " " + "и подробно сравни это с другими методами " * 4)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert loopback.searxng.requests and topic.report.sources
+
+
+@pytest.mark.django_db
+def test_a_time_phrase_sends_its_time_range_and_sets_the_period(alice: User, loopback: World) -> None:
+    topic = research(alice, TOPIC + " за последние 3 дня")
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert topic.time_range == "week"
+    today = timezone.localdate(topic.created_at)
+    assert (topic.period_start, topic.period_end) == (today - timedelta(days=3), today)
+    searches = loopback.searxng.requests_to("/search")
+    assert searches and {request.param("time_range") for request in searches} == {"week"}
+    route_event = RunEvent.objects.get(topic=topic, stage="route")
+    assert route_event.data["time_range"] == "week" and "period" in route_event.message
+
+
+@pytest.mark.django_db
+def test_the_users_own_time_range_wins_over_the_phrase(alice: User, loopback: World) -> None:
+    topic = research(alice, TOPIC + " за последние 3 дня", time_range="month")
+    assert topic.time_range == "month"
+    assert {r.param("time_range") for r in loopback.searxng.requests_to("/search")} == {"month"}
+    assert topic.period_start == timezone.localdate(topic.created_at) - timedelta(days=3)
+
+
+@pytest.mark.django_db
+def test_the_domain_picks_categories_and_query_hints(alice: User, loopback: World) -> None:
+    loopback.script.route = lambda user: '```json\n{"domain": "finance", "needs_search": true}\n```'
+    topic = research(alice, TOPIC)
+    assert topic.domain == Domain.FINANCE
+    searches = loopback.searxng.requests_to("/search")
+    assert {request.param("categories") for request in searches} == {"news,general"}
+    first_english = SearchQuery.objects.filter(subquery__topic=topic, language="en", position=0)
+    assert first_english and all(query.text.endswith("stock price earnings") for query in first_english)
+    assert not SearchQuery.objects.filter(
+        subquery__topic=topic, position=1, text__contains="earnings"
+    ).exists()
+
+
+@pytest.mark.django_db
+def test_an_unreadable_classification_falls_back_to_keywords(alice: User, loopback: World) -> None:
+    loopback.script.route = lambda user: "It is about money, I think."
+    topic = research(alice, "Котировки акций и дивиденды Mixture of Tokens")
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert topic.domain == Domain.FINANCE
+    warning = RunEvent.objects.get(topic=topic, stage="route", level="warning")
+    assert "keywords" in warning.message
+
+
+@pytest.mark.django_db
+def test_without_an_llm_the_domain_comes_from_keywords(
+    alice: User, loopback: World, settings: object
+) -> None:
+    settings.AITUNNEL_API_KEY = ""
+    settings.AITUNNEL_BASE_URL = "https://api.aitunnel.ru/v1/"
+    topic = research(alice, "Mixture of Tokens stock price, NASDAQ earnings")
+    assert topic.domain == Domain.FINANCE and not loopback.llm.requests
+    assert {r.param("categories") for r in loopback.searxng.requests_to("/search")} == {"news,general"}
