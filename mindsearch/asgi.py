@@ -11,6 +11,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mindsearch.settings")
+# A web process keeps a pool of database connections (see DATABASE_POOL in settings).
+os.environ.setdefault("DATABASE_POOL", "1")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

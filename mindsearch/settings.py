@@ -61,6 +61,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, and synchronous only: the whole chain then runs in one thread (see the module).
+    "mindsearch.timing.ServerTimingMiddleware",
 ]
 
 ROOT_URLCONF = "mindsearch.urls"
@@ -139,6 +141,22 @@ else:
             "CONFIG": dict(DATABASES["default"]),
         }
     }
+# A web process (mindsearch/asgi.py turns this on) keeps a pool of database connections: opening
+# one per request costs PostgreSQL a new backend each time, more than most pages take. Workers
+# and commands connect as before (django-q2 forks its workers, and a pool must not cross a fork).
+# Set after the channel layer's configuration was copied from "default": that stays unpooled.
+if env_bool("DATABASE_POOL", False):
+    _pool = {"min_size": 2, "max_size": env_int("DATABASE_POOL_SIZE", 10), "timeout": 10}
+    DATABASES["default"]["OPTIONS"] = {**DATABASES["default"]["OPTIONS"], "pool": _pool}
+
+# Rendered page fragments, keyed by what they show (a topic's version, a row's values): every
+# change makes a new key, so a cache of each process's own is never stale, and needs no query.
+CACHES["fragments"] = {
+    "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+    "LOCATION": "mindsearch-fragments",
+    "TIMEOUT": 3600,
+    "OPTIONS": {"MAX_ENTRIES": 2000},
+}
 
 # --- Background work (django-q2, ORM broker) -------------------------------------------------
 Q_CLUSTER = {

@@ -6,6 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import caches
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import get_language
 from django.utils.translation import gettext_lazy as _
 
 from research import usage
@@ -43,6 +47,41 @@ def topic_context(topic: Topic, **extra: Any) -> dict[str, Any]:
         events=list(topic.events.order_by("seq")), share_links=list(topic.share_links.all()), **extra
     )
     return context
+
+
+# The read-only panels of the topic page: the costly part of it (queries, Markdown, tables).
+CACHED_PANELS = ("progress", "events", "report", "documents", "hits")
+
+
+def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
+    """The topic page: the panels with forms (status, plan, sharing) rendered per request, the
+    others from the fragment cache."""
+    context = panel_context(topic, {"status", "plan"})
+    context.update(
+        panels=rendered_panels(topic),
+        report=Report.objects.filter(topic=topic).exists(),
+        share_form=ShareLinkForm(),
+        share_links=list(topic.share_links.all()),
+        **extra,
+    )
+    return context
+
+
+def rendered_panels(topic: Topic) -> dict[str, SafeString]:
+    """The read-only panels, rendered once per version of the topic and language.
+
+    Whatever changes them is announced by an event (the live page re-renders on events, too)
+    or a status change, so the event sequence and `updated_at` name the version.
+    """
+    fragments = caches["fragments"]
+    key = f"topic-panels:{topic.pk}:{topic.updated_at.timestamp()}:{topic.last_event_seq}:{get_language()}"
+    panels = fragments.get(key)
+    if panels is None:
+        context = panel_context(topic, {"progress", "hits", "documents", "report"})
+        context["events"] = list(topic.events.order_by("seq"))
+        panels = {name: str(render_to_string(f"research/_{name}.html", context)) for name in CACHED_PANELS}
+        fragments.set(key, panels)
+    return {name: mark_safe(html) for name, html in panels.items()}  # noqa: S308 — rendered templates
 
 
 def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:

@@ -3,26 +3,29 @@ and export. Every lookup starts from the signed-in user; another user's ids are 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from datetime import timedelta
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
+from django.core.cache import caches
 from django.core.paginator import Paginator
-from django.db import transaction
-from django.db.models import Max, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from mindsearch.status import run_checks
-from research import export, tasks
+from research import export, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
 from research.models import ShareLink, SubQuery, Topic
-from research.pipeline.parsing import is_russian
-from research.presenters import topic_context
+from research.presenters import panel_context, topic_context, topic_page_context
 
 PAGE_SIZE = 25
 
@@ -33,17 +36,47 @@ def topic_list(request: HttpRequest) -> HttpResponse:
     has_any = topics.exists()
     query, status = request.GET.get("q", "").strip(), request.GET.get("status", "")
     if query:
-        topics = topics.filter(Q(question__icontains=query) | Q(subqueries__text__icontains=query)).distinct()
+        topics = topics.matching(query)
     if status in Topic.Status.values:
         topics = topics.filter(status=status)
-    # The aggregate adds a GROUP BY, and Django drops Meta.ordering from grouped queries.
-    topics = topics.annotate(last_event=Max("events__seq")).order_by("-created_at", "-id")
+    topics = topics.only(*ROW_FIELDS).order_by("-created_at", "-id")
     page = Paginator(topics, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {"page": page, "query": query, "status": status, "statuses": Topic.Status.choices}
+    rows = topic_rows(context)
     if request.htmx and request.htmx.target == "topic-rows":
-        return render(request, "research/_topic_rows.html", context)
-    context.update(form=TopicForm(), has_any=has_any, checks=[] if has_any else run_checks())
+        return HttpResponse(rows)
+    context.update(rows=rows, form_fields=blank_form_fields(), has_any=has_any)
+    context["checks"] = [] if has_any else run_checks()
     return render(request, "research/topic_list.html", context)
+
+
+# What a row of the topic list shows: the fragment cache key is made of these values.
+ROW_FIELDS = ("id", "question", "mode", "status", "stage", "sources", "created_at")
+
+
+def topic_rows(context: dict[str, Any]) -> SafeString:
+    """The rows of one page of the list, rendered once for the values they show."""
+    page = context["page"]
+    values = [[getattr(topic, name) for name in ROW_FIELDS] for topic in page.object_list]
+    signature = repr((values, page.number, page.paginator.num_pages, context["query"], context["status"]))
+    key = f"topic-rows:{get_language()}:{hashlib.sha256(signature.encode()).hexdigest()}"
+    fragments = caches["fragments"]
+    html = fragments.get(key)
+    if html is None:
+        html = str(render_to_string("research/_topic_rows.html", context))
+        fragments.set(key, html)
+    return mark_safe(html)  # noqa: S308 — a rendered template
+
+
+def blank_form_fields() -> SafeString:
+    """The new-topic form's fields before anything was typed: the same for everyone."""
+    fragments = caches["fragments"]
+    key = f"topic-form:{get_language()}"
+    html = fragments.get(key)
+    if html is None:
+        html = str(render_to_string("_form_fields.html", {"form": TopicForm()}))
+        fragments.set(key, html)
+    return mark_safe(html)  # noqa: S308 — a rendered template
 
 
 @require_POST
@@ -51,15 +84,11 @@ def topic_create(request: HttpRequest) -> HttpResponse:
     form = TopicForm(request.POST)
     if not form.is_valid():
         topics = Topic.objects.for_user(request.user)
-        context = {"form": form, "page": Paginator(topics, PAGE_SIZE).get_page(1), "has_any": topics.exists()}
-        context.update(statuses=Topic.Status.choices, checks=[])
+        page = Paginator(topics.only(*ROW_FIELDS), PAGE_SIZE).get_page(1)
+        context = {"form": form, "page": page, "query": "", "status": "", "has_any": topics.exists()}
+        context.update(statuses=Topic.Status.choices, checks=[], rows=topic_rows(context))
         return render(request, "research/topic_list.html", context, status=400)
-    topic = form.save(commit=False)
-    topic.owner = request.user
-    topic.language = "ru" if is_russian(topic.question) else "en"
-    with transaction.atomic():
-        topic.save()
-        tasks.enqueue_plan(topic)
+    topic = workflow.start_topic(form.save(commit=False), request.user)
     return redirect("topic_detail", topic_id=topic.pk)
 
 
@@ -72,7 +101,7 @@ def topic_detail(request: HttpRequest, topic_id: int) -> HttpResponse:
     topic = _topic(request, topic_id)
     # A new share link's token is shown once, right after it was made, and never again.
     new_share_url = request.session.pop("new_share_url", None)
-    context = topic_context(topic, new_share_url=new_share_url)
+    context = topic_page_context(topic, new_share_url=new_share_url)
     return render(request, "research/topic_detail.html", context)
 
 
@@ -81,7 +110,7 @@ def topic_detail(request: HttpRequest, topic_id: int) -> HttpResponse:
 
 def _plan_response(request: HttpRequest, topic: Topic, form: SubQueryForm | None = None) -> HttpResponse:
     if request.htmx:
-        context = topic_context(topic, plan_form=form or SubQueryForm())
+        context = {**panel_context(topic, {"plan"}), "plan_form": form or SubQueryForm()}
         return render(request, "research/_plan.html", context, status=400 if form and form.errors else 200)
     if form and form.errors:
         messages.error(request, " ".join(form.errors.get("text", [])))
@@ -101,10 +130,10 @@ def subquery_add(request: HttpRequest, topic_id: int) -> HttpResponse:
     form = SubQueryForm(request.POST)
     if not form.is_valid():
         return _plan_response(request, topic, form)
-    position = (topic.subqueries.aggregate(Max("position"))["position__max"] or 0) + 1
-    SubQuery.objects.create(
-        topic=topic, text=form.cleaned_data["text"], position=position, origin=SubQuery.Origin.USER
-    )
+    try:
+        workflow.add_subquery(topic, form.cleaned_data["text"])
+    except workflow.Refused as refused:  # approved meanwhile, in another tab
+        raise Http404(refused.message) from None
     return _plan_response(request, topic)
 
 
@@ -147,12 +176,11 @@ def subquery_move(request: HttpRequest, topic_id: int, subquery_id: int) -> Http
 @require_POST
 def plan_approve(request: HttpRequest, topic_id: int) -> HttpResponse:
     topic = _reviewable(request, topic_id)
-    if not topic.subqueries.exists():
-        messages.error(request, _("Add at least one sub-query before approving the plan."))
+    try:
+        workflow.approve_plan(topic)
+    except workflow.Refused as refused:
+        messages.error(request, refused.message)
         return redirect(reverse("topic_detail", args=[topic.pk]) + "#plan")
-    with transaction.atomic():
-        topic.set_status(Topic.Status.QUEUED)
-        tasks.enqueue_run(topic)
     return redirect("topic_detail", topic_id=topic.pk)
 
 
@@ -162,47 +190,17 @@ def plan_approve(request: HttpRequest, topic_id: int) -> HttpResponse:
 @require_POST
 def topic_cancel(request: HttpRequest, topic_id: int) -> HttpResponse:
     topic = _topic(request, topic_id)
-    if not topic.is_finished:
-        topic.set_status(Topic.Status.CANCELLED, finished_at=timezone.now())
+    if workflow.cancel_topic(topic):
         messages.info(request, _("The topic was cancelled; what was found so far is kept."))
     return redirect("topic_detail", topic_id=topic.pk)
 
 
 @require_POST
 def topic_rerun(request: HttpRequest, topic_id: int) -> HttpResponse:
-    """A failed or cancelled topic resumes where it stopped; a completed one is researched anew
-    with the same approved plan (unchanged inputs are answered from the cache)."""
     topic = _topic(request, topic_id)
-    if not topic.is_finished:
-        return redirect("topic_detail", topic_id=topic.pk)
-    with transaction.atomic():
-        if topic.status == Topic.Status.COMPLETED:
-            topic = _copy_with_plan(topic)
-        else:
-            _resume(topic)
+    with contextlib.suppress(workflow.Refused):  # still running: the page shows it as it is
+        topic = workflow.rerun_topic(topic)
     return redirect("topic_detail", topic_id=topic.pk)
-
-
-def _resume(topic: Topic) -> None:
-    if topic.subqueries.exists():
-        topic.set_status(Topic.Status.QUEUED, error="", finished_at=None)
-        tasks.enqueue_run(topic)
-    else:
-        topic.set_status(Topic.Status.PLANNING, error="", finished_at=None)
-        tasks.enqueue_plan(topic)
-
-
-def _copy_with_plan(topic: Topic) -> Topic:
-    fields = ("question", "mode", "sources", "time_range", "language")
-    copy = Topic.objects.create(
-        owner=topic.owner, status=Topic.Status.QUEUED, **{name: getattr(topic, name) for name in fields}
-    )
-    SubQuery.objects.bulk_create(
-        SubQuery(topic=copy, position=sq.position, text=sq.text, origin=sq.origin)
-        for sq in topic.subqueries.filter(round=1)
-    )
-    tasks.enqueue_run(copy)
-    return copy
 
 
 @require_POST
