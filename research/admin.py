@@ -1,7 +1,29 @@
+"""The admin as a cache and cost audit desk: what the cache holds and saved, what every LLM call
+cost, and each user's spending over a period; plus every research row, read-only where it is a
+record. django-q2 registers its own task, failure, schedule and queue pages."""
+
 from __future__ import annotations
 
-from django.contrib import admin
+import json
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
 
+from django.conf import settings
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Avg, Max, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import filesizeformat
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+from django.views.decorators.http import require_POST
+
+from research import usage
 from research.models import (
     CacheEntry,
     Document,
@@ -17,6 +39,7 @@ from research.models import (
     SummaryScore,
     Topic,
 )
+from research.pipeline import cache
 
 SCORE_FIELDS = (
     "total",
@@ -26,6 +49,355 @@ SCORE_FIELDS = (
     "accuracy",
     "structure",
 )
+# The period choices of the statistics and usage pages: days back from today (0 = all time).
+PERIODS = ((1, _("Today")), (7, _("Last 7 days")), (30, _("Last 30 days")), (0, _("All time")))
+DEFAULT_PERIOD = 7
+
+
+def period_days(request: HttpRequest) -> int:
+    """?days=N from the period links; anything else falls back to the default week."""
+    try:
+        days = int(request.GET.get("days", DEFAULT_PERIOD))
+    except ValueError:
+        return DEFAULT_PERIOD
+    return days if 0 <= days <= 3660 else DEFAULT_PERIOD
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records of what happened: viewable and deletable, never written by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# --- Cache entries --------------------------------------------------------------------------------
+
+
+class ExpiryFilter(admin.SimpleListFilter):
+    title = _("expiry")
+    parameter_name = "expiry"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
+        return [
+            ("expired", _("Expired (awaiting purge)")),
+            ("day", _("Expires within a day")),
+            ("week", _("Expires within 7 days")),
+            ("later", _("Expires later")),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        now = timezone.now()
+        bounds = {
+            "expired": Q(expires_at__lte=now),
+            "day": Q(expires_at__gt=now, expires_at__lte=now + timedelta(days=1)),
+            "week": Q(expires_at__gt=now, expires_at__lte=now + timedelta(days=7)),
+            "later": Q(expires_at__gt=now + timedelta(days=7)),
+        }
+        return queryset.filter(bounds[self.value()]) if self.value() in bounds else queryset
+
+
+class SizeFilter(admin.SimpleListFilter):
+    title = _("size")
+    parameter_name = "size"
+    BUCKETS = {
+        "small": (0, 10_000, _("Under 10 kB")),
+        "medium": (10_000, 100_000, _("10–100 kB")),
+        "large": (100_000, 1_000_000, _("100 kB – 1 MB")),
+        "huge": (1_000_000, None, _("Over 1 MB")),
+    }
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
+        return [(key, label) for key, (_low, _high, label) in self.BUCKETS.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() not in self.BUCKETS:
+            return queryset
+        low, high, _label = self.BUCKETS[self.value()]
+        queryset = queryset.filter(size_bytes__gte=low)
+        return queryset.filter(size_bytes__lt=high) if high else queryset
+
+
+class HitCountFilter(admin.SimpleListFilter):
+    title = _("hit count")
+    parameter_name = "hits"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
+        return [("0", _("Never hit")), ("1-9", _("1–9 hits")), ("10+", _("10 hits or more"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        ranges = {"0": Q(hit_count=0), "1-9": Q(hit_count__range=(1, 9)), "10+": Q(hit_count__gte=10)}
+        return queryset.filter(ranges[self.value()]) if self.value() in ranges else queryset
+
+
+class SharingFilter(admin.SimpleListFilter):
+    title = _("shared or private")
+    parameter_name = "sharing"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
+        return [("shared", _("Shared web data")), ("private", _("From one user's documents"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in ("shared", "private"):
+            return queryset.filter(owner__isnull=self.value() == "shared")
+        return queryset
+
+
+@admin.register(CacheEntry)
+class CacheEntryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "kind",
+        "short_description",
+        "owner",
+        "size",
+        "hit_count",
+        "last_hit_at",
+        "created_at",
+        "expires_at",
+        "live",
+    )
+    list_filter = (
+        "kind",
+        ExpiryFilter,
+        ("created_at", admin.DateFieldListFilter),
+        SizeFilter,
+        HitCountFilter,
+        SharingFilter,
+    )
+    search_fields = ("key_hash", "description")
+    list_select_related = ("owner",)
+    date_hierarchy = "created_at"
+    fields = (
+        "kind",
+        "key_hash",
+        "owner",
+        "description",
+        "size",
+        "hit_count",
+        "created_at",
+        "expires_at",
+        "last_hit_at",
+        "payload_json",
+    )
+    actions = ["purge_selected"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        queryset = super().get_queryset(request)
+        # A page of 100 rows would otherwise load up to 100 whole pages of Markdown.
+        match = request.resolver_match
+        return queryset.defer("payload") if match and match.url_name.endswith("changelist") else queryset
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # purge_selected does the same without a detour
+        return actions
+
+    @admin.display(description=_("description"), ordering="description")
+    def short_description(self, entry: CacheEntry) -> str:
+        return entry.description[:80]
+
+    @admin.display(description=_("size"), ordering="size_bytes")
+    def size(self, entry: CacheEntry) -> str:
+        return filesizeformat(entry.size_bytes)
+
+    @admin.display(description=_("live"), boolean=True)
+    def live(self, entry: CacheEntry) -> bool:
+        return not entry.is_expired
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, entry: CacheEntry) -> str:
+        text = json.dumps(entry.payload, indent=2, ensure_ascii=False, sort_keys=True)
+        return format_html(
+            '<pre class="payload" style="white-space: pre-wrap; max-width: 100ch">{}</pre>', text
+        )
+
+    @admin.action(description=_("Purge the selected cache entries"), permissions=["delete"])
+    def purge_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+        deleted, _by_model = queryset.delete()
+        self.message_user(request, _purged(deleted), messages.SUCCESS)
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path("stats/", self.admin_site.admin_view(self.stats_view), name="research_cacheentry_stats"),
+            path(
+                "purge-expired/",
+                self.admin_site.admin_view(require_POST(self.purge_expired_view)),
+                name="research_cacheentry_purge_expired",
+            ),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        extra = {
+            "expired_count": CacheEntry.objects.expired().count(),
+            "can_purge": self.has_delete_permission(request),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra)
+
+    def stats_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        days = period_days(request)
+        since = usage.period_start(days)
+        rows, total = usage.cache_report(since)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Cache statistics"),
+            "rows": rows,
+            "total": total,
+            "days": days,
+            "since": since,
+            "periods": PERIODS,
+            "currency": _currency(),
+            "priced": usage.prices_configured(),
+            "can_purge": self.has_delete_permission(request),
+        }
+        return TemplateResponse(request, "admin/research/cacheentry/stats.html", context)
+
+    def purge_expired_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_delete_permission(request):
+            raise PermissionDenied
+        self.message_user(request, _purged(cache.purge_expired()), messages.SUCCESS)
+        back = "admin:research_cacheentry_stats" if request.POST.get("back") == "stats" else None
+        return HttpResponseRedirect(reverse(back or "admin:research_cacheentry_changelist"))
+
+
+def _purged(count: int) -> str:
+    return ngettext("Purged %(n)d cache entry.", "Purged %(n)d cache entries.", count) % {"n": count}
+
+
+def _currency() -> str:
+    return settings.LLM_PRICE_CURRENCY
+
+
+# --- LLM calls and usage ------------------------------------------------------------------------------
+
+
+class ErrorFilter(admin.SimpleListFilter):
+    title = _("outcome")
+    parameter_name = "outcome"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
+        return [("error", _("Failed")), ("ok", _("Answered"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "error":
+            return queryset.exclude(error="")
+        if self.value() == "ok":
+            return queryset.filter(error="")
+        return queryset
+
+
+@admin.register(LLMCall)
+class LLMCallAdmin(ReadOnlyAdmin):
+    list_display = (
+        "created_at",
+        "user",
+        "topic_link",
+        "stage",
+        "model",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost",
+        "latency_ms",
+        "attempts",
+        "cache_hit",
+        "failed",
+        "imported",
+    )
+    list_filter = (
+        "stage",
+        "model",
+        "cache_hit",
+        ErrorFilter,
+        "cache_kind",
+        "imported",
+        ("user", admin.RelatedOnlyFieldListFilter),
+    )
+    search_fields = ("user__username", "topic__question", "model", "error")
+    list_select_related = ("user", "topic")
+    raw_id_fields = ("user", "topic")
+    date_hierarchy = "created_at"
+
+    @admin.display(description=_("topic"), ordering="topic")
+    def topic_link(self, call: LLMCall) -> str:
+        if call.topic is None:
+            return "—"
+        url = reverse("admin:research_topic_change", args=[call.topic_id])
+        return format_html('<a href="{}">{}</a>', url, call.topic.question[:60])
+
+    @admin.display(description=_("estimated cost"))
+    def cost(self, call: LLMCall) -> str:
+        if call.cache_hit:
+            return "0"
+        return f"{usage.price_for(call.model).of(call.prompt_tokens, call.completion_tokens):.4f}"
+
+    @admin.display(description=_("failed"), boolean=True)
+    def failed(self, call: LLMCall) -> bool:
+        return bool(call.error)
+
+    def get_urls(self) -> list[URLPattern]:
+        usage_view = self.admin_site.admin_view(self.usage_view)
+        return [path("usage/", usage_view, name="research_llmcall_usage"), *super().get_urls()]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        changelist = getattr(response, "context_data", {}).get("cl")
+        if changelist is not None:
+            response.context_data["totals"] = _totals(changelist.queryset)
+        return response
+
+    def usage_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        days = period_days(request)
+        since = usage.period_start(days)
+        username = request.GET.get("q", "").strip()[:150]
+        users = usage.spend_by_user(since, username)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("LLM usage and estimated cost"),
+            "users": [(spender, _calls_url(since, spent_only=True, user=spender.key)) for spender in users],
+            "topics": usage.spend_by_topic(since) if not username else [],
+            "total": usage.summarise(usage.spent_calls(since)),
+            "days": days,
+            "since": since,
+            "query": username,
+            "periods": PERIODS,
+            "currency": _currency(),
+            "priced": usage.prices_configured(),
+        }
+        return TemplateResponse(request, "admin/research/llmcall/usage.html", context)
+
+
+def _totals(calls: QuerySet) -> dict[str, Any]:
+    """What the filtered change list adds up to: two queries, whatever its length."""
+    spent = usage.summarise(calls)
+    latency = calls.aggregate(average=Avg("latency_ms"), slowest=Max("latency_ms"))
+    return {"usage": spent, "latency": latency, "currency": _currency(), "priced": usage.prices_configured()}
+
+
+def _calls_url(since: Any, *, spent_only: bool, **filters: Any) -> str:
+    """The LLM call list filtered the way a usage figure was counted."""
+    params: dict[str, Any] = {}
+    for name, value in filters.items():
+        if value is None:  # the calls of a deleted user
+            params[f"{name}__isnull"] = "True"
+        else:
+            params[f"{name}__id__exact"] = value
+    if since is not None:
+        params["created_at__gte"] = since.isoformat()
+    if spent_only:
+        params["imported__exact"] = "0"
+    return f"{reverse('admin:research_llmcall_changelist')}?{urlencode(params)}"
+
+
+# --- Topics and their rows ------------------------------------------------------------------------------
 
 
 class SubQueryInline(admin.TabularInline):
@@ -39,8 +411,11 @@ class TopicAdmin(admin.ModelAdmin):
     list_display = ("question", "owner", "status", "mode", "sources", "created_at")
     list_filter = ("status", "mode", "sources")
     search_fields = ("question", "owner__username")
+    list_select_related = ("owner",)
     raw_id_fields = ("owner",)
+    date_hierarchy = "created_at"
     readonly_fields = (
+        "usage_summary",
         "last_event_seq",
         "created_at",
         "updated_at",
@@ -48,6 +423,27 @@ class TopicAdmin(admin.ModelAdmin):
         "finished_at",
     )
     inlines = [SubQueryInline]
+
+    @admin.display(description=_("LLM usage"))
+    def usage_summary(self, topic: Topic) -> str:
+        if topic.pk is None:
+            return "—"
+        spent = usage.topic_usage(topic)
+        cost = f"{spent.cost:.4f} {_currency()}" if usage.prices_configured() else _("no prices configured")
+        text = _(
+            "{calls} calls ({cached} from the cache, {failed} failed), {prompt} prompt + {completion}"
+            ' completion tokens, estimated cost {cost}. <a href="{url}">The calls</a>'
+        )
+        return format_html(
+            text,
+            calls=spent.calls,
+            cached=spent.cached_calls,
+            failed=spent.failed_calls,
+            prompt=spent.prompt_tokens,
+            completion=spent.completion_tokens,
+            cost=cost,
+            url=_calls_url(None, spent_only=False, topic=topic.pk),
+        )
 
 
 @admin.register(SubQuery)
@@ -113,53 +509,10 @@ class ShareLinkAdmin(admin.ModelAdmin):
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(admin.ModelAdmin):
-    list_display = (
-        "topic",
-        "seq",
-        "stage",
-        "level",
-        "message",
-        "done",
-        "total",
-        "created_at",
-    )
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "topic", "seq", "stage", "level", "message", "done", "total")
     list_filter = ("stage", "level")
+    search_fields = ("message", "topic__question")
+    list_select_related = ("topic",)
     raw_id_fields = ("topic",)
-
-
-@admin.register(LLMCall)
-class LLMCallAdmin(admin.ModelAdmin):
-    list_display = (
-        "created_at",
-        "user",
-        "topic",
-        "stage",
-        "model",
-        "prompt_tokens",
-        "completion_tokens",
-        "latency_ms",
-        "cache_hit",
-        "error",
-    )
-    list_filter = ("stage", "model", "cache_hit")
-    search_fields = ("user__username", "model", "error")
-    raw_id_fields = ("user", "topic")
-    date_hierarchy = "created_at"
-
-
-@admin.register(CacheEntry)
-class CacheEntryAdmin(admin.ModelAdmin):
-    list_display = (
-        "kind",
-        "key_hash",
-        "owner",
-        "size_bytes",
-        "hit_count",
-        "created_at",
-        "expires_at",
-    )
-    list_filter = ("kind",)
-    search_fields = ("key_hash", "description")
-    raw_id_fields = ("owner",)
     date_hierarchy = "created_at"
