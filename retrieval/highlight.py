@@ -17,6 +17,7 @@ from django.utils.safestring import SafeString, mark_safe
 from retrieval.models import KEYWORD_CONFIG
 
 WORD = re.compile(r"\w+")
+HEADING = re.compile(r"^#{1,6}[ \t]+(.*)$")
 
 
 def highlight_all(query: str, texts: list[str]) -> list[SafeString]:
@@ -34,16 +35,28 @@ def highlight_all(query: str, texts: list[str]) -> list[SafeString]:
 
 
 def mark_words(text: str, is_match: Callable[[str], bool]) -> SafeString:
-    """`text` escaped, with every word that `is_match` accepts wrapped in <mark>."""
+    """`text` escaped, every word that `is_match` accepts wrapped in <mark>, and Markdown
+    heading lines (as the parsers write DOCX and HTML headings) shown bold without their #s."""
+    lines = []
+    for line in text.split("\n"):
+        heading = HEADING.match(line)
+        if heading:
+            lines.append(f"<strong>{_mark_line(heading.group(1), is_match)}</strong>")
+        else:
+            lines.append(_mark_line(line, is_match))
+    return mark_safe("\n".join(lines))  # noqa: S308 - every piece was escaped by _mark_line
+
+
+def _mark_line(line: str, is_match: Callable[[str], bool]) -> str:
     parts: list[str] = []
     position = 0
-    for found in WORD.finditer(text):
-        parts.append(escape(text[position : found.start()]))
+    for found in WORD.finditer(line):
+        parts.append(escape(line[position : found.start()]))
         word = escape(found.group())
         parts.append(f"<mark>{word}</mark>" if is_match(found.group()) else word)
         position = found.end()
-    parts.append(escape(text[position:]))
-    return mark_safe("".join(parts))  # noqa: S308 - every piece was escaped above
+    parts.append(escape(line[position:]))
+    return "".join(parts)
 
 
 def stems_of_text(text: str) -> set[str]:

@@ -13,12 +13,13 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from mindsearch.status import ERROR, check_embeddings, check_worker
 from retrieval.embeddings import EmbeddingError
-from retrieval.highlight import highlight_all
+from retrieval.highlight import highlight_all, mark_words
 from retrieval.models import UploadedDocument
 from retrieval.search import Passage, hybrid_search, keyword_search
 from retrieval.uploads import (
@@ -32,6 +33,10 @@ from retrieval.uploads import (
 
 SEARCH_RESULTS = 10
 PREVIEW_CHUNKS = 5
+PREVIEW_CHARS = 600
+# Fused scores are min-max normalised per leg, so among a handful of passages the last ones score
+# near 0 whatever they say; a reader is shown only those within this fraction of the best.
+MIN_RELATIVE_SCORE = 0.1
 
 
 @dataclass(frozen=True)
@@ -136,8 +141,13 @@ def upload_one(user: Any, uploaded_file: Any) -> UploadOutcome:
 def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
     document = _document(request, document_id)
     chunks = document.chunks.defer("embedding", "search_vector", "stemmed_vector")[:PREVIEW_CHUNKS]
-    context = {"document": document, "chunks": chunks, "embeddings": _embedding_problem()}
+    previews = [(chunk, mark_words(Truncator(chunk.text).chars(PREVIEW_CHARS), _no_word)) for chunk in chunks]
+    context = {"document": document, "previews": previews, "embeddings": _embedding_problem()}
     return render(request, "retrieval/document_detail.html", context)
+
+
+def _no_word(_word: str) -> bool:
+    return False
 
 
 @require_GET
@@ -198,9 +208,15 @@ def document_search(request: HttpRequest) -> HttpResponse:
     context["has_any"] = context["has_ready"] or UploadedDocument.objects.for_user(request.user).exists()
     if query and context["has_ready"]:
         passages, context["notice"] = search_passages(request.user, query)
+        passages = worth_showing(passages)
         texts = highlight_all(query, [passage.text for passage in passages])
         context["results"] = [Result(passage, html) for passage, html in zip(passages, texts, strict=True)]
     return render(request, "retrieval/document_search.html", context)
+
+
+def worth_showing(passages: list[Passage]) -> list[Passage]:
+    best = max((passage.score for passage in passages), default=0.0)
+    return [passage for passage in passages if passage.score >= MIN_RELATIVE_SCORE * best]
 
 
 def search_passages(user: Any, query: str) -> tuple[list[Passage], str]:

@@ -12,8 +12,11 @@ from django.test import Client
 from django.urls import reverse
 
 from retrieval import embeddings
+from retrieval.highlight import mark_words
 from retrieval.ingest import ingest
 from retrieval.models import Chunk, UploadedDocument
+from retrieval.search import Passage
+from retrieval.views import worth_showing
 from tests.retrieval.test_parsing import docx_bytes, pdf_bytes
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -205,7 +208,7 @@ def test_the_list_shows_every_column_and_the_error_of_a_failed_document(alice, a
     failed = add_document(alice, "broken.md", "# Broken\n\nA note.", index=False)
     failed.fail("the embedding endpoint is not reachable")
     text = page_text(alice_client.get(reverse("document_list")))
-    assert 'Uploaded <span class="muted">(2)</span>' in text
+    assert 'Uploaded documents <span class="muted">(2)</span>' in text
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row_of(text, "paper.pdf"))
     assert cells[1:5] == ["PDF", f"{paper.size_bytes}\xa0bytes", "2", str(paper.chunk_count)]
     assert "Ready" in cells[5]
@@ -401,3 +404,21 @@ def test_an_unavailable_embedding_model_is_said_plainly_on_the_page(alice_client
     text = page_text(alice_client.get(reverse("document_list")))
     problem = "EMBEDDING_BACKEND=openai but no LLM endpoint is configured"
     assert f"The embedding model is unavailable:</strong> {problem}" in text
+
+
+def test_marking_escapes_every_piece_and_shows_markdown_headings_bold():
+    text = "## Quokka <b>facts</b>\n\nA & B: quokkas smile.\n#hashtag stays"
+    html = mark_words(text, lambda word: word.lower().startswith("quokka"))
+    assert html == (
+        "<strong><mark>Quokka</mark> &lt;b&gt;facts&lt;/b&gt;</strong>\n\n"
+        "A &amp; B: <mark>quokkas</mark> smile.\n#hashtag stays"
+    )
+
+
+def test_passages_far_below_the_best_are_not_shown():
+    def passage(score: float) -> Passage:
+        return Passage(1, 1, "notes.md", None, "text", score, 1, None)
+
+    shown = worth_showing([passage(0.9), passage(0.3), passage(0.1), passage(0.08), passage(0.0)])
+    assert [item.score for item in shown] == [0.9, 0.3, 0.1]
+    assert worth_showing([]) == []
