@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
@@ -162,8 +162,12 @@ def document_file(request: HttpRequest, document_id: int) -> FileResponse:
     """The original file, for its owner only and always as a download (an uploaded HTML page
     must never render on this site)."""
     document = _document(request, document_id)
+    try:
+        handle = document.file.open("rb")
+    except OSError:
+        raise Http404(_("The stored file of this document is missing.")) from None
     return FileResponse(
-        document.file.open("rb"),
+        handle,
         as_attachment=True,
         filename=document.original_name,
         content_type=document.content_type or "application/octet-stream",

@@ -292,6 +292,12 @@ def test_download_is_always_an_attachment_of_the_original_bytes(alice, alice_cli
     assert b"".join(response.streaming_content) == html.encode()
 
 
+def test_a_stored_file_gone_from_disk_is_a_404_not_an_error(alice, alice_client, media_root):
+    document = add_document(alice, "notes.md", QUOKKAS, index=False)
+    (media_root / document.file.name).unlink()
+    assert alice_client.get(reverse("document_file", args=[document.pk])).status_code == 404
+
+
 def test_delete_asks_first_then_removes_the_file_and_the_passages(
     alice, alice_client, media_root, django_capture_on_commit_callbacks
 ):
