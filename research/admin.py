@@ -31,6 +31,7 @@ from research.models import (
     HitScore,
     LLMCall,
     Report,
+    Round,
     RunEvent,
     SearchQuery,
     ShareLink,
@@ -408,8 +409,8 @@ class SubQueryInline(admin.TabularInline):
 
 @admin.register(Topic)
 class TopicAdmin(admin.ModelAdmin):
-    list_display = ("question", "owner", "status", "mode", "sources", "created_at")
-    list_filter = ("status", "mode", "sources")
+    list_display = ("question", "owner", "status", "mode", "sources", "domain", "created_at")
+    list_filter = ("status", "mode", "sources", "domain")
     search_fields = ("question", "owner__username")
     list_select_related = ("owner",)
     raw_id_fields = ("owner",)
@@ -506,6 +507,22 @@ class ShareLinkAdmin(admin.ModelAdmin):
     list_display = ("topic", "created_at", "expires_at", "revoked_at")
     raw_id_fields = ("topic",)
     readonly_fields = ("token_hash",)
+
+
+@admin.register(Round)
+class RoundAdmin(ReadOnlyAdmin):
+    list_display = (
+        "topic",
+        "number",
+        "subqueries",
+        "documents",
+        "new_documents",
+        "growth_rate",
+        "stop_reason",
+    )
+    list_filter = ("stop_reason",)
+    list_select_related = ("topic",)
+    raw_id_fields = ("topic",)
 
 
 @admin.register(RunEvent)

@@ -299,3 +299,15 @@ def test_django_q_tasks_failures_schedules_and_queue_are_in_the_admin(staff_clie
         assert response.status_code == 200, name
     assert "task-False" in staff_client.get(reverse("admin:django_q_failure_changelist")).content.decode()
     assert "task-True" in staff_client.get(reverse("admin:django_q_success_changelist")).content.decode()
+
+
+def test_every_research_page_of_the_admin_opens(staff_client: Client, alice: User) -> None:
+    from django.contrib import admin
+
+    topic = Topic.objects.create(owner=alice, question="MoT?", status="completed")
+    call(alice, topic)
+    models = [model for model in admin.site._registry if model._meta.app_label == "research"]
+    assert len(models) >= 14
+    for model in models:
+        name = f"admin:research_{model._meta.model_name}_changelist"
+        assert staff_client.get(reverse(name)).status_code == 200, name

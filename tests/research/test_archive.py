@@ -9,6 +9,7 @@ import json
 import warnings
 import zipfile
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,14 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from research import archive
+from research import archive, archive_checks
 from research.models import (
     CacheEntry,
     Document,
     Hit,
     LLMCall,
     Report,
+    Round,
     RunEvent,
     SearchQuery,
     SubQuery,
@@ -65,7 +67,19 @@ def snapshot(topic: Topic) -> dict[str, Any]:
     report = Report.objects.get(topic=topic)
     return {
         "topic": Topic.objects.filter(pk=topic.pk)
-        .values("question", "status", "mode", "sources", "language", "llm_model", "created_at", "finished_at")
+        .values(
+            "question",
+            "status",
+            "mode",
+            "sources",
+            "language",
+            "domain",
+            "period_start",
+            "period_end",
+            "llm_model",
+            "created_at",
+            "finished_at",
+        )
         .get(),
         "subqueries": list(topic.subqueries.values_list("position", "text", "origin", "round")),
         "queries": sorted(
@@ -97,6 +111,9 @@ def snapshot(topic: Topic) -> dict[str, Any]:
         ),
         "report": (report.markdown, report.model, report.created_at),
         "sources": [(s["n"], s["url"], document_urls[s["document_id"]]) for s in report.sources],
+        "rounds": list(
+            topic.rounds.values_list("number", "documents", "growth_rate", "stop_reason", "created_at")
+        ),
         "events": list(
             topic.events.values_list("seq", "stage", "level", "message", "done", "total", "created_at")
         ),
@@ -241,8 +258,20 @@ def test_export_and_import_commands(researched: Topic, bob: User, tmp_path: Path
 def good_data(alice: User) -> dict[str, Any]:
     """A small valid archive's JSON: one sub-query, query, hit with score, document, summary,
     report, events and LLM calls."""
-    topic = Topic.objects.create(owner=alice, question="Small", status=Topic.Status.COMPLETED)
+    topic = Topic.objects.create(
+        owner=alice,
+        question="Small",
+        status=Topic.Status.COMPLETED,
+        mode=Topic.Mode.DEEP,
+        domain=Topic.Domain.FINANCE,
+        period_start=date(2023, 1, 1),
+        period_end=date(2024, 12, 31),
+    )
     subquery = SubQuery.objects.create(topic=topic, text="what")
+    Round.objects.create(topic=topic, number=1, documents=4, new_documents=4, growth_rate=1.0)
+    Round.objects.create(
+        topic=topic, number=2, documents=2, known_documents=4, growth_rate=0.05, stop_reason="growth"
+    )
     query = SearchQuery.objects.create(subquery=subquery, language="en", text="what is it")
     hit = Hit.objects.create(
         topic=topic,
@@ -265,7 +294,38 @@ def good_data(alice: User) -> dict[str, Any]:
 
 def test_the_small_archive_is_valid(good_data: dict[str, Any], bob_client: Client, bob: User) -> None:
     import_as(bob_client, zipped({"topic.json": json.dumps(good_data)}))
-    assert Topic.objects.get(owner=bob).report.sources[0]["document_id"] == Document.objects.get().pk
+    topic = Topic.objects.get(owner=bob)
+    assert topic.report.sources[0]["document_id"] == Document.objects.get().pk
+    assert (topic.mode, topic.domain, topic.period_start, topic.period_end) == (
+        "deep",
+        "finance",
+        date(2023, 1, 1),
+        date(2024, 12, 31),
+    )
+    assert list(topic.rounds.values_list("number", "growth_rate", "stop_reason")) == [
+        (1, 1.0, ""),
+        (2, 0.05, "growth"),
+    ]
+
+
+def test_an_archive_without_newer_tables_and_columns_still_imports(
+    good_data: dict[str, Any], bob_client: Client, bob: User
+) -> None:
+    for name in ("domain", "period_start", "period_end"):
+        del good_data["topic"][name]
+    del good_data["rounds"]
+    import_as(bob_client, zipped({"topic.json": json.dumps(good_data)}))
+    topic = Topic.objects.get(owner=bob)
+    assert (topic.domain, topic.period_start, topic.rounds.count()) == ("", None, 0)
+
+
+def test_too_many_rows_are_refused(
+    good_data: dict[str, Any], bob_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(archive_checks, "MAX_ROWS", 5)
+    import_as(bob_client, zipped({"topic.json": json.dumps(good_data)}))
+    assert "more than 5 rows" in bob_client.get(reverse("home")).content.decode()
+    assert not Topic.objects.exists()
 
 
 def _set(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -290,6 +350,10 @@ BROKEN_ROWS = [
     ("topic.question", "nul\x00byte", "invalid question"),
     ("topic.question", "lone \ud800 surrogate", "invalid question"),
     ("topic.created_at", "yesterday", "invalid created_at"),
+    ("topic.period_start", "2024-13-45", "invalid period_start"),
+    ("topic.domain", "astrology", "invalid domain"),
+    ("rounds.1.number", 1, "two rows of rounds have the same number"),
+    ("rounds.0.growth_rate", "high", "invalid growth_rate"),
     ("topic.last_event_seq", -1, "invalid last_event_seq"),
     ("topic.last_event_seq", 2**40, "invalid last_event_seq"),
     ("subqueries", {"not": "a list"}, "subqueries is not a list"),

@@ -1,0 +1,323 @@
+"""What a topic archive may hold: its tables and their columns, and the checks every row
+passes before anything is written. Values are checked against the columns they go into, types
+included, so a hostile archive gets a clear refusal instead of a database error half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.translation import gettext as _
+
+from research.models import (
+    Document,
+    Hit,
+    HitScore,
+    LLMCall,
+    Report,
+    Round,
+    RunEvent,
+    Scores,
+    SearchQuery,
+    SubQuery,
+    Summary,
+    SummaryScore,
+    Topic,
+)
+
+MAX_ROWS = 100_000
+
+
+class ArchiveError(Exception):
+    """An archive that cannot be imported or a topic that cannot be exported; the message is
+    for the user."""
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    model: type[models.Model]
+    fields: tuple[str, ...]
+    topic_path: str
+    # Foreign keys to rows of an earlier table in the archive: field → table name.
+    refs: dict[str, str] = field(default_factory=dict)
+    # Values that must not repeat within the topic (database constraints), checked up front.
+    unique: tuple[str, ...] = ()
+
+
+SCORE_FIELDS = (*Scores.CRITERIA, "total", "origin", "created_at")
+TOPIC_FIELDS = (
+    "question",
+    "status",
+    "mode",
+    "sources",
+    "time_range",
+    "language",
+    "domain",
+    "period_start",
+    "period_end",
+    "auto_approve",
+    "stage",
+    "error",
+    "llm_model",
+    "last_event_seq",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+REPORT_FIELDS = ("markdown", "sources", "model", "created_at")
+# In creation order: every table refers only to tables above it.
+TABLES = (
+    Table("subqueries", SubQuery, ("position", "text", "origin", "round", "created_at"), "topic"),
+    Table(
+        "search_queries",
+        SearchQuery,
+        ("language", "position", "text", "result_count", "unresponsive_engines", "searched_at"),
+        "subquery__topic",
+        refs={"subquery": "subqueries"},
+    ),
+    Table(
+        "hits",
+        Hit,
+        (
+            "source",
+            "url",
+            "normalized_url",
+            "title",
+            "snippet",
+            "engine",
+            "position",
+            "published_at",
+            "created_at",
+        ),
+        "topic",
+        refs={"subquery": "subqueries", "search_query": "search_queries"},
+        unique=("normalized_url",),
+    ),
+    Table("hit_scores", HitScore, SCORE_FIELDS, "hit__topic", refs={"hit": "hits"}, unique=("hit",)),
+    Table(
+        "documents",
+        Document,
+        ("title", "url", "text", "fetched_via", "pages", "round", "created_at"),
+        "topic",
+        refs={"hit": "hits"},
+        unique=("hit",),
+    ),
+    Table(
+        "summaries",
+        Summary,
+        ("text", "origin", "created_at"),
+        "document__topic",
+        refs={"document": "documents"},
+        unique=("document",),
+    ),
+    Table(
+        "summary_scores",
+        SummaryScore,
+        SCORE_FIELDS,
+        "summary__document__topic",
+        refs={"summary": "summaries"},
+        unique=("summary",),
+    ),
+    Table(
+        "rounds",
+        Round,
+        (
+            "number",
+            "subqueries",
+            "documents",
+            "new_documents",
+            "known_documents",
+            "growth_rate",
+            "stop_reason",
+            "created_at",
+        ),
+        "topic",
+        unique=("number",),
+    ),
+    Table(
+        "run_events",
+        RunEvent,
+        ("seq", "stage", "level", "message", "done", "total", "data", "created_at"),
+        "topic",
+        unique=("seq",),
+    ),
+    Table(
+        "llm_calls",
+        LLMCall,
+        (
+            "stage",
+            "model",
+            "prompt_version",
+            "prompt_tokens",
+            "completion_tokens",
+            "latency_ms",
+            "attempts",
+            "cache_hit",
+            "cache_kind",
+            "error",
+            "created_at",
+        ),
+        "topic",
+    ),
+)
+
+
+@dataclass
+class Checked:
+    """An archive's rows, every value checked against its column; refs still the archive's ids."""
+
+    topic: dict[str, Any]
+    report: dict[str, Any] | None
+    tables: dict[str, list[dict[str, Any]]]
+
+
+def check(data: dict[str, Any]) -> Checked:
+    lists = [data.get(table.name) for table in TABLES]
+    if sum(len(rows) for rows in lists if isinstance(rows, list)) > MAX_ROWS:
+        raise ArchiveError(_("The archive holds more than %(n)d rows.") % {"n": MAX_ROWS})
+    topic = _check_row(Topic, TOPIC_FIELDS, data.get("topic"), "topic")
+    if topic["status"] in Topic.ACTIVE_STATUSES:
+        raise ArchiveError(_("The archive's topic was still being researched when it was exported."))
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for table in TABLES:
+        tables[table.name] = _check_table(table, data.get(table.name, []), tables)
+    report = None
+    if data.get("report") is not None:
+        report = _check_row(Report, REPORT_FIELDS, data["report"], "report")
+        report["sources"] = _check_sources(report["sources"], tables["documents"])
+    return Checked(topic, report, tables)
+
+
+def _check_table(table: Table, rows: Any, earlier: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    if not isinstance(rows, list):
+        raise ArchiveError(_("In the archive, %(table)s is not a list.") % {"table": table.name})
+    known = {name: {row["id"] for row in earlier[target]} for name, target in table.refs.items()}
+    checked, ids = [], set()
+    for index, raw in enumerate(rows):
+        where = f"{table.name}[{index}]"
+        row = _check_row(table.model, table.fields, raw, where)
+        row["id"] = raw.get("id")
+        if type(row["id"]) is not int or row["id"] in ids:
+            raise ArchiveError(_("In the archive, %(row)s has a missing or repeated id.") % {"row": where})
+        ids.add(row["id"])
+        for name in table.refs:
+            row[name] = _check_ref(table.model, name, raw.get(name), known[name], where)
+        checked.append(row)
+    for name in table.unique:
+        _check_unique(table, name, checked)
+    return checked
+
+
+def _check_row(model: type[models.Model], names: tuple[str, ...], raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ArchiveError(_("In the archive, %(row)s is not an object.") % {"row": where})
+    row = {}
+    for name in names:
+        column = model._meta.get_field(name)
+        if name not in raw and (column.has_default() or column.null):
+            row[name] = column.get_default()
+            continue
+        try:
+            row[name] = clean_value(column, raw.get(name))
+        except ValidationError:
+            message = _("In the archive, %(row)s has a missing or invalid %(field)s.")
+            raise ArchiveError(message % {"row": where, "field": name}) from None
+    return row
+
+
+def clean_value(column: models.Field, value: Any) -> Any:
+    """The value as the column stores it, or ValidationError: types are checked, not coerced,
+    so a hostile archive cannot smuggle in what the pipeline would never have written."""
+    if value is None:
+        if column.null:
+            return None
+        raise ValidationError("null")
+    kind = column.get_internal_type()
+    if kind in ("CharField", "TextField"):
+        ok = isinstance(value, str) and _storable(value)
+        ok = ok and (column.max_length is None or len(value) <= column.max_length)
+    elif kind.endswith("IntegerField"):
+        ok = type(value) is int
+        if ok:
+            column.run_validators(value)  # the column's range
+    elif kind == "FloatField":
+        ok = type(value) in (int, float) and math.isfinite(value)
+    elif kind == "BooleanField":
+        ok = type(value) is bool
+    elif kind == "DateTimeField":
+        value = _parse_time(value)
+        ok = value is not None
+    elif kind == "DateField":
+        value = _parse_date(value)
+        ok = value is not None
+    elif kind == "JSONField":
+        ok = isinstance(value, type(column.get_default())) and "\\u0000" not in json.dumps(value)
+    else:
+        ok = False
+    if not ok or (column.choices and not _a_choice(column, value)):
+        raise ValidationError("invalid")
+    return value
+
+
+def _a_choice(column: models.Field, value: Any) -> bool:
+    return value in dict(column.flatchoices) or (value == "" and column.blank)
+
+
+def _parse_date(value: Any) -> date | None:
+    try:
+        return parse_date(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _storable(text: str) -> bool:
+    """PostgreSQL text holds neither NUL nor a lone surrogate (which JSON can spell as \\ud800)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _check_ref(model: type[models.Model], name: str, value: Any, known: set[int], where: str) -> int | None:
+    if value is None and model._meta.get_field(name).null:
+        return None
+    if type(value) is not int or value not in known:
+        message = _("In the archive, %(row)s refers to a %(field)s that is not in the archive.")
+        raise ArchiveError(message % {"row": where, "field": name})
+    return value
+
+
+def _check_unique(table: Table, name: str, rows: list[dict[str, Any]]) -> None:
+    values = [row[name] for row in rows if row[name] is not None]
+    if len(set(values)) != len(values):
+        message = _("In the archive, two rows of %(table)s have the same %(field)s.")
+        raise ArchiveError(message % {"table": table.name, "field": name})
+
+
+def _check_sources(sources: list[Any], documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    known = {row["id"] for row in documents}
+    for source in sources:
+        document_id = source.get("document_id") if isinstance(source, dict) else "missing"
+        if document_id is not None and (type(document_id) is not int or document_id not in known):
+            raise ArchiveError(_("In the archive, the report cites a document that is not in it."))
+    return sources
