@@ -37,6 +37,9 @@ REPORT_NAME = "report.md"
 # real ones while keeping a hostile upload from filling the web process's memory.
 MAX_ARCHIVE_BYTES = 32 * 1024 * 1024
 MAX_JSON_BYTES = 64 * 1024 * 1024
+# The two files of an archive take about 150 bytes of zip directory.
+MAX_DIRECTORY_BYTES = 4096
+END_SIGNATURE, END_RECORD, ZIP64_LOCATOR = b"PK\x05\x06", 22, b"PK\x06\x07"
 
 
 # --- Export ----------------------------------------------------------------------------------------
@@ -90,6 +93,8 @@ def filename(topic: Topic) -> str:
 def read_archive(upload: IO[bytes]) -> dict[str, Any]:
     """The archive's `topic.json`, parsed; anything but a well-formed archive of this format and
     version is an ArchiveError. Nothing is extracted to disk: names are only compared."""
+    if _directory_size(upload) > MAX_DIRECTORY_BYTES:
+        raise ArchiveError(_("The archive lists more files than a topic archive holds."))
     try:
         with zipfile.ZipFile(upload) as archive:
             raw = _read_member(archive)
@@ -99,6 +104,25 @@ def read_archive(upload: IO[bytes]) -> dict[str, Any]:
     except (RuntimeError, NotImplementedError):  # encrypted, or an unsupported compression
         raise ArchiveError(_("The archive is encrypted or compressed in an unsupported way.")) from None
     return parse(raw)
+
+
+def _directory_size(upload: IO[bytes]) -> int:
+    """The size of the zip's central directory, read from its end record the way zipfile finds
+    it, before zipfile builds an object per listed file (a 32 MB upload can list 600,000)."""
+    upload.seek(0, io.SEEK_END)
+    end = upload.tell()
+    upload.seek(max(0, end - END_RECORD - 65_535))  # the record, after a comment of up to 64 kB
+    tail = upload.read()
+    upload.seek(0)
+    if tail[-END_RECORD:-18] == END_SIGNATURE and tail[-2:] == b"\0\0":
+        at = len(tail) - END_RECORD
+    else:
+        at = tail.rfind(END_SIGNATURE)
+    if at < 0:
+        return 0  # not a zip at all: zipfile says so
+    if tail[max(0, at - 20) : at - 16] == ZIP64_LOCATOR:
+        return 2**32  # zip64: never written for a topic, and it would bring its own sizes
+    return int.from_bytes(tail[at + 12 : at + 16], "little")
 
 
 def _read_member(archive: zipfile.ZipFile) -> bytes:

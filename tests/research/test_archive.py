@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -471,6 +472,26 @@ def test_a_zip_whose_header_lies_about_the_size_is_refused(
     import_as(bob_client, bytes(bomb))
     assert "not a readable zip archive" in bob_client.get(reverse("home")).content.decode()
     assert not Topic.objects.exists()
+
+
+def test_an_archive_listing_thousands_of_files_is_refused_before_they_are_read(bob_client: Client) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for i in range(100_000):
+            zf.writestr(str(i), b"")
+    started = time.monotonic()
+    import_as(bob_client, buffer.getvalue())
+    assert time.monotonic() - started < 2  # zipfile alone takes seconds to list them all
+    assert "lists more files than a topic archive holds" in bob_client.get(reverse("home")).content.decode()
+
+
+def test_a_zip_with_a_comment_is_read(good_data: dict[str, Any], bob_client: Client, bob: User) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("topic.json", json.dumps(good_data))
+        zf.comment = b"exported by hand" * 100
+    import_as(bob_client, buffer.getvalue())
+    assert Topic.objects.filter(owner=bob).exists()
 
 
 def test_a_huge_upload_is_refused_before_it_is_opened(
