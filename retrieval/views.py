@@ -55,7 +55,11 @@ def _document(request: HttpRequest, document_id: int) -> UploadedDocument:
 
 def list_context(user: Any) -> dict[str, Any]:
     """What the documents card shows, and the version the live refresh compares against."""
-    documents = list(UploadedDocument.objects.for_user(user).defer("error"))
+    documents = list(UploadedDocument.objects.for_user(user))
+    # Translated once, not once per row: get_status_display translates every choice per call.
+    labels = {value: str(label) for value, label in UploadedDocument.Status.choices}
+    for document in documents:
+        document.status_label = labels[document.status]
     in_progress = any(not document.is_settled for document in documents)
     worker_missing = in_progress and check_worker().state == ERROR
     rows = [(d.pk, d.status, d.chunk_count, d.updated_at.isoformat()) for d in documents]
