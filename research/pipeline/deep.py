@@ -30,7 +30,7 @@ from django.db.models import Count, Max
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
-from research.pipeline import extractive
+from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines
@@ -41,6 +41,8 @@ SUMMARIES_PER_SUBQUERY = 5
 # A proposal whose words are mostly those of an asked sub-query asks nothing new.
 DUPLICATE_SHARE = 0.8
 SUBJECT_WORDS = 8
+# Without an LLM, a run of new words is a weaker lead than a name.
+WORDS_WEIGHT = 0.6
 _SCORE = re.compile(
     r"\s*[|;]?\s*(?:оценка|score|relevance|релевантность)\s*[:：=]\s*(\d+(?:[.,]\d+)?)\s*(?:/\s*10)?\s*$",
     re.I,
@@ -158,48 +160,66 @@ def next_subqueries(ctx: RunContext, number: int) -> list[str]:
     return [merge_with_question(proposal.text, ctx.question) for proposal in chosen]
 
 
-# (sub-query text, [(title, summary, summary score)], from private documents)
-Learned = list[tuple[str, list[tuple[str, str, float]], bool]]
+@dataclass(frozen=True)
+class Finding:
+    title: str
+    summary: str
+    score: float  # the summary's total, 0–10
+    passages: str  # what the summary was written from
 
 
-def _learned(topic: Topic, number: int) -> Learned:
-    """What the round found, per sub-query: its best summaries first."""
+@dataclass
+class Direction:
+    """One sub-query of a round and what it found, best first."""
+
+    text: str
+    findings: list[Finding]
+    private: bool = False
+
+
+def _learned(topic: Topic, number: int) -> list[Direction]:
     documents = (
         Document.objects.filter(topic=topic, round=number, summary__score__isnull=False)
         .select_related("hit__subquery", "summary__score")
         .order_by("-summary__score__total", "url", "title")
     )
-    groups: dict[str, tuple[list[tuple[str, str, float]], list[bool]]] = {}
+    if topic.sources != Topic.Sources.DOCS:
+        # The next round's sub-queries go to the search engine, which private text never does.
+        documents = documents.exclude(fetched_via=Document.FetchedVia.PRIVATE)
+    directions: dict[str, Direction] = {}
     for document in documents:
-        direction = document.hit.subquery.text if document.hit else document.title
-        items, private = groups.setdefault(direction, ([], []))
-        if len(items) < SUMMARIES_PER_SUBQUERY:
-            items.append(
-                (document.title or document.url, document.summary.text, document.summary.score.total)
+        text = document.hit.subquery.text if document.hit else document.title
+        direction = directions.setdefault(text, Direction(text, []))
+        if len(direction.findings) < SUMMARIES_PER_SUBQUERY:
+            excerpt = passages.document_excerpt(document, topic.question, passages.SUMMARY_BUDGET)
+            summary = document.summary
+            direction.findings.append(
+                Finding(document.title or document.url, summary.text, summary.score.total, excerpt)
             )
-            private.append(document.fetched_via == Document.FetchedVia.PRIVATE)
-    return [(direction, items, any(private)) for direction, (items, private) in groups.items()]
+            direction.private |= document.fetched_via == Document.FetchedVia.PRIVATE
+    return list(directions.values())
 
 
-async def _propose_all(ctx: RunContext, learned: Learned, asked: list[str]) -> list[Proposal]:
-    found = await asyncio.gather(
-        *(_propose(ctx, direction, items, private, asked) for direction, items, private in learned)
-    )
+async def _propose_all(ctx: RunContext, learned: list[Direction], asked: list[str]) -> list[Proposal]:
+    found = await asyncio.gather(*(_propose(ctx, direction, asked) for direction in learned))
     return [proposal for proposals in found for proposal in proposals]
 
 
-async def _propose(
-    ctx: RunContext, direction: str, items: list[tuple[str, str, float]], private: bool, asked: list[str]
-) -> list[Proposal]:
-    listing = "\n\n".join(f"[{n}] {title}\n{summary}" for n, (title, summary, _) in enumerate(items, 1))
+async def _propose(ctx: RunContext, direction: Direction, asked: list[str]) -> list[Proposal]:
+    listing = "\n\n".join(f"[{n}] {f.title}\n{f.summary}" for n, f in enumerate(direction.findings, 1))
     request = (
-        f"Исходный запрос: {ctx.question}\nНаправление поиска: {direction}\n"
+        f"Исходный запрос: {ctx.question}\nНаправление поиска: {direction.text}\n"
         "Уже заданные подзапросы:\n" + "\n".join(f"- {text}" for text in asked) + "\n\n"
         f"Найдено по этому направлению:\n{data_block(listing)}"
     )
     try:
         answer = await ask(
-            ctx, STAGE, load_prompt("expand"), request, kind=CacheEntry.Kind.SEARCH_QUERIES, private=private
+            ctx,
+            STAGE,
+            load_prompt("expand"),
+            request,
+            kind=CacheEntry.Kind.SEARCH_QUERIES,
+            private=direction.private,
         )
     except LLMError as exc:
         await db(ctx.warn)(STAGE, f"The LLM could not propose sub-queries ({exc}); using keywords.")
@@ -220,36 +240,51 @@ def parse_proposals(answer: str) -> list[Proposal]:
     return proposals
 
 
-def keyword_proposals(question: str, learned: Learned, asked: list[str]) -> list[Proposal]:
-    """Without an LLM: names and terms the summaries add, scored by how closely their sentence
-    keeps to the question and how good its summary was."""
+def keyword_proposals(question: str, learned: list[Direction], asked: list[str]) -> list[Proposal]:
+    """Without an LLM: names and terms the pages add, scored by how closely their sentence
+    keeps to the question and how good the page's summary was; a name counts more than a
+    run of words. The passages are read, not the summaries: an extractive summary keeps the
+    sentences that repeat the question and drops the ones that lead elsewhere."""
     known = set(extractive.tokenize(" ".join([question, *asked])))
     wanted = set(extractive.tokenize(question))
     best: dict[str, Proposal] = {}
-    for direction, items, _private in learned:
-        focus = wanted | set(extractive.tokenize(direction))
-        for _title, summary, score in items:
-            for sentence in re.split(r"(?<=[.!?…])\s+", summary):
-                tokens = set(extractive.tokenize(sentence))
-                phrase = novel_phrase(sentence, known)
-                if not phrase or not tokens:
+    for direction in learned:
+        focus = wanted | set(extractive.tokenize(direction.text))
+        for finding in direction.findings:
+            for sentence in _sentences(finding.passages):
+                phrase, is_name = novel_phrase(sentence, known)
+                if not phrase:
                     continue
+                # The page's score says how much it is about the question; how closely the
+                # sentence itself keeps to the question only breaks ties within the page.
+                tokens = set(extractive.tokenize(sentence))
                 closeness = min(1.0, len(tokens & focus) / max(len(wanted), 1))
-                proposal = Proposal(phrase, round(closeness * score, 1))
+                weight = (1.0 if is_name else WORDS_WEIGHT) * (0.5 + 0.5 * closeness)
+                proposal = Proposal(phrase, round(finding.score * weight, 1))
                 key = phrase.casefold()
                 if key not in best or best[key].score < proposal.score:
                     best[key] = proposal
     return sorted(best.values(), key=lambda proposal: -proposal.score)
 
 
-def novel_phrase(sentence: str, known: set[str]) -> str:
-    """A name the sentence mentions that the question and sub-queries do not (its first such
-    capitalised run of words), or else its longest run of new content words (up to four)."""
+def _sentences(markdown: str) -> list[str]:
+    """The sentences of the text, headings left out (a heading's capitals are no names)."""
+    text = markdown.replace(passages.SEPARATOR.strip(), "\n")
+    lines = [line for line in text.splitlines() if not re.match(r"\s*(?:#|§)", line)]
+    return [s for s in re.split(r"(?<=[.!?…])\s+", passages.plain("\n".join(lines))) if s]
+
+
+def novel_phrase(sentence: str, known: set[str]) -> tuple[str, bool]:
+    """(phrase, is it a name): the first capitalised run of words the question and sub-queries
+    do not name (a lone capital at the start of the sentence is no name), or else the longest
+    run of new content words (two to four)."""
     for match in _NAME.finditer(sentence):
         words = [word for word in match.group(0).split() if extractive.tokenize(word)]
+        if match.start() == 0 and len(words) == 1:
+            continue
         novel = [word for word in words if not set(extractive.tokenize(word)) <= known]
         if novel:
-            return " ".join(words)
+            return " ".join(match.group(0).split()), True
     runs, current = [], []
     for word in re.findall(r"[^\W_][\w\-]*", sentence):
         tokens = extractive.tokenize(word)
@@ -260,7 +295,7 @@ def novel_phrase(sentence: str, known: set[str]) -> str:
             current = []
     runs.append(current)
     longest = max(runs, key=len)
-    return " ".join(longest[:4]) if len(longest) >= 2 else ""
+    return (" ".join(longest[:4]), False) if len(longest) >= 2 else ("", False)
 
 
 def choose(proposals: list[Proposal], asked: list[str], limit: int) -> list[Proposal]:
@@ -281,6 +316,7 @@ def question_subject(question: str) -> str:
     """What the question is about: its first clause without the request words, a few words long."""
     cleaned = (extractive.keyword_subqueries(question, limit=1) or [question])[0]
     subject = _CLAUSE_END.split(cleaned, maxsplit=1)[0].strip()
+    subject = re.sub(r"^(?:the|a|an)\s+", "", subject, flags=re.IGNORECASE)
     return " ".join(subject.split()[:SUBJECT_WORDS])
 
 

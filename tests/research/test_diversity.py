@@ -1,0 +1,131 @@
+"""Which documents a report is written from: minimum score, a cap per site, MMR, every round."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from research.models import Document, Report, RunEvent, Topic
+from research.pipeline.diversity import Candidate, cosine, select_sources, site_of
+from research.pipeline.run import plan_topic, run_topic
+from tests.support.deep_world import QUESTION, DeepWorld, deep_world
+
+
+def candidate(key: int, site: str, score: float, text: str = "", round: int = 1) -> Candidate:
+    return Candidate(key=key, site=site, score=score, text=text or f"page {key} words{key}", round=round)
+
+
+def keys(chosen: list[Candidate]) -> list[int]:
+    return [c.key for c in chosen]
+
+
+def test_at_most_one_per_site_unless_the_cap_is_raised() -> None:
+    ranked = [
+        candidate(1, "a.org", 9),
+        candidate(2, "a.org", 8.9),
+        candidate(3, "b.org", 7),
+        candidate(4, "c.org", 6),
+    ]
+    assert keys(select_sources(ranked, k=3, per_site=1)) == [1, 3, 4]
+    assert keys(select_sources(ranked, k=3, per_site=2)) == [1, 2, 3]
+    assert keys(select_sources(ranked, k=4, per_site=0)) == [1, 2, 3, 4]
+
+
+def test_the_minimum_score_keeps_weak_sources_out_even_when_places_are_free() -> None:
+    ranked = [candidate(1, "a.org", 8), candidate(2, "b.org", 4.9), candidate(3, "c.org", 5)]
+    assert keys(select_sources(ranked, k=5, min_score=5)) == [1, 3]
+
+
+def test_mmr_prefers_a_different_source_over_a_near_copy() -> None:
+    same = "kestrel commits a block after two message rounds leader election"
+    ranked = [
+        candidate(1, "a.org", 9.0, same),
+        candidate(2, "b.org", 8.8, same + " again"),
+        candidate(3, "c.org", 8.0, "osprey added sharding and replaced kestrel at nordvik"),
+    ]
+    assert keys(select_sources(ranked, k=2, mmr_lambda=0.7)) == [1, 3]
+    assert keys(select_sources(ranked, k=2, mmr_lambda=1.0)) == [1, 2]  # by score alone
+
+
+def test_every_round_is_covered_first_then_the_best_of_the_rest() -> None:
+    ranked = [
+        candidate(1, "a.org", 9, round=1),
+        candidate(2, "b.org", 9, round=1),
+        candidate(3, "c.org", 8.5, round=1),
+        candidate(4, "d.org", 6, round=2),
+        candidate(5, "e.org", 5.5, round=3),
+    ]
+    assert keys(select_sources(ranked, k=3, mmr_lambda=1.0)) == [1, 2, 3]
+    assert keys(select_sources(ranked, k=3, mmr_lambda=1.0, cover_rounds=True)) == [1, 4, 5]
+
+
+def test_cosine_of_word_counts() -> None:
+    from collections import Counter
+
+    assert cosine(Counter("ab"), Counter("ab")) == pytest.approx(1.0)
+    assert cosine(Counter("ab"), Counter("cd")) == 0.0
+    assert cosine(Counter(), Counter("a")) == 0.0
+
+
+def test_the_site_of_a_page_and_of_a_private_document() -> None:
+    assert site_of(Document(url="https://www.example.org/a")) == "example.org"
+    assert site_of(Document(url="https://blog.example.org/b")) == "example.org"
+    assert site_of(Document(url="https://alice.github.io/c")) == "alice.github.io"
+    assert site_of(Document(url="", uploaded_document_id=7)) == "document:7"
+
+
+# --- in a run ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def web(settings: object) -> DeepWorld:
+    with deep_world() as w:
+        for name, value in w.settings().items():
+            setattr(settings, name, value)
+        yield w
+
+
+def research(owner: User) -> Topic:
+    topic = Topic.objects.create(owner=owner, question=QUESTION, auto_approve=True)
+    if plan_topic(topic.pk):
+        run_topic(topic.pk)
+    topic.refresh_from_db()
+    return topic
+
+
+def report_hosts(topic: Topic) -> list[str]:
+    return [source["url"].split("/")[2] for source in Report.objects.get(topic=topic).sources]
+
+
+@pytest.mark.django_db
+def test_no_two_final_sources_share_a_site(alice: User, web: DeepWorld) -> None:
+    topic = research(alice)
+    hosts = report_hosts(topic)
+    # Two of the five relevant pages are on 127.0.0.2: only the better one is a source.
+    assert len(hosts) == len(set(hosts)) == 4
+    assert Document.objects.filter(topic=topic, url__contains="//127.0.0.2/").count() == 2
+
+
+@pytest.mark.django_db
+def test_a_raised_cap_lets_a_site_in_twice(alice: User, web: DeepWorld, settings: object) -> None:
+    settings.RESEARCH_SOURCES_PER_SITE = 2
+    hosts = report_hosts(research(alice))
+    assert len(hosts) == 5 and hosts.count("127.0.0.2") == 2
+
+
+@pytest.mark.django_db
+def test_the_minimum_score_for_the_report(alice: User, web: DeepWorld, settings: object) -> None:
+    settings.RESEARCH_MIN_SCORE = 9
+    topic = research(alice)
+    assert [source["score"] for source in topic.report.sources] == [9.0, 9.0]
+
+
+@pytest.mark.django_db
+def test_when_nothing_reaches_the_minimum_the_best_are_used_and_it_says_so(
+    alice: User, web: DeepWorld, settings: object
+) -> None:
+    settings.RESEARCH_MIN_SCORE = 9.5
+    topic = research(alice)
+    assert topic.status == Topic.Status.COMPLETED and len(topic.report.sources) == 4
+    warning = RunEvent.objects.get(topic=topic, stage="answer", level="warning")
+    assert "No source scored 9.5 or more" in warning.message
