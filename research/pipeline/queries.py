@@ -7,7 +7,7 @@ import asyncio
 from asgiref.sync import async_to_sync
 
 from mindsearch.clients.llm import LLMError
-from research.models import CacheEntry, SearchQuery, SubQuery
+from research.models import CacheEntry, SearchQuery, SubQuery, Topic
 from research.pipeline import extractive, route
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, load_prompt
@@ -52,6 +52,7 @@ async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], 
                 load_prompt("queries"),
                 f'Тема: "{subquery.text}"',
                 kind=CacheEntry.Kind.SEARCH_QUERIES,
+                private=_from_private_text(ctx, subquery),
             )
             russian, english = split_by_language(parse_prefixed_lines(answer, "ЗАПРОС:"))
         except LLMError as exc:
@@ -61,6 +62,13 @@ async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], 
     russian, english = (russian or fallback_ru)[:PER_LANGUAGE], (english or fallback_en)[:PER_LANGUAGE]
     domain = ctx.topic.domain
     return route.enhance_queries(russian, domain, "ru"), route.enhance_queries(english, domain, "en")
+
+
+def _from_private_text(ctx: RunContext, subquery: SubQuery) -> bool:
+    """A later round of a documents-only topic is planned from the owner's private passages
+    (a topic that searches the web plans them from web pages alone), so its queries are cached
+    for the owner."""
+    return ctx.topic.sources == Topic.Sources.DOCS and subquery.round > 1
 
 
 def _save(subquery: SubQuery, russian: list[str], english: list[str]) -> None:

@@ -11,10 +11,11 @@ import asyncio
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
+from django.db.models import QuerySet
 
 from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit, SubQuery
-from research.pipeline import cache, summarise
+from research.pipeline import cache, private, summarise
 from research.pipeline.context import RunContext, db
 
 STAGE = "read"
@@ -28,14 +29,20 @@ FAILURE_TTL = timedelta(days=1)
 
 
 def run(ctx: RunContext) -> None:
+    passages = private.read_documents(ctx, STAGE)
     subqueries = list(ctx.topic.subqueries.all())
     plan = {sq.pk: _candidates(sq) for sq in subqueries}
     wanted = sum(min(TOP_K, len(candidates)) for candidates in plan.values())
-    have = Document.objects.filter(topic=ctx.topic, hit__isnull=False).count()
-    if have >= wanted:
+    have = _web_documents(ctx).count()
+    if have >= wanted and not passages:
         return
-    ctx.emit(STAGE, f"Reading the best {wanted} pages", done=have, total=wanted)
-    async_to_sync(_read_all)(ctx, plan, wanted)
+    if have < wanted:
+        ctx.emit(STAGE, f"Reading the best {wanted} pages", done=have, total=wanted)
+    async_to_sync(_read_all)(ctx, plan, wanted, passages)
+
+
+def _web_documents(ctx: RunContext) -> QuerySet[Document]:
+    return Document.objects.filter(topic=ctx.topic, hit__source=Hit.Source.WEB)
 
 
 def _candidates(subquery: SubQuery) -> list[Hit]:
@@ -45,20 +52,28 @@ def _candidates(subquery: SubQuery) -> list[Hit]:
     return list(ordered[: TOP_K + SPARE_CANDIDATES])
 
 
-async def _read_all(ctx: RunContext, plan: dict[int, list[Hit]], wanted: int) -> None:
-    counter = {"done": await db(Document.objects.filter(topic=ctx.topic, hit__isnull=False).count)()}
-    await asyncio.gather(*(_read_subquery(ctx, candidates, counter, wanted) for candidates in plan.values()))
+async def _read_all(
+    ctx: RunContext, plan: dict[int, list[Hit]], wanted: int, passages: list[Document]
+) -> None:
+    """Read the web pages while the documents made of private passages are being summarised."""
+    counter = {"done": await db(_web_documents(ctx).count)()}
+    private_documents = Document.objects.filter(topic=ctx.topic, fetched_via=Document.FetchedVia.PRIVATE)
+    summaries = wanted + await db(private_documents.count)()
+    await asyncio.gather(
+        *(_read_subquery(ctx, candidates, counter, wanted, summaries) for candidates in plan.values()),
+        *(summarise.summarise_document(ctx, document, summaries) for document in passages),
+    )
 
 
 async def _read_subquery(
-    ctx: RunContext, candidates: list[Hit], counter: dict[str, int], wanted: int
+    ctx: RunContext, candidates: list[Hit], counter: dict[str, int], wanted: int, summaries: int
 ) -> None:
     """Read candidates in order, a wave at a time, until K documents exist for the sub-query."""
     have = sum(1 for hit in candidates if _has_document(hit))
     queue = [hit for hit in candidates if not _has_document(hit)]
     while have < TOP_K and queue:
         wave, queue = queue[: TOP_K - have], queue[TOP_K - have :]
-        results = await asyncio.gather(*(_read_hit(ctx, hit, wanted) for hit in wave))
+        results = await asyncio.gather(*(_read_hit(ctx, hit, summaries) for hit in wave))
         for ok in results:
             have += ok
             counter["done"] += ok
@@ -72,14 +87,14 @@ def _has_document(hit: Hit) -> bool:
         return False
 
 
-async def _read_hit(ctx: RunContext, hit: Hit, wanted: int) -> int:
+async def _read_hit(ctx: RunContext, hit: Hit, summaries: int) -> int:
     try:
         page = await read_page(hit.url)
     except (reader.ReadError, fetch.FetchError) as exc:
         await db(ctx.warn)(STAGE, f"Could not read {hit.url}: {exc}")
         return 0
     document = await db(_save)(ctx, hit, page)
-    await summarise.summarise_document(ctx, document, wanted)
+    await summarise.summarise_document(ctx, document, summaries)
     return 1
 
 

@@ -24,6 +24,7 @@ from research.pipeline import (
     answer,
     deep,
     plan,
+    private,
     queries,
     read,
     route,
@@ -86,6 +87,7 @@ def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
 
 
 def _route_then_plan(ctx: RunContext) -> None:
+    private.check_before_planning(ctx)
     if _stage(ctx, route):
         _answered_directly(ctx)
         return

@@ -39,10 +39,14 @@ def run(ctx: RunContext) -> None:
 
 
 def _batches(hits: list[Hit]) -> list[list[Hit]]:
-    """Batches of ten within one sub-query, since the prompt names one search direction."""
-    by_subquery: dict[int, list[Hit]] = {}
+    """Batches of ten within one sub-query, since the prompt names one search direction.
+
+    Web hits and passages of private documents go in separate batches: a web batch stays the
+    same question for every user and is answered from the shared cache.
+    """
+    by_subquery: dict[tuple[int, str], list[Hit]] = {}
     for hit in hits:
-        by_subquery.setdefault(hit.subquery_id, []).append(hit)
+        by_subquery.setdefault((hit.subquery_id, hit.source), []).append(hit)
     return [
         group[i : i + BATCH_SIZE] for group in by_subquery.values() for i in range(0, len(group), BATCH_SIZE)
     ]
@@ -51,7 +55,9 @@ def _batches(hits: list[Hit]) -> list[list[Hit]]:
 async def _score_all(ctx: RunContext, batches: list[list[Hit]], total: int, done: int) -> None:
     async def one(batch: list[Hit]) -> None:
         nonlocal done
-        scores, origins = await score_batch(ctx, STAGE, batch[0].subquery.text, [_item(hit) for hit in batch])
+        private = batch[0].source == Hit.Source.PRIVATE
+        items = [_item(hit) for hit in batch]
+        scores, origins = await score_batch(ctx, STAGE, batch[0].subquery.text, items, private=private)
         await db(_save)(batch, scores, origins)
         done += len(batch)
         await db(ctx.emit)(
@@ -100,6 +106,8 @@ def _scoring_request(question: str, direction: str, items: list[tuple[str, str]]
 
 
 def _item(hit: Hit) -> tuple[str, str]:
+    if hit.source == Hit.Source.PRIVATE:
+        return hit.title, f"Фрагмент документа пользователя:\n{hit.snippet}"
     return hit.title or hit.url, f"URL: {hit.url}\nОписание: {hit.snippet}"
 
 

@@ -19,7 +19,7 @@ def run(ctx: RunContext) -> None:
     pending = list(
         summaries.filter(score__isnull=True)
         .select_related("document__hit__subquery")
-        .order_by("document__url")
+        .order_by("document__url", "document__title")
     )
     if not pending:
         return
@@ -42,9 +42,10 @@ def _direction(summary: Summary) -> str:
 
 
 def _batches(pending: list[Summary]) -> list[list[Summary]]:
-    by_direction: dict[str, list[Summary]] = {}
+    """Batches of ten per direction, private documents apart from web pages (see score_hits)."""
+    by_direction: dict[tuple[str, bool], list[Summary]] = {}
     for summary in pending:
-        by_direction.setdefault(_direction(summary), []).append(summary)
+        by_direction.setdefault((_direction(summary), _is_private(summary)), []).append(summary)
     return [
         group[i : i + BATCH_SIZE] for group in by_direction.values() for i in range(0, len(group), BATCH_SIZE)
     ]
@@ -54,13 +55,17 @@ async def _score_all(ctx: RunContext, batches: list[list[Summary]], total: int, 
     async def one(batch: list[Summary]) -> None:
         nonlocal done
         items = [(s.document.title or s.document.url, s.text) for s in batch]
-        private = any(s.document.fetched_via == Document.FetchedVia.PRIVATE for s in batch)
+        private = any(_is_private(s) for s in batch)
         scores, origins = await score_batch(ctx, STAGE, _direction(batch[0]), items, private=private)
         await db(_save)(batch, scores, origins)
         done += len(batch)
         await db(ctx.emit)(STAGE, f"Scored {len(batch)} summaries", done=done, total=total)
 
     await asyncio.gather(*(one(batch) for batch in batches))
+
+
+def _is_private(summary: Summary) -> bool:
+    return summary.document.fetched_via == Document.FetchedVia.PRIVATE
 
 
 def _save(batch: list[Summary], scores: list[dict[str, float]], origins: list[str]) -> None:

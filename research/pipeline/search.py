@@ -12,7 +12,7 @@ from django.utils.dateparse import parse_datetime
 
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
-from research.pipeline import cache, route
+from research.pipeline import cache, private, route
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.urls import normalize_url
 
@@ -21,6 +21,9 @@ RESULTS_PER_QUERY = 10
 
 
 def run(ctx: RunContext) -> None:
+    private.search_documents(ctx, STAGE)
+    if ctx.topic.sources == Topic.Sources.DOCS:
+        return
     queries = SearchQuery.objects.filter(subquery__topic=ctx.topic)
     pending = list(
         queries.filter(searched_at__isnull=True)
@@ -28,8 +31,6 @@ def run(ctx: RunContext) -> None:
         .order_by("subquery__round", "subquery__position", "language", "position")
     )
     if not pending:
-        return
-    if ctx.topic.sources == Topic.Sources.DOCS:
         return
     if not websearch.is_configured():
         _without_search_engine(ctx)
@@ -39,13 +40,19 @@ def run(ctx: RunContext) -> None:
     failures = async_to_sync(_search_all)(ctx, pending, total)
     searched = queries.filter(searched_at__isnull=False, result_count__gt=0).exists()
     if failures and not searched:
-        raise StageError(f"Web search failed: {failures[0]}")
+        if not _has_private_hits(ctx):
+            raise StageError(f"Web search failed: {failures[0]}")
+        ctx.warn(STAGE, f"Web search failed ({failures[0]}); using your documents only.")
 
 
 def _without_search_engine(ctx: RunContext) -> None:
-    if ctx.topic.sources == Topic.Sources.WEB:
+    if not _has_private_hits(ctx):
         raise StageError("Web search is not configured: set SEARXNG_URL (see the status page).")
     ctx.warn(STAGE, "Web search is not configured (SEARXNG_URL); using your documents only.")
+
+
+def _has_private_hits(ctx: RunContext) -> bool:
+    return Hit.objects.filter(topic=ctx.topic, source=Hit.Source.PRIVATE).exists()
 
 
 async def _search_all(ctx: RunContext, pending: list[SearchQuery], total: int) -> list[str]:
