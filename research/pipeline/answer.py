@@ -1,4 +1,8 @@
-"""Stage 8: the report, written from the full texts of the best documents, with citations.
+"""Stage 8: the report, written from the best passages of the chosen documents, with citations.
+
+The documents are chosen by `diversity` (minimum score, a cap per site, MMR; in deep mode the
+best of every round first); of a long page only the passages most about its sub-query are sent
+(`passages`), and the sources list says which passages those were.
 
 Citation numbers the sources list does not have are dropped, and the sources list is always
 written here, not by the model, so every [n] resolves to a real URL or document.
@@ -12,14 +16,13 @@ from asgiref.sync import async_to_sync
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Document, Report, Topic
-from research.pipeline import extractive
+from research.pipeline import diversity, extractive, passages
 from research.pipeline.context import RunContext, StageError
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian
-from research.pipeline.score_summaries import best_documents
 
 STAGE = "answer"
-MAX_CHARS_PER_SOURCE = 16_000
+MAX_CHARS_PER_SOURCE = passages.ANSWER_BUDGET
 CITATION = re.compile(r"(\s*)\[(\d{1,3})\]")
 # File names may contain what Markdown would read as emphasis, links or HTML (an underscore
 # inside a word is literal in Markdown, and common in file names, so it is left as it is).
@@ -34,11 +37,11 @@ SOURCES_HEADING = re.compile(
 def run(ctx: RunContext) -> None:
     if Report.objects.filter(topic=ctx.topic).exists():
         return
-    documents = best_documents(ctx)
+    documents = diversity.final_documents(ctx)
     if not documents:
         raise StageError("No page or document could be read, so there is nothing to write a report from.")
     ctx.emit(STAGE, f"Writing the report from {len(documents)} sources", done=0, total=1)
-    sources = [_source(n, document) for n, document in enumerate(documents, 1)]
+    sources = [_source(n, document, ctx.question) for n, document in enumerate(documents, 1)]
     body, model = _write(ctx, documents, sources)
     markdown = f"{clean_citations(body, len(sources))}\n\n{sources_section(ctx.question, sources)}\n"
     Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
@@ -65,7 +68,7 @@ def _write(ctx: RunContext, documents: list[Document], sources: list[dict]) -> t
 def _request(question: str, documents: list[Document]) -> str:
     blocks = [
         f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n"
-        f"{document.text[:MAX_CHARS_PER_SOURCE]}"
+        f"{passages.document_excerpt(document, question, MAX_CHARS_PER_SOURCE)}"
         for n, document in enumerate(documents, 1)
     ]
     return f"Исходный запрос: {question}\n\nИсточники:\n" + data_block("\n\n---\n\n".join(blocks))
@@ -75,14 +78,15 @@ def _extractive(topic: Topic, documents: list[Document], sources: list[dict]) ->
     sections: dict[str, list[tuple[int, str]]] = {}
     for n, document in enumerate(documents, 1):
         title = document.hit.subquery.text if document.hit else document.title
-        sections.setdefault(title, []).append((n, document.text))
+        excerpt = passages.document_excerpt(document, topic.question, MAX_CHARS_PER_SOURCE)
+        sections.setdefault(title, []).append((n, excerpt))
     listed = [(s["n"], s["title"], s["url"]) for s in sources]
     report = extractive.extractive_report(topic.question, list(sections.items()), listed)
     # The extractive report brings its own sources list; ours is appended instead.
     return SOURCES_HEADING.split(report)[0].rstrip()
 
 
-def _source(n: int, document: Document) -> dict:
+def _source(n: int, document: Document, question: str) -> dict:
     score = document.summary.score.total if hasattr(document, "summary") else None
     return {
         "n": n,
@@ -92,6 +96,7 @@ def _source(n: int, document: Document) -> dict:
         "fetched_via": document.fetched_via,
         "pages": document.pages,
         "score": score,
+        "passages": passages.cited_passages(document, question, MAX_CHARS_PER_SOURCE),
     }
 
 
@@ -103,12 +108,25 @@ def clean_citations(body: str, count: int) -> str:
 
 
 def sources_section(question: str, sources: list[dict]) -> str:
-    heading = "## Источники" if is_russian(question) else "## Sources"
+    russian = is_russian(question)
+    heading = "## Источники" if russian else "## Sources"
     lines = [
-        f"{s['n']}. [{_escape(s['title'])}]({s['url']})" if s["url"] else f"{s['n']}. {_plain(s['title'])}"
+        (f"{s['n']}. [{_escape(s['title'])}]({s['url']})" if s["url"] else f"{s['n']}. {_plain(s['title'])}")
+        + _passage_note(s.get("passages") or [], russian)
         for s in sources
     ]
     return heading + "\n\n" + "\n".join(lines)
+
+
+def _passage_note(cited: list[dict], russian: bool) -> str:
+    """Which passage of a long page the report drew on: its section and opening words."""
+    if not cited:
+        return ""
+    first = cited[0]
+    opening, closing = ("«", "»") if russian else ("“", "”")
+    section = f"§ {_plain(first['heading'])}: " if first["heading"] else ""
+    more = f" (+{len(cited) - 1})" if len(cited) > 1 else ""
+    return f" — {section}{opening}{_plain(first['quote'])}{closing}{more}"
 
 
 def _escape(title: str) -> str:
