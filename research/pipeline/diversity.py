@@ -4,7 +4,8 @@ Seed 001's filters and seed 002's reranking, applied to the scored summaries:
 
 1. a minimum score (`RESEARCH_MIN_SCORE`, on the 0–10 scale of the five criteria);
 2. at most `RESEARCH_SOURCES_PER_SITE` documents per site (default 1, 0 = no cap), so one site
-   cannot fill the context; a private document counts as a site of its own;
+   cannot fill the context; an uploaded file counts as a site of its own (no cap at all when
+   the topic searches only the owner's documents);
 3. maximal marginal relevance (`RESEARCH_MMR_LAMBDA`) over the summaries' words, so the next
    source chosen is the best one that does not repeat those already chosen;
 4. in deep mode, the best document of every round first, so the report covers all rounds.
@@ -113,13 +114,19 @@ def final_documents(ctx: RunContext) -> list[Document]:
     chosen = select_sources(
         candidates,
         k=settings.RESEARCH_DEEP_SOURCES if deep else QUICK_SOURCES,
-        per_site=settings.RESEARCH_SOURCES_PER_SITE,
+        per_site=_per_site(ctx.topic),
         min_score=min_score,
         mmr_lambda=settings.RESEARCH_MMR_LAMBDA,
         cover_rounds=deep,
     )
     by_key = {document.pk: document for document in documents}
     return [by_key[candidate.key] for candidate in chosen]
+
+
+def _per_site(topic: Topic) -> int:
+    """The cap per site; none when every source is one of the owner's own documents, since the
+    user asked for exactly those (one uploaded report would otherwise give a one-source report)."""
+    return 0 if topic.sources == Topic.Sources.DOCS else settings.RESEARCH_SOURCES_PER_SITE
 
 
 def _candidate(document: Document) -> Candidate:

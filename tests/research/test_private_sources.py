@@ -243,6 +243,18 @@ def test_a_docs_topic_makes_no_web_request(alice: User, loopback: World) -> None
 
 
 @pytest.mark.django_db
+def test_a_docs_topic_cites_several_passages_of_one_file(alice: User, loopback: World, settings: Any) -> None:
+    """The cap of sources per site (one uploaded file is one site) does not apply when the user
+    asked for their documents only."""
+    settings.RESEARCH_SOURCES_PER_SITE = 1
+    upload(alice, pdf_bytes(MEMO_PAGES), MEMO)
+    topic = research(alice, Topic.Sources.DOCS)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    titles = [source["title"] for source in topic.report.sources]
+    assert sorted(titles) == [f"{MEMO}, p. 2", f"{MEMO}, p. 4"]
+
+
+@pytest.mark.django_db
 def test_a_docs_topic_without_indexed_documents_fails_clearly(alice: User, loopback: World) -> None:
     topic = research(alice, Topic.Sources.DOCS)
     assert topic.status == Topic.Status.FAILED
