@@ -351,6 +351,7 @@ def rounds_of(topic: Topic) -> list[dict]:
                 "known": row.known_documents if row else None,
                 "growth": row.growth_rate if row else None,
                 "stop": row.get_stop_reason_display() if row and row.stop_reason else "",
+                "stop_reason": row.stop_reason if row else "",
             }
         )
     return rows
