@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import numpy as np
 from django.db import connection, transaction
+from django.db.models import Q
 
 from retrieval.embeddings import embed_query
 from retrieval.models import KEYWORD_CONFIG, Chunk, KeywordStats
@@ -74,19 +76,43 @@ def keyword_search(
 
 
 def hybrid_search(
-    user: Any, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
+    user: Any,
+    query: str,
+    *,
+    k: int = 10,
+    mmr: float | None = None,
+    candidates: int = 100,
+    published: tuple[date | None, date | None] | None = None,
 ) -> list[Passage]:
     """Dense and keyword candidates fused; score = the fused score in [0, 1].
 
     `candidates` is how many chunks each leg brings; `mmr`, when given, is MMR's λ in [0, 1]
     (1 = relevance only, 0.5 a common balance) for picking the k from the best fused ones.
+    `published` (first day, last day; either may be None) drops the chunks of documents
+    published outside that period; a document without a date is kept, its date being unknown.
     """
     if not _has_owner(user) or not query.strip():
         return []
     dense = nearest_chunks(user.pk, embed_query(query), max(k, candidates))
     keyword = bm25_chunks(user.pk, query, max(k, candidates))
     fused = fuse(dense, keyword, DENSE_WEIGHT)
+    if published is not None:
+        fused = published_within(fused, *published)
     return _passages(user, _select(fused, k, mmr), dense=dense, keyword=keyword)
+
+
+def published_within(ranked: Ranked, first: date | None, last: date | None) -> Ranked:
+    """The ranked chunks whose document is not known to be published outside first…last."""
+    outside = Q()
+    if first is not None:
+        outside |= Q(document__published_at__lt=first)
+    if last is not None:
+        outside |= Q(document__published_at__gt=last)
+    if not outside:
+        return ranked
+    ids = [chunk_id for chunk_id, _ in ranked]
+    dropped = set(Chunk.objects.filter(id__in=ids).filter(outside).values_list("id", flat=True))
+    return [(chunk_id, score) for chunk_id, score in ranked if chunk_id not in dropped]
 
 
 def _has_owner(user: Any) -> bool:

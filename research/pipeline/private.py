@@ -17,11 +17,13 @@ the search engine.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import date
 from typing import Any, TypeVar
 
 from django.db import transaction
 
 from research.models import Document, Hit, SubQuery, Topic
+from research.pipeline import route
 from research.pipeline.context import RunContext, StageError
 from retrieval.models import Chunk, UploadedDocument
 from retrieval.search import Passage, hybrid_search
@@ -105,7 +107,8 @@ def search_documents(ctx: RunContext, stage: str) -> None:
     ctx.emit(stage, "Searching your documents", done=done, total=total)
     for subquery in pending:
         ctx.check_cancelled()
-        added = save_hits(ctx.topic, subquery, find_passages(ctx.topic.owner, phrasings(subquery)))
+        found = find_passages(ctx.topic.owner, phrasings(subquery), route.period_of(ctx.topic))
+        added = save_hits(ctx.topic, subquery, found)
         done += 1
         message = f"{added} passages from your documents for “{subquery.text}”"
         ctx.emit(stage, message, done=done, total=total)
@@ -117,8 +120,11 @@ def phrasings(subquery: SubQuery) -> list[str]:
     return list(dict.fromkeys([subquery.text, *(query.text for query in queries)]))
 
 
-def find_passages(owner: Any, texts: list[str]) -> list[Passage]:
-    rankings = [hybrid_search(owner, text, k=PASSAGES_PER_PHRASING) for text in texts]
+def find_passages(
+    owner: Any, texts: list[str], published: tuple[date | None, date | None] | None = None
+) -> list[Passage]:
+    """`published`: the period the question asks about (route.period_of), or None."""
+    rankings = [hybrid_search(owner, text, k=PASSAGES_PER_PHRASING, published=published) for text in texts]
     by_chunk = {passage.chunk_id: passage for ranking in rankings for passage in ranking}
     order = fuse_rankings([[passage.chunk_id for passage in ranking] for ranking in rankings])
     return [by_chunk[chunk_id] for chunk_id in order[:PASSAGES_PER_SUBQUERY]]

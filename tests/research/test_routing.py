@@ -3,13 +3,15 @@ messages answered without any search."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import hashlib
+from datetime import date, timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.files.base import ContentFile
 from django.utils import timezone
 
-from research.models import LLMCall, Report, RunEvent, SearchQuery, Topic
+from research.models import Hit, LLMCall, Report, RunEvent, SearchQuery, Topic
 from research.pipeline.route import (
     Route,
     categories_for,
@@ -20,6 +22,9 @@ from research.pipeline.route import (
 )
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.timeparse import parse_period
+from retrieval.ingest import ingest
+from retrieval.models import UploadedDocument
+from retrieval.search import hybrid_search
 from tests.support.world import TOPIC, World, world
 
 Domain = Topic.Domain
@@ -227,3 +232,63 @@ def test_without_an_llm_the_domain_comes_from_keywords(
     topic = research(alice, "Mixture of Tokens stock price, NASDAQ earnings")
     assert topic.domain == Domain.FINANCE and not loopback.llm.requests
     assert {r.param("categories") for r in loopback.searxng.requests_to("/search")} == {"news,general"}
+
+
+# --- the period filters the owner's documents ---------------------------------------------------
+
+
+def upload_text(owner: User, name: str, text: str, published: date | None) -> UploadedDocument:
+    data = text.encode()
+    document = UploadedDocument(owner=owner, original_name=name, sha256=hashlib.sha256(data).hexdigest())
+    document.file.save(name, ContentFile(data), save=False)
+    document.save()
+    ingest(document.pk)
+    UploadedDocument.objects.filter(pk=document.pk).update(published_at=published)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.READY, document.error
+    return document
+
+
+NOTE = "Mixture of Tokens mixes tokens from different examples before each expert. {}"
+
+
+@pytest.fixture
+def three_documents(alice: User, settings: object, tmp_path: object) -> dict[str, UploadedDocument]:
+    settings.MEDIA_ROOT = tmp_path
+    return {
+        "old": upload_text(alice, "old.md", NOTE.format("Written in 2019."), date(2019, 5, 1)),
+        "new": upload_text(alice, "new.md", NOTE.format("Written this year."), timezone.localdate()),
+        "undated": upload_text(alice, "undated.md", NOTE.format("Nobody knows when."), None),
+    }
+
+
+def names(passages: list) -> set[str]:
+    return {passage.document_name for passage in passages}
+
+
+@pytest.mark.django_db
+def test_hybrid_search_keeps_documents_of_the_period_and_those_without_a_date(
+    alice: User, three_documents: dict[str, UploadedDocument]
+) -> None:
+    query = "Mixture of Tokens experts"
+    assert names(hybrid_search(alice, query)) == {"old.md", "new.md", "undated.md"}
+    in_2019 = (date(2019, 1, 1), date(2019, 12, 31))
+    assert names(hybrid_search(alice, query, published=in_2019)) == {"old.md", "undated.md"}
+    since_2020 = (date(2020, 1, 1), None)
+    assert names(hybrid_search(alice, query, published=since_2020)) == {"new.md", "undated.md"}
+
+
+@pytest.mark.django_db
+def test_a_question_about_a_year_searches_only_that_years_documents(
+    alice: User, loopback: World, three_documents: dict[str, UploadedDocument]
+) -> None:
+    topic = research(alice, TOPIC + " в 2019 году", sources=Topic.Sources.DOCS)
+    assert (topic.period_start, topic.period_end) == (date(2019, 1, 1), date(2019, 12, 31))
+    private_hits = Hit.objects.filter(topic=topic, source=Hit.Source.PRIVATE).select_related(
+        "chunk__document"
+    )
+    assert private_hits and {hit.chunk.document.original_name for hit in private_hits} <= {
+        "old.md",
+        "undated.md",
+    }
+    assert not loopback.searxng.requests  # documents only: the period never reaches a search engine
