@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.core.files.base import ContentFile
 from django.utils import timezone
 
-from research.models import Hit, LLMCall, Report, RunEvent, SearchQuery, Topic
+from research.models import Hit, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic
 from research.pipeline.route import (
     Route,
     categories_for,
@@ -25,7 +25,8 @@ from research.pipeline.timeparse import parse_period
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 from retrieval.search import hybrid_search
-from tests.support.world import TOPIC, World, world
+from tests.support.fakes import searxng_search
+from tests.support.world import PAGES, TOPIC, World, search_pages, world
 
 Domain = Topic.Domain
 
@@ -292,3 +293,45 @@ def test_a_question_about_a_year_searches_only_that_years_documents(
         "undated.md",
     }
     assert not loopback.searxng.requests  # documents only: the period never reaches a search engine
+
+
+# --- a span of years the first search misses ------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_years_the_first_search_missed_get_searches_of_their_own(alice: User, loopback: World) -> None:
+    base = search_pages(loopback.web.url, PAGES)
+
+    def dated(request: object) -> list[dict]:
+        results = base(request)
+        if "2023" not in request.param("q"):
+            for result in results[:1]:
+                result["publishedDate"] = "2022-03-01T00:00:00"  # the broad search covers 2022 only
+        return results
+
+    loopback.searxng.routes[("GET", "/search")] = searxng_search(dated)
+    topic = research(alice, TOPIC + " в 2021–2023 годах")
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert topic.time_range == "" and (topic.period_start, topic.period_end) == (
+        date(2021, 1, 1),
+        date(2023, 12, 31),
+    )
+    per_year = list(topic.subqueries.filter(origin=SubQuery.Origin.PERIOD).order_by("position"))
+    assert [sq.text[-4:] for sq in per_year] == ["2021", "2023"]
+    assert all("2021–2023" not in sq.text for sq in per_year)
+    queries = SearchQuery.objects.filter(subquery__in=per_year)
+    assert {q.language for q in queries} == {"ru", "en"} and all(q.searched_at for q in queries)
+    sent = [r.param("q") for r in loopback.searxng.requests_to("/search")]
+    assert any(q.endswith(" 2021") for q in sent) and any(q.endswith(" 2023") for q in sent)
+    event = RunEvent.objects.get(topic=topic, stage="years")
+    assert event.data == {"years": [2021, 2022, 2023], "missing": [2021, 2023]}
+    # No LLM call was spent on them: their queries are the first sub-query's, plus the year.
+    assert LLMCall.objects.filter(topic=topic, stage="queries").count() == 3
+
+
+@pytest.mark.django_db
+def test_no_year_searches_when_the_first_search_covered_every_year(alice: User, loopback: World) -> None:
+    topic = research(alice, TOPIC + " в 1980 году")
+    assert topic.period_start == date(1980, 1, 1)
+    assert not topic.subqueries.filter(origin=SubQuery.Origin.PERIOD).exists()  # "the 1980s" page
+    assert "covered every year" in RunEvent.objects.get(topic=topic, stage="years").message
