@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from django.db import models
 from ninja import Schema
+from ninja.errors import ValidationError
 from pydantic import AfterValidator
 
 
@@ -41,8 +42,8 @@ class ValidationErrorOut(Schema):
 
 def errors(*codes: int) -> dict[int, type[Schema]]:
     """The error answers of an operation: its own `codes`, plus those any operation may give
-    (401 not authenticated, 403 forbidden or CSRF, 422 invalid input)."""
-    found: dict[int, type[Schema]] = {401: ErrorOut, 403: ErrorOut, 422: ValidationErrorOut}
+    (400 unreadable body, 401 not authenticated, 403 forbidden or CSRF, 422 invalid input)."""
+    found: dict[int, type[Schema]] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ValidationErrorOut}
     found.update(dict.fromkeys(codes, ErrorOut))
     return found
 
@@ -53,3 +54,20 @@ class Page(Schema):
     count: int
     limit: int
     offset: int
+
+
+def invalid(location: tuple[str | int, ...], messages: list[str]) -> ValidationError:
+    """A 422 for input the schema allows but the application refuses (a blank question, a file
+    of an unsupported type), in the same shape as the schema's own validation errors."""
+    return ValidationError([{"type": "value_error", "loc": location, "msg": message} for message in messages])
+
+
+def form_invalid(form: Any, location: tuple[str | int, ...] = ("body",)) -> ValidationError:
+    """The errors of a Django form that validated API input, as a 422."""
+    return ValidationError(
+        [
+            {"type": "value_error", "loc": (*location, field), "msg": str(message)}
+            for field, messages in form.errors.items()
+            for message in messages
+        ]
+    )

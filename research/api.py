@@ -14,7 +14,7 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from mindsearch.api_common import Page, Text, choices_enum, errors
+from mindsearch.api_common import Page, Text, choices_enum, errors, form_invalid
 from research import export, workflow
 from research.forms import SubQueryForm, TopicForm
 from research.models import Report, RunEvent, ShareLink, Topic
@@ -198,11 +198,6 @@ def _reported(topic: Topic) -> Topic:
     return topic
 
 
-def _form_errors(form: Any) -> HttpError:
-    messages = [f"{name}: {' '.join(problems)}" for name, problems in form.errors.items()]
-    return HttpError(422, "; ".join(messages))
-
-
 # --- Topics ----------------------------------------------------------------------------------------
 
 
@@ -211,7 +206,7 @@ def create_topic(request: HttpRequest, payload: TopicIn) -> Status:
     """Start researching a question; its plan is written next (poll the topic or its events)."""
     form = TopicForm(data=payload.model_dump(mode="json"))
     if not form.is_valid():
-        raise _form_errors(form)
+        raise form_invalid(form)
     topic = workflow.start_topic(form.save(commit=False), request.auth)
     topic.report_exists = False
     return Status(201, topic)
@@ -296,10 +291,10 @@ def edit_plan(request: HttpRequest, topic_id: int, payload: PlanIn) -> dict[str,
     """Replace the plan while it waits for review (409 after that)."""
     topic = _topic(request, topic_id)
     items = []
-    for number, item in enumerate(payload.subqueries, 1):
+    for number, item in enumerate(payload.subqueries):
         form = SubQueryForm(data={"text": item.text})
         if not form.is_valid():
-            raise HttpError(422, f"subqueries[{number}]: {' '.join(form.errors['text'])}")
+            raise form_invalid(form, ("body", "subqueries", number))
         items.append((item.id, form.cleaned_data["text"]))
     try:
         workflow.replace_plan(topic, items)

@@ -13,7 +13,7 @@ from ninja.errors import HttpError
 from ninja.files import UploadedFile
 from ninja.responses import Status
 
-from mindsearch.api_common import Page, Text, choices_enum, errors
+from mindsearch.api_common import Page, Text, choices_enum, errors, invalid
 from retrieval import uploads
 from retrieval.embeddings import EmbeddingError
 from retrieval.models import Chunk, UploadedDocument
@@ -81,8 +81,9 @@ def upload_document(request: HttpRequest, file: File[UploadedFile]) -> Status:
     try:
         document, created = uploads.accept_upload(request.auth, file)
     except uploads.UploadRejected as rejected:
-        too_large = (file.size or 0) > settings.UPLOAD_MAX_BYTES
-        raise HttpError(413 if too_large else 422, rejected.message) from None
+        if (file.size or 0) > settings.UPLOAD_MAX_BYTES:
+            raise HttpError(413, rejected.message) from None
+        raise invalid(("body", "file"), [rejected.message]) from None
     return Status(201 if created else 200, document)
 
 
