@@ -239,6 +239,9 @@ EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND") or "local"
 if EMBEDDING_BACKEND not in {"local", "openai"}:
     raise ImproperlyConfigured(f"EMBEDDING_BACKEND must be 'local' or 'openai', got {EMBEDDING_BACKEND!r}")
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL") or "all-MiniLM-L6-v2"
+# Large private corpora: search binary-quantised vectors, re-scored at full precision (needs
+# `manage.py binary_index` once; retrieval/quantized.py).
+RETRIEVAL_BINARY_QUANTIZATION = env_bool("RETRIEVAL_BINARY_QUANTIZATION", False)
 MINDSEARCH_ALLOW_PRIVATE_URLS = env_bool("MINDSEARCH_ALLOW_PRIVATE_URLS", False)
 # A running topic whose worker died (no lock held) and that has been silent this long is resumed.
 RESUME_STALLED_AFTER_SECONDS = env_int("RESUME_STALLED_AFTER_SECONDS", 60)

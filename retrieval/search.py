@@ -20,9 +20,11 @@ from datetime import date
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
+from retrieval import quantized
 from retrieval.embeddings import embed_query
 from retrieval.models import KEYWORD_CONFIG, Chunk, KeywordStats
 
@@ -135,10 +137,18 @@ def nearest_chunks(
         exact = chunk_count <= EXACT_SEARCH_MAX_CHUNKS
     literal = _vector_literal(vector)
     if not exact:
-        found = _nearest_by_index(owner_id, literal, limit, max(ef_search, limit))
+        found = _nearest_approximately(owner_id, literal, limit, max(ef_search, limit))
         if len(found) >= min(limit, chunk_count):
             return found
     return _nearest_exactly(owner_id, literal, limit)
+
+
+def _nearest_approximately(owner_id: int, literal: str, limit: int, ef_search: int) -> Ranked:
+    """The float HNSW index, or, with RETRIEVAL_BINARY_QUANTIZATION and its index built, the
+    bit-string index re-scored at full precision (retrieval/quantized.py)."""
+    if settings.RETRIEVAL_BINARY_QUANTIZATION and quantized.index_exists():
+        return quantized.nearest_chunks_binary(owner_id, literal, limit, ef_search=ef_search)
+    return _nearest_by_index(owner_id, literal, limit, ef_search)
 
 
 def owner_chunk_count(owner_id: int) -> int:
