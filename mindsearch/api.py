@@ -13,9 +13,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import Http404, HttpRequest, HttpResponse
-from django.urls import URLPattern, URLResolver
-from ninja import NinjaAPI, Swagger
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import URLPattern, URLResolver, reverse
+from ninja import NinjaAPI, Router, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import Operation
 from ninja.security import APIKeyCookie, HttpBearer
@@ -98,14 +98,16 @@ def invalid_input(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     return api.create_response(request, {"detail": detail, "errors": exc.errors}, status=422)
 
 
-REQUEST_PARTS = ("body", "query", "path", "payload", "file")
+REQUEST_PARTS = {"body", "query", "path", "file", "form", "header", "cookie"}
 
 
 def _describe(error: dict[str, Any]) -> str:
-    # ("body", "payload", "question") → "question"; the request part is noise for a reader.
-    location = [
-        str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path", "payload")
-    ]
+    # ("body", "payload", "question") → "question": where in the request is noise for a reader.
+    location = [str(part) for part in error.get("loc", ())]
+    if location and location[0] in REQUEST_PARTS:
+        location = location[1:]
+    if location and location[0] == "payload":
+        location = location[1:]
     message = str(error.get("msg", "invalid"))
     return f"{'.'.join(location)}: {message}" if location else message
 
@@ -149,11 +151,37 @@ def bad_request(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
 api.add_router("/", research_router)
 api.add_router("/", retrieval_router)
 
+# Last, so that it only catches what no operation matched: a JSON 404, not the site's HTML page.
+unmatched = Router()
+
+
+@unmatched.api_operation(
+    ["GET", "POST", "PUT", "PATCH", "DELETE"], "/{path:rest}", auth=None, include_in_schema=False
+)
+def unknown_operation(request: HttpRequest, rest: str) -> HttpResponse:
+    raise Http404(f"There is no API operation at {request.path}; see /api/docs for the list.")
+
+
+api.add_router("/", unmatched)
+
 
 def urls() -> tuple[list[URLPattern | URLResolver], str, str]:
     """The API's URLs, open to LoginRequiredMiddleware: the API authenticates by itself, and
     answers 401 in JSON rather than redirecting a script to the sign-in page."""
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
+        if pattern.name == "api-root":
+            pattern.callback = api_root
         pattern.callback.login_required = False
     return patterns, app_name, namespace
+
+
+def api_root(request: HttpRequest) -> JsonResponse:
+    """/api/ itself: where the docs and the schema are (ninja's own answers an HTML 404)."""
+    return JsonResponse(
+        {
+            "detail": "The MindSearch API. Send 'Authorization: Bearer <token>' (see /settings/tokens/).",
+            "docs": reverse("api:openapi-view"),
+            "schema": reverse("api:openapi-json"),
+        }
+    )

@@ -353,9 +353,10 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
     }
 
 
+# Keyed by the int, as ninja keys its own responses: "200" would be a second, duplicate key.
 MARKDOWN_RESPONSE = {
     "responses": {
-        "200": {
+        200: {
             "description": "The report as a Markdown file.",
             "content": {"text/markdown": {"schema": {"type": "string"}}},
         }

@@ -40,6 +40,8 @@ def start_topic(topic: Topic, owner: Any) -> Topic:
 
 def _lock_reviewable(topic: Topic) -> Topic:
     locked = Topic.objects.select_for_update().get(pk=topic.pk)
+    if locked.status == Topic.Status.PLANNING:
+        raise Refused(_("The plan is still being written; edit it once the topic waits for approval."))
     if locked.status != Topic.Status.AWAITING_APPROVAL:
         raise Refused(_("The plan of this topic can no longer be edited."))
     return locked

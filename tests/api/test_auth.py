@@ -4,8 +4,10 @@ stored hashed), the browser session with CSRF, anonymous requests, and the offli
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -17,6 +19,12 @@ from research.models import Topic
 from tests.api.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
+
+
+def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _value in pairs]
+    assert len(keys) == len(set(keys)), f"duplicate keys in {keys}"
+    return dict(pairs)
 
 
 def create_token(client: Client, name: str = "nightly script", expires: str = "") -> str:
@@ -160,8 +168,30 @@ def test_the_docs_and_schema_are_served_without_any_cdn(db: None) -> None:
     for url in scripts:
         asset = client.get(url)
         assert asset.status_code == 200, url
-    schema = client.get("/api/openapi.json").json()
+    raw = client.get("/api/openapi.json").content
+    # Swagger UI refuses a schema with a key twice (Python's json keeps the last one silently).
+    schema = json.loads(raw, object_pairs_hook=refuse_duplicate_keys)
+    assert schema["paths"]["/api/topics/{topic_id}/report.md"]["get"]["responses"]["200"]["content"] == {
+        "text/markdown": {"schema": {"type": "string"}}
+    }
     operations = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
     assert {"create_topic", "edit_plan", "approve_plan", "list_events", "get_report_markdown"} <= operations
     assert {"upload_document", "search_documents", "get_cache_stats", "revoke_share_link"} <= operations
     assert set(schema["components"]["securitySchemes"]) == {"BearerTokenAuth", "SessionCsrfAuth"}
+
+
+def test_the_docs_page_sends_the_csrf_token_for_the_session(alice_client: Client) -> None:
+    html = alice_client.get("/api/docs").content.decode()
+    assert 'data-api-csrf="true"' in html
+    assert re.search(r'data-csrf-token="[^"]{20,}"', html)
+
+
+def test_the_api_root_and_unknown_paths_answer_json(alice_api: ApiClient) -> None:
+    root = alice_api.get("/api/")
+    assert root.status_code == 200
+    assert root.json()["docs"] == "/api/docs" and root.json()["schema"] == "/api/openapi.json"
+    for method, path in [("GET", "/api/nope"), ("GET", "/api/topics/"), ("POST", "/api/topics/1/bogus")]:
+        response = alice_api.request(method, path)
+        assert response.status_code == 404, path
+        assert f"no API operation at {path}" in response.json()["detail"]
+    assert alice_api.request("PATCH", "/api/topics").status_code == 405

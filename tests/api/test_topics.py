@@ -323,3 +323,16 @@ def test_cache_stats_are_for_staff_only(alice_api: ApiClient, alice: User) -> No
     assert set(kinds) == set(CacheEntry.Kind.values)
     assert kinds["search_results"]["entries"] == 1 and kinds["search_results"]["bytes"] > 0
     assert kinds["search_results"]["hit_rate"] == 0.75
+
+
+def test_a_plan_still_being_written_cannot_be_edited_or_approved_yet(
+    alice_api: ApiClient, alice: User
+) -> None:
+    topic = Topic.objects.create(owner=alice, question="Still planning")
+    for method, path, body in [
+        ("PUT", "plan", {"subqueries": [{"text": "Mine"}]}),
+        ("POST", "plan/approve", None),
+    ]:
+        response = alice_api.request(method, f"/api/topics/{topic.pk}/{path}", body)
+        assert response.status_code == 409 and "still being written" in response.json()["detail"]
+    assert Topic.objects.get(pk=topic.pk).status == Topic.Status.PLANNING and not topic.subqueries.exists()
