@@ -195,3 +195,20 @@ def test_the_api_root_and_unknown_paths_answer_json(alice_api: ApiClient) -> Non
         assert response.status_code == 404, path
         assert f"no API operation at {path}" in response.json()["detail"]
     assert alice_api.request("PATCH", "/api/topics").status_code == 405
+
+
+def test_staff_revoke_tokens_in_the_admin(alice: User, bob: User) -> None:
+    row, token = ApiToken.issue(alice, "leaked")
+    bob.is_staff = bob.is_superuser = True
+    bob.save()
+    admin_client = Client()
+    admin_client.force_login(bob)
+    listing = admin_client.get("/admin/mindsearch/apitoken/").content.decode()
+    assert "leaked" in listing and token not in listing and row.token_hash not in listing
+    assert admin_client.get(f"/admin/mindsearch/apitoken/{row.pk}/change/").status_code == 200
+    response = admin_client.post(
+        "/admin/mindsearch/apitoken/", {"action": "revoke", "_selected_action": [row.pk]}
+    )
+    assert response.status_code == 302
+    assert ApiToken.objects.get(pk=row.pk).revoked_at is not None
+    assert ApiClient(token).get("/api/topics").status_code == 401
