@@ -14,7 +14,7 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from mindsearch.api_common import Page, Text, choices_enum, errors, form_invalid
+from mindsearch.api_common import Page, Text, choices_enum, errors, form_invalid, invalid
 from research import export, workflow
 from research.forms import SubQueryForm, TopicForm
 from research.models import Report, RunEvent, ShareLink, Topic
@@ -290,14 +290,19 @@ def get_plan(request: HttpRequest, topic_id: int) -> dict[str, Any]:
 def edit_plan(request: HttpRequest, topic_id: int, payload: PlanIn) -> dict[str, Any]:
     """Replace the plan while it waits for review (409 after that)."""
     topic = _topic(request, topic_id)
-    items = []
+    items, seen = [], set()
     for number, item in enumerate(payload.subqueries):
         form = SubQueryForm(data={"text": item.text})
         if not form.is_valid():
             raise form_invalid(form, ("body", "subqueries", number))
+        if item.id is not None and item.id in seen:
+            raise invalid(("body", "subqueries", number, "id"), [f"Sub-query {item.id} is listed twice."])
+        seen.add(item.id)
         items.append((item.id, form.cleaned_data["text"]))
     try:
         workflow.replace_plan(topic, items)
+    except workflow.NotInPlan as missing:  # another user's sub-query is a 404 like a missing one
+        raise Http404(missing.message) from None
     except workflow.Refused as refused:
         raise HttpError(409, refused.message) from None
     return _plan(topic)

@@ -28,6 +28,10 @@ class Refused(Exception):
         self.message = message
 
 
+class NotInPlan(Refused):
+    """A sub-query id that is not one of this topic's (another topic's, or none at all)."""
+
+
 def start_topic(topic: Topic, owner: Any) -> Topic:
     """Save a new topic (from a validated form) and queue its plan."""
     topic.owner = owner
@@ -65,7 +69,7 @@ def replace_plan(topic: Topic, items: list[tuple[int | None, str]]) -> None:
         ids = [pk for pk, _text in items if pk is not None]
         for pk in ids:
             if pk not in existing:
-                raise Refused(_("Sub-query %(id)s is not part of this plan.") % {"id": pk})
+                raise NotInPlan(_("Sub-query %(id)s is not part of this plan.") % {"id": pk})
         if len(ids) != len(set(ids)):
             raise Refused(_("A sub-query appears twice in the plan."))
         topic.subqueries.exclude(pk__in=ids).delete()

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from mindsearch.api import api
 from research.models import ShareLink, Topic
 from retrieval.models import UploadedDocument
-from tests.api.conftest import ApiClient, completed
+from tests.api.conftest import ApiClient, awaiting, completed
 
 pytestmark = pytest.mark.django_db
 
@@ -99,3 +99,14 @@ def test_bobs_lists_and_search_do_not_show_alices_rows(bob_api: ApiClient, owned
     assert bob_api.get("/api/topics").json() == {"count": 0, "limit": 25, "offset": 0, "items": []}
     assert bob_api.get("/api/documents").json()["count"] == 0
     assert bob_api.get("/api/search?q=notes").json()["results"] == []
+
+
+def test_bob_cannot_pull_alices_sub_queries_into_his_plan(bob_api: ApiClient, bob: User, alice: User) -> None:
+    alices = completed(alice).subqueries.first()
+    bobs = awaiting(bob)
+    body = {"subqueries": [{"id": alices.pk, "text": "Taken over"}]}
+    response = bob_api.put(f"/api/topics/{bobs.pk}/plan", body)
+    assert response.status_code == 404
+    alices.refresh_from_db()
+    assert alices.text == "What is it?" and alices.topic.owner == alice
+    assert bobs.subqueries.count() == 3

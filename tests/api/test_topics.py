@@ -197,7 +197,11 @@ def test_edit_plan_refuses_bad_items(alice_api: ApiClient, alice: User, bob: Use
     foreign = alice_api.put(
         f"/api/topics/{topic.pk}/plan", {"subqueries": [{"id": others.pk, "text": "x y"}]}
     )
-    assert foreign.status_code == 409 and "not part of this plan" in foreign.json()["detail"]
+    assert foreign.status_code == 404 and "not part of this plan" in foreign.json()["detail"]
+    first = topic.subqueries.first()
+    twice = [{"id": first.pk, "text": "a b c"}, {"id": first.pk, "text": "d e f"}]
+    repeated = alice_api.put(f"/api/topics/{topic.pk}/plan", {"subqueries": twice})
+    assert repeated.status_code == 422 and "listed twice" in repeated.json()["detail"]
     too_many = alice_api.put(f"/api/topics/{topic.pk}/plan", {"subqueries": [{"text": "q"}] * 21})
     assert too_many.status_code == 422
     assert list(topic.subqueries.values_list("text", flat=True)) == before
