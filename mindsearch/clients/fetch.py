@@ -97,7 +97,10 @@ def address_allowed(ip: IPAddress) -> bool:
     never = ip.is_link_local or ip.is_multicast or ip.is_reserved or ip.is_unspecified
     if never or ip in METADATA_ADDRESSES:
         return False
-    return ip.is_global or settings.MINDSEARCH_ALLOW_PRIVATE_URLS
+    # Python calls deprecated IPv6 site-local addresses (fec0::/10) global; networks that still
+    # use them route them internally, like private ones.
+    site_local = getattr(ip, "is_site_local", False)
+    return (ip.is_global and not site_local) or settings.MINDSEARCH_ALLOW_PRIVATE_URLS
 
 
 def resolve(host: str, port: int, *, numeric_only: bool = False) -> list[IPAddress]:
@@ -115,7 +118,8 @@ def resolve(host: str, port: int, *, numeric_only: bool = False) -> list[IPAddre
 def numeric_address(host: str) -> IPAddress | None:
     """The address a numeric host means, in any form the C library accepts (as getaddrinfo)."""
     try:
-        return ipaddress.ip_address(host.strip("[]"))
+        # Without its zone (fe80::1%eth0): a scoped address would not equal the metadata ones.
+        return ipaddress.ip_address(host.strip("[]").split("%")[0])
     except ValueError:
         pass
     try:
