@@ -15,7 +15,7 @@ import re
 from asgiref.sync import async_to_sync
 
 from mindsearch.clients.llm import LLMError
-from research.models import CacheEntry, Document, Report, Topic
+from research.models import CacheEntry, Document, Hit, Report, Topic
 from research.pipeline import diversity, extractive, passages
 from research.pipeline.context import RunContext, StageError
 from research.pipeline.llm import ask, data_block, load_prompt
@@ -39,13 +39,22 @@ def run(ctx: RunContext) -> None:
         return
     documents = diversity.final_documents(ctx)
     if not documents:
-        raise StageError("No page or document could be read, so there is nothing to write a report from.")
+        raise StageError(_nothing_to_write_from(ctx))
     ctx.emit(STAGE, f"Writing the report from {len(documents)} sources", done=0, total=1)
     sources = [_source(n, document, ctx.question) for n, document in enumerate(documents, 1)]
     body, model = _write(ctx, documents, sources)
     markdown = f"{clean_citations(body, len(sources))}\n\n{sources_section(ctx.question, sources)}\n"
     Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
     ctx.emit(STAGE, "Report written", done=1, total=1)
+
+
+def _nothing_to_write_from(ctx: RunContext) -> str:
+    if not Hit.objects.filter(topic=ctx.topic).exists():
+        return (
+            "The search found nothing for any query of the plan: "
+            "try other words, a wider time range or other sources."
+        )
+    return "No page or document could be read, so there is nothing to write a report from."
 
 
 def _write(ctx: RunContext, documents: list[Document], sources: list[dict]) -> tuple[str, str]:
