@@ -78,6 +78,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=20, help="concurrent HTTP clients")
     parser.add_argument("--topics", type=int, default=1000, help="topics for the page benchmark")
     parser.add_argument(
+        "--web-processes", type=int, default=1, help="daphne processes sharing the port (page benchmark)"
+    )
+    parser.add_argument(
         "--no-warm-up", dest="warm_up", action="store_false", help="open all websockets on a cold daphne"
     )
     parser.add_argument("--layer", choices=("postgres", "redis"), default="postgres", help=argparse.SUPPRESS)
@@ -92,7 +95,7 @@ def full_report(args: argparse.Namespace, user: Any, cookie: str) -> dict[str, A
     redis = run_redis_variant(args)
     create_topics(user, args.topics)
     sample = topic_sample(user)
-    with daphne() as port:
+    with daphne(args.web_processes) as port:
         pages = asyncio.run(page_latency(port, cookie, sample, args))
     return {
         "benchmark": "web",
@@ -154,9 +157,11 @@ def running_topic(user: Any) -> Any:
 
 
 @contextmanager
-def daphne() -> Iterator[int]:
-    """daphne on a free loopback port, against this benchmark's database and channel layer."""
-    from tests.support.processes import free_port, process_env, stop, wait_for_port
+def daphne(processes: int = 1) -> Iterator[int]:
+    """daphne on a free loopback port, against this benchmark's database and channel layer;
+    several processes share one listening socket, as `manage.py serve --web-processes` runs them."""
+    from mindsearch.management.commands.serve import answers_http, listening_socket
+    from tests.support.processes import process_env, stop, wait_for_port
 
     # Production settings, as a deployment serves pages: DEBUG off (cached templates, no query
     # log); plain HTTP on loopback, so no HTTPS redirect.
@@ -168,15 +173,25 @@ def daphne() -> Iterator[int]:
     }
     if os.environ.get("REDIS_URL"):
         extra["REDIS_URL"] = os.environ["REDIS_URL"]
-    port = free_port()
-    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mindsearch.asgi:application"]
+    listener = listening_socket("127.0.0.1", 0)
+    port, fd = listener.getsockname()[1], listener.fileno()
+    cmd = [sys.executable, "-m", "daphne", "--fd", str(fd), "mindsearch.asgi:application"]
     # daphne's output goes to stderr: stdout carries only this benchmark's JSON.
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=process_env(**extra), stdout=sys.stderr)
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=process_env(**extra), stdout=sys.stderr, pass_fds=[fd])
+        for _ in range(processes)
+    ]
+    listener.close()
     try:
-        wait_for_port(port, proc)
+        for proc in procs:
+            wait_for_port(port, proc)
+        while not answers_http("127.0.0.1", port):
+            time.sleep(0.1)
+        time.sleep(2 if processes > 1 else 0)  # the others load Django meanwhile
         yield port
     finally:
-        stop(proc)
+        for proc in procs:
+            stop(proc)
 
 
 # --- Websocket delivery ----------------------------------------------------------------------------

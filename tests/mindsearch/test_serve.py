@@ -16,9 +16,9 @@ from tests.support import processes
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 
-def start_serve(port: int) -> subprocess.Popen:
+def start_serve(port: int, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        [sys.executable, "manage.py", "serve", "--port", str(port), *extra],
         cwd=processes.ROOT,
         env=processes.process_env(),
         stdout=subprocess.PIPE,
@@ -68,7 +68,27 @@ def test_serve_stops_the_worker_when_the_web_server_dies() -> None:
         children = psutil.Process(proc.pid).children()
         web = next(child for child in children if "daphne" in " ".join(child.cmdline()))
         web.kill()
-        wait_for_line(proc, "The web process exited; stopping the other one.")
+        wait_for_line(proc, "The web process exited; stopping the others.")
         assert proc.wait(30) == 1
+    finally:
+        processes.stop(proc)
+
+
+def test_several_web_processes_share_the_port_and_stop_together() -> None:
+    port = processes.free_port()
+    proc = start_serve(port, "--web-processes", "2")
+    try:
+        wait_for_line(proc, f"MindSearch is running at http://127.0.0.1:{port}/")
+        children = psutil.Process(proc.pid).children()
+        webs = [child for child in children if "daphne" in " ".join(child.cmdline())]
+        assert len(webs) == 2
+        for _ in range(10):
+            # A new connection each time: the kernel gives it to either process.
+            assert httpx.get(f"http://127.0.0.1:{port}/accounts/login/").status_code == 200
+        webs[0].kill()
+        wait_for_line(proc, "The web 1 process exited; stopping the others.")
+        assert proc.wait(30) == 1
+        psutil.wait_procs(children, timeout=10)
+        assert not [child for child in children if child.is_running() and child.status() != "zombie"]
     finally:
         processes.stop(proc)

@@ -2,7 +2,11 @@
 
 This is what `make run` runs after migrating. It holds the embedded database open for both
 children, prints the address once the web server answers, and on Ctrl-C (or SIGTERM) stops
-both cleanly; if either child dies, the other is stopped too.
+both cleanly; if either child dies, the others are stopped too.
+
+With `--web-processes N` (or WEB_PROCESSES), N daphne processes share one listening socket that
+this command opens: the kernel hands each new connection to one of them. A daphne process runs
+Python on one core at a time, so on a machine with several cores more of them answer more pages.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 STOP_GRACE_SECONDS = 15
@@ -26,14 +31,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--web-processes", type=int, default=None, help="default: WEB_PROCESSES")
 
-    def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
-        children = {
-            "web": subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "mindsearch.asgi:application"]
-            ),
-            "worker": subprocess.Popen([sys.executable, "manage.py", "qcluster"]),
-        }
+    def handle(self, *args: Any, host: str, port: int, web_processes: int | None, **options: Any) -> None:
+        count = max(1, web_processes or settings.WEB_PROCESSES)
+        listener = listening_socket(host, port)
+        children = {f"web {n + 1}" if count > 1 else "web": start_web(listener) for n in range(count)}
+        children["worker"] = subprocess.Popen([sys.executable, "manage.py", "qcluster"])
+        listener.close()  # the web processes hold it now
         stopping = False
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -45,13 +50,13 @@ class Command(BaseCommand):
         announced = False
         try:
             while not stopping:
-                if not announced and _port_open(host, port):
+                if not announced and answers_http(host, port):
                     self.stdout.write(self.style.SUCCESS(f"MindSearch is running at http://{host}:{port}/"))
                     self.stdout.write("Press Ctrl-C to stop the web server and the worker.")
                     announced = True
                 exited = [name for name, proc in children.items() if proc.poll() is not None]
                 if exited:
-                    self.stderr.write(f"The {exited[0]} process exited; stopping the other one.")
+                    self.stderr.write(f"The {exited[0]} process exited; stopping the others.")
                     break
                 time.sleep(0.3)
         finally:
@@ -61,10 +66,31 @@ class Command(BaseCommand):
             sys.exit(1)
 
 
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex((host, port)) == 0
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The web server's socket, opened here so that several daphne processes can share it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(1024)
+    listener.set_inheritable(True)
+    return listener
+
+
+def start_web(listener: socket.socket) -> subprocess.Popen[bytes]:
+    fd = listener.fileno()
+    cmd = [sys.executable, "-m", "daphne", "--fd", str(fd), "mindsearch.asgi:application"]
+    return subprocess.Popen(cmd, pass_fds=[fd])
+
+
+def answers_http(host: str, port: int) -> bool:
+    """The socket is open from the start (this command made it): wait for an HTTP answer."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5) as sock:
+            sock.sendall(f"HEAD /accounts/login/ HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            return sock.recv(5) == b"HTTP/"
+    except OSError:
+        return False
 
 
 def _stop(processes: Any) -> None:
