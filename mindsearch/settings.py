@@ -247,6 +247,8 @@ MINDSEARCH_ALLOW_PRIVATE_URLS = env_bool("MINDSEARCH_ALLOW_PRIVATE_URLS", False)
 RESUME_STALLED_AFTER_SECONDS = env_int("RESUME_STALLED_AFTER_SECONDS", 60)
 # How long the status page waits for each outside service before calling it unreachable.
 STATUS_CHECK_TIMEOUT = env_float("STATUS_CHECK_TIMEOUT", 3.0)
+# daphne processes that `manage.py serve` starts on one shared listening socket.
+WEB_PROCESSES = env_int("WEB_PROCESSES", 1)
 
 # --- Usage: estimated LLM cost (0 = no price configured; tokens are still counted) -------------
 LLM_PRICE_INPUT_PER_1K = env_float("LLM_PRICE_INPUT_PER_1K", 0.0)
