@@ -120,14 +120,24 @@ def _raise_for_status(status: int) -> None:
 
 
 def parse_response(payload: Any) -> SearchResponse:
-    """SearchResponse from SearXNG's JSON; results without a URL are dropped."""
+    """SearchResponse from SearXNG's JSON; results without a web URL are dropped.
+
+    A result's URL becomes a link on the topic page: a javascript: or data: URL from an engine
+    would be a script link there, and it is no page to read anyway.
+    """
     if not isinstance(payload, dict):
         raise SearchError("SearXNG answered with something other than its JSON results")
-    items = [item for item in payload.get("results") or [] if isinstance(item, dict) and item.get("url")]
+    items = [
+        item for item in payload.get("results") or [] if isinstance(item, dict) and _is_web(item.get("url"))
+    ]
     results = [_result(item, position) for position, item in enumerate(items, start=1)]
     return SearchResponse(
         results, [_unresponsive(entry) for entry in payload.get("unresponsive_engines") or []]
     )
+
+
+def _is_web(url: Any) -> bool:
+    return isinstance(url, str) and url.strip().lower().startswith(("http://", "https://"))
 
 
 def _result(item: dict[str, Any], position: int) -> SearchResult:

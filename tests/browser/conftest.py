@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from django_q.status import Stat
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, expect, sync_playwright
 
 from tests.support import processes
 from tests.support.fakes import openai_models, searxng_config
@@ -65,10 +65,32 @@ def browser(site: str) -> Iterator[Browser]:
         pytest.fail(f"{CHROMIUM} is missing: run scripts/ensure-chromium (apt-get install chromium)")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        violations = watch_for_csp_violations(browser)
         try:
             yield browser
         finally:
             browser.close()
+    assert not violations, f"the pages broke their Content-Security-Policy: {violations}"
+
+
+def watch_for_csp_violations(browser: Browser) -> list[str]:
+    """What Chromium reports in the console of any page when the CSP blocks something there
+    ("Refused to execute inline script…"); the pages must never need that."""
+    violations: list[str] = []
+    open_context = browser.new_context
+
+    def record(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            where = message.location
+            violations.append(f"{where.get('url')}:{where.get('lineNumber')}: {message.text[:120]}")
+
+    def new_context(**options: object) -> BrowserContext:
+        context = open_context(**options)
+        context.on("console", record)
+        return context
+
+    browser.new_context = new_context
+    return violations
 
 
 @pytest.fixture

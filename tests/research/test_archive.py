@@ -528,7 +528,8 @@ def test_delete_removes_what_the_topic_owns_and_keeps_the_shared_cache(
 
 def test_the_delete_button_asks_for_confirmation(researched: Topic, alice_client: Client) -> None:
     page = alice_client.get(reverse("topic_detail", args=[researched.pk])).content.decode()
-    assert reverse("topic_delete", args=[researched.pk]) in page and "confirm(" in page
+    assert reverse("topic_delete", args=[researched.pk]) in page
+    assert 'data-confirm="Delete this topic and everything it found?"' in page  # static/js/ui.js asks
 
 
 # --- Ownership -------------------------------------------------------------------------------------
