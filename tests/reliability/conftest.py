@@ -1,0 +1,94 @@
+"""Alice's estate: one of everything a user can own, for the walks over every URL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.contrib.auth.models import User
+from django.contrib.contenttypes.models import ContentType
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+
+from mindsearch.models import ApiToken
+from research.models import Document, Hit, HitScore, Report, ShareLink, SubQuery, Summary, SummaryScore, Topic
+
+# Words that appear only in Alice's things: a page another user sees must not contain them.
+SECRET = "Quetzalcoatl-7731"
+SCORES = dict.fromkeys(HitScore.CRITERIA, 8.0)
+
+
+@dataclass
+class Estate:
+    owner: User
+    topic: Topic  # finished, with a report and a share link
+    plan: Topic  # waiting for plan review
+    subquery: SubQuery
+    link: ShareLink
+    share_token: str
+    document: Any
+    api_token: ApiToken
+
+    def params(self) -> dict[str, object]:
+        """A value for every URL parameter the project uses, pointing at Alice's things."""
+        return {
+            "topic_id": self.topic.pk,
+            "subquery_id": self.subquery.pk,
+            "link_id": self.link.pk,
+            "token": self.share_token,
+            "document_id": self.document.pk,
+            "token_id": self.api_token.pk,
+            "object_id": self.topic.pk,
+            "content_type_id": ContentType.objects.get_for_model(Topic).pk,
+            "id": self.owner.pk,
+            "app_label": "research",
+            "url": "no-such-admin-page/",
+            "rest": "no/such/operation",
+        }
+
+
+def _finished_topic(owner: User) -> Topic:
+    topic = Topic.objects.create(
+        owner=owner, question=f"What is {SECRET}?", status=Topic.Status.COMPLETED, finished_at=timezone.now()
+    )
+    subquery = SubQuery.objects.create(topic=topic, text=f"{SECRET} origins")
+    url = f"https://example.org/{SECRET}"
+    hit = Hit.objects.create(topic=topic, subquery=subquery, url=url, normalized_url=url, title=SECRET)
+    HitScore.objects.create(hit=hit, **SCORES)
+    document = Document.objects.create(
+        topic=topic, hit=hit, title=SECRET, url=url, text=SECRET, fetched_via="reader"
+    )
+    summary = Summary.objects.create(document=document, text=f"{SECRET} summary.")
+    SummaryScore.objects.create(summary=summary, **SCORES)
+    sources = [{"n": 1, "title": SECRET, "url": url, "document_id": document.pk, "fetched_via": "reader"}]
+    Report.objects.create(topic=topic, markdown=f"# {SECRET}\n\nFound [1].", sources=sources, model="m")
+    return topic
+
+
+@pytest.fixture
+def estate(alice: User, settings: Any, tmp_path: Any) -> Estate:
+    from retrieval.uploads import accept_upload
+
+    settings.MEDIA_ROOT = tmp_path
+    topic = _finished_topic(alice)
+    plan = Topic.objects.create(owner=alice, question=f"Plan for {SECRET}", status="awaiting_approval")
+    subquery = SubQuery.objects.create(topic=plan, text=f"{SECRET} sub-query")
+    link, share_token = ShareLink.issue(topic)
+    upload = SimpleUploadedFile(f"{SECRET}.md", f"# {SECRET}\n\nPrivate notes on {SECRET}.\n".encode())
+    document, _ = accept_upload(alice, upload)
+    api_token, _plain = ApiToken.issue(alice, f"{SECRET} script")
+    return Estate(alice, topic, plan, subquery, link, share_token, document, api_token)
+
+
+def snapshot() -> dict[str, list]:
+    """Every row of every MindSearch table and of the users, to show nothing changed."""
+    models = [*apps.get_app_config("research").get_models(), *apps.get_app_config("retrieval").get_models()]
+    models += [*apps.get_app_config("mindsearch").get_models(), User]
+    skip = {"last_login", "last_used_at", "heartbeat_at", "updated_at", "hit_count", "last_hit_at"}
+    rows = {}
+    for model in models:
+        fields = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
+        rows[model._meta.label] = sorted(map(repr, model.objects.values_list(*fields)))
+    return rows
