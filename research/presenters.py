@@ -112,7 +112,10 @@ def stage_progress(topic: Topic) -> list[dict[str, Any]]:
     latest: dict[str, RunEvent] = {}
     for event in topic.events.filter(total__isnull=False).order_by("seq"):
         latest[event.stage] = event
-    return [progress_row(key, label, latest.get(key), topic) for key, label in STAGES]
+    stages = STAGES
+    if topic.status == Topic.Status.COMPLETED and "queries" not in latest:
+        stages = [(key, label) for key, label in STAGES if key == "answer"]  # answered directly
+    return [progress_row(key, label, latest.get(key), topic) for key, label in stages]
 
 
 def progress_row(key: str, label: str, event: RunEvent | None, topic: Topic) -> dict[str, Any]:

@@ -109,6 +109,10 @@ def choose_passages(markdown: str, query: str, budget: int) -> list[Passage]:
     A page that fits the budget (or is not long) is one passage. When nothing matches the
     query, the page's opening passages are used.
     """
+    return sorted(_best_first(markdown, query, budget), key=lambda passage: passage.start)
+
+
+def _best_first(markdown: str, query: str, budget: int) -> list[Passage]:
     text = markdown or ""
     if len(text) <= max(budget, LONG_PAGE_CHARS):
         return [Passage(0, len(text), "", text)] if text.strip() else []
@@ -117,15 +121,15 @@ def choose_passages(markdown: str, query: str, budget: int) -> list[Passage]:
     order = sorted(range(len(passages)), key=lambda i: (-scores[i], i))
     if not any(score > 0 for score in scores):
         order = list(range(len(passages)))
-    chosen: list[int] = []
+    chosen: list[Passage] = []
     used = 0
     for index in order:
         length = passages[index].end - passages[index].start
         if chosen and used + length > budget:
             continue
-        chosen.append(index)
+        chosen.append(passages[index])
         used += length
-    return [passages[index] for index in sorted(chosen)]
+    return chosen
 
 
 def excerpt(passages: list[Passage]) -> str:
@@ -145,8 +149,10 @@ def plain(text: str) -> str:
 
 
 def quote(passage: Passage, words: int = 16) -> str:
-    """The passage's opening words as plain text, for the sources list."""
-    found = plain(passage.text).split()
+    """The passage's opening words as plain text, for the sources list (its heading is shown
+    on its own)."""
+    body = _HEADING.sub("", passage.text)
+    found = plain(body).split() or plain(passage.text).split()
     return " ".join(found[:words]) + ("…" if len(found) > words else "")
 
 
@@ -178,9 +184,9 @@ def document_excerpt(document: Document, question: str, budget: int) -> str:
 
 
 def cited_passages(document: Document, question: str, budget: int) -> list[dict]:
-    """The passages a long document was cited by (offsets, heading, opening words); [] when
-    the document was used whole."""
+    """The passages a long document was cited by (offsets, heading, opening words), the most
+    relevant first; [] when the document was used whole."""
     if len(document.text) <= max(budget, LONG_PAGE_CHARS):
         return []
-    chosen = choose_passages(document.text, query_for(document, question), budget)
+    chosen = _best_first(document.text, query_for(document, question), budget)
     return [{"start": p.start, "end": p.end, "heading": p.heading, "quote": quote(p)} for p in chosen]

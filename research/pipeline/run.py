@@ -19,7 +19,7 @@ from types import ModuleType
 from django.db import connection
 from django.utils import timezone
 
-from research.models import RunEvent, Topic
+from research.models import Report, RunEvent, Topic
 from research.pipeline import (
     answer,
     deep,
@@ -96,8 +96,13 @@ def _route_then_plan(ctx: RunContext) -> None:
 
 def _answered_directly(ctx: RunContext) -> None:
     now = timezone.now()
+    model = Report.objects.filter(topic=ctx.topic).values_list("model", flat=True).first() or ""
     ctx.topic.set_status(
-        Topic.Status.COMPLETED, started_at=ctx.topic.started_at or now, finished_at=now, stage=""
+        Topic.Status.COMPLETED,
+        started_at=ctx.topic.started_at or now,
+        finished_at=now,
+        stage="",
+        llm_model=model,
     )
     ctx.emit("done", "The answer is ready")
 

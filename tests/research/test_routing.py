@@ -22,6 +22,7 @@ from research.pipeline.route import (
 )
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.timeparse import parse_period
+from research.presenters import stage_progress
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 from retrieval.search import hybrid_search
@@ -147,7 +148,8 @@ def test_a_greeting_is_answered_without_any_search(alice: User, loopback: World)
     assert report.sources == [] and "Задайте тему" in report.markdown
     # One short LLM call answers it; no classification is spent on small talk.
     assert list(LLMCall.objects.filter(topic=topic).values_list("stage", flat=True)) == ["answer"]
-    assert topic.finished_at is not None
+    assert topic.finished_at is not None and topic.llm_model == "test-model"
+    assert [row["key"] for row in stage_progress(topic)] == ["answer"]  # no empty search stages
 
 
 @pytest.mark.django_db

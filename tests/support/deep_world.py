@@ -207,6 +207,9 @@ class DeepWorld:
             "LIMIT_AITUNNEL_RPS": 0,
         }
 
+    def env(self) -> dict[str, str]:
+        return {name: str(value) for name, value in self.settings().items()}
+
     def external_requests(self) -> int:
         return sum(len(service.requests) for service in (self.llm, self.searxng, self.reader))
 
