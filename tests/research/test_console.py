@@ -46,3 +46,25 @@ def test_console_names_a_missing_user(db: None) -> None:
     done = processes.manage("research", "anything", "--yes", "--user", "nobody", env=processes.process_env())
     assert done.returncode != 0
     assert "No user named 'nobody'" in done.stderr
+
+
+def test_console_deep_mode_prints_its_rounds(alice: User) -> None:
+    from tests.support.deep_world import QUESTION, deep_world
+
+    with deep_world() as w:
+        env = processes.process_env(**w.env())
+        done = processes.manage("research", QUESTION, "--yes", "--mode", "deep", "--user", "alice", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Round 2: 3 new sub-queries" in done.stdout
+    assert "Stopped searching after round 4: growth 0.00 is under 0.1" in done.stdout
+    assert Topic.objects.get(owner=alice).rounds.count() == 4
+
+
+def test_console_answers_a_greeting_without_searching(alice: User) -> None:
+    with world() as w:
+        done = processes.manage(
+            "research", "Привет!", "--user", "alice", env=processes.process_env(**w.env())
+        )
+        assert not w.searxng.requests
+    assert done.returncode == 0, done.stderr
+    assert "Здравствуйте! Задайте тему для исследования." in done.stdout

@@ -27,6 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true", help="Approve the planned sub-queries unedited.")
         parser.add_argument("--sources", choices=Topic.Sources.values, default=Topic.Sources.WEB)
         parser.add_argument("--time-range", choices=[c for c in Topic.TimeRange.values if c], default="")
+        parser.add_argument(
+            "--mode", choices=Topic.Mode.values, default=Topic.Mode.QUICK, help="deep: search in rounds"
+        )
 
     def handle(self, *args: Any, question: str, user: str, yes: bool, sources: str, **options: Any) -> None:
         owner = self._owner(user)
@@ -35,12 +38,16 @@ class Command(BaseCommand):
             question=question,
             sources=sources,
             time_range=options["time_range"],
+            mode=options["mode"],
             auto_approve=yes,
         )
         listeners = [self._draw]
         self.stdout.write(f"Topic #{topic.pk}: {question}")
         if not plan_topic(topic.pk, listeners):
             topic.refresh_from_db()
+            if topic.status == Topic.Status.COMPLETED:  # answered directly, without a search
+                self._print_report(topic)
+                return
             if topic.status != Topic.Status.AWAITING_APPROVAL:
                 raise CommandError(topic.error or f"Planning ended with status {topic.status}")
             self._review(topic)
@@ -115,6 +122,8 @@ class Command(BaseCommand):
                 self.stdout.write("")
         elif event.level != RunEvent.Level.INFO:
             self.stdout.write(f"\n{event.level.upper()}: {event.message}")
+        elif event.stage == "deep":  # rounds and their growth
+            self.stdout.write(f"\n{event.message}")
         self.stdout.flush()
 
     def _print_report(self, topic: Topic) -> None:
