@@ -23,6 +23,7 @@ class TopicForm(forms.ModelForm):
         help_texts = {
             "question": _("Ask it as you would ask an expert; MindSearch plans sub-queries you can edit."),
             "mode": _("Deep mode searches in rounds until little new is found."),
+            "time_range": _("Or say it in the question: “за последние 3 дня”, “past 6 months”, “2015–2023”."),
         }
         widgets = {
             "question": forms.Textarea(attrs={"rows": 3, "maxlength": MAX_QUESTION_CHARS, "autofocus": True}),
