@@ -105,7 +105,10 @@ def parse_route(answer: object, fallback: Route) -> Route:
 
 def _may_skip_search(topic: Topic, route: Route) -> bool:
     """Small talk never needs a search; a question only when the LLM said so and it is a short
-    one about the web (the user's documents are searched whatever the LLM knows)."""
+    one about the web (the user's documents are searched whatever the LLM knows). A topic
+    with a plan already (a copy researched again) is searched as planned."""
+    if topic.subqueries.exists():
+        return False
     if looks_like_small_talk(topic.question):
         return True
     return (

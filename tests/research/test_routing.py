@@ -337,3 +337,14 @@ def test_no_year_searches_when_the_first_search_covered_every_year(alice: User, 
     assert topic.period_start == date(1980, 1, 1)
     assert not topic.subqueries.filter(origin=SubQuery.Origin.PERIOD).exists()  # "the 1980s" page
     assert "covered every year" in RunEvent.objects.get(topic=topic, stage="years").message
+
+
+@pytest.mark.django_db
+def test_a_topic_with_an_approved_plan_is_searched_whatever_the_classifier_says(
+    alice: User, loopback: World
+) -> None:
+    loopback.script.route = lambda user: '{"domain": "general", "needs_search": false}'
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens?", status=Topic.Status.QUEUED)
+    SubQuery.objects.create(topic=topic, text="Что такое Mixture of Tokens в машинном обучении?")
+    assert run_topic(topic.pk) == Topic.Status.COMPLETED
+    assert loopback.searxng.requests and Report.objects.get(topic=topic).sources
