@@ -6,13 +6,16 @@ Starts daphne against a database of its own, then:
   with `record_event` (as the worker does); latency = when a client got the event's line −
   when publishing started. Once with the PostgreSQL channel layer, once with Redis (a
   re-run of this script with REDIS_URL set, so daphne and the publisher share the layer);
-- page latency: 1,000 topics, 20 concurrent clients requesting the topic list and topic pages.
+- page latency: 1,000 topics, 20 concurrent clients requesting the topic list and topic pages
+  back to back (the target); the same load on a static file and a signed-in 404 (the floor
+  that daphne and Django's middleware set on this machine); and 20 clients that each wait
+  `--think` seconds between two pages, as people reading do.
 
 Prints one JSON object; exits with 1 when an event did not reach every client or a page did
 not answer 200 (the JSON says which).
 
     .venv/bin/python bench/web.py [--clients 200] [--events 30] [--interval 0.2] [--requests 400]
-        [--concurrency 20] [--topics 1000] [--no-warm-up]
+        [--concurrency 20] [--topics 1000] [--think 1.0] [--web-processes 1] [--no-warm-up]
 
 Before the measured sockets one socket connects and leaves, as on a server already in use;
 --no-warm-up shows what a cold daphne does when every page reconnects at once.
@@ -45,6 +48,7 @@ from bench.common import ROOT, setup_django
 
 DATABASE = "mindsearch_bench_web"
 REDIS_URL = "redis://127.0.0.1:6379/13"
+STATIC_FILE = "/static/css/mindsearch.css"
 SEQ = re.compile(r'data-seq="(\d+)"')
 TARGETS = {"websocket_p95_ms": 250, "page_p95_ms": 100}
 
@@ -77,6 +81,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=400, help="requests per page kind")
     parser.add_argument("--concurrency", type=int, default=20, help="concurrent HTTP clients")
     parser.add_argument("--topics", type=int, default=1000, help="topics for the page benchmark")
+    parser.add_argument("--think", type=float, default=1.0, help="seconds between a paced client's pages")
     parser.add_argument(
         "--web-processes", type=int, default=1, help="daphne processes sharing the port (page benchmark)"
     )
@@ -96,12 +101,14 @@ def full_report(args: argparse.Namespace, user: Any, cookie: str) -> dict[str, A
     create_topics(user, args.topics)
     sample = topic_sample(user)
     with daphne(args.web_processes) as port:
-        pages = asyncio.run(page_latency(port, cookie, sample, args))
+        pages, floor, paced = asyncio.run(page_latency(port, cookie, sample, args))
     return {
         "benchmark": "web",
         "machine": {"cpus": os.cpu_count(), "load_average_at_start": load_average},
         "websocket": {"postgres": postgres, "redis": redis},
         "pages": pages,
+        "pages_floor": floor,
+        "pages_with_think_time": {**paced, "think_seconds": args.think, "clients": args.concurrency},
         "targets": {name: f"<= {value}" for name, value in TARGETS.items()},
         "met": targets_met(postgres, redis, pages),
     }
@@ -421,11 +428,23 @@ async def page_latency(port: int, cookie: str, sample: list[int], args: argparse
         await load(client, ["/"] * 20 + pages[:20], args.concurrency, timeout=60)  # warm-up, not measured
         topic_list = await load(client, ["/"] * args.requests, args.concurrency)
         topic_page = await load(client, pages, args.concurrency)
-    return {"topic_list": topic_list, "topic_page": topic_page}
+        # The same load on what costs the least: a static file, and a signed-in 404 (session,
+        # user, middleware, no view work) — the floor under any page on this machine.
+        floor = {
+            "static_file": await load(client, [STATIC_FILE] * args.requests, args.concurrency),
+            "signed_in_404": await load(client, ["/no-such-page/"] * args.requests, args.concurrency),
+        }
+        # People read between two clicks: each client asks for a page every `--think` seconds.
+        mixed = [path for pair in zip(["/"] * len(pages), pages, strict=True) for path in pair]
+        paced = await load(client, mixed[: args.requests], args.concurrency, think=args.think)
+    return {"topic_list": topic_list, "topic_page": topic_page}, floor, paced
 
 
-async def load(client: Any, paths: list[str], concurrency: int, timeout: float = 90) -> dict[str, Any]:
-    """GET every path with `concurrency` clients at once; latency of each and the throughput."""
+async def load(
+    client: Any, paths: list[str], concurrency: int, timeout: float = 90, think: float = 0.0
+) -> dict[str, Any]:
+    """GET every path with `concurrency` clients at once (each waiting `think` seconds between
+    its requests); latency of each and the throughput."""
     import httpx
 
     queue: asyncio.Queue[str] = asyncio.Queue()
@@ -435,6 +454,8 @@ async def load(client: Any, paths: list[str], concurrency: int, timeout: float =
     statuses: Counter[str] = Counter()
 
     async def worker() -> None:
+        if think:
+            await asyncio.sleep(random.uniform(0, think))  # people do not click in step
         while not queue.empty():
             path = queue.get_nowait()
             began = time.perf_counter()
@@ -443,6 +464,8 @@ async def load(client: Any, paths: list[str], concurrency: int, timeout: float =
             except httpx.HTTPError as error:
                 statuses[type(error).__name__] += 1
             latencies.append((time.perf_counter() - began) * 1000)
+            if think:
+                await asyncio.sleep(think)
 
     started = time.perf_counter()
     await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), timeout=timeout)
