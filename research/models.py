@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch.querysets import OwnedQuerySet
+from research import event_text
 
 
 class TopicQuerySet(OwnedQuerySet):
@@ -439,6 +440,11 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.stage}: {self.message[:60]}"
+
+    @property
+    def display_message(self) -> str:
+        """The line in the active language; `message` stays the English record."""
+        return event_text.translated(self.data, self.message)
 
     @property
     def progress(self) -> float | None:

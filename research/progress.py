@@ -14,6 +14,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from research.event_text import I18N_KEY, english, phrase
 from research.models import RunEvent, Topic
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,17 @@ def record_event(
     total: int | None = None,
     level: str = RunEvent.Level.INFO,
     data: dict[str, Any] | None = None,
+    args: dict[str, Any] | None = None,
 ) -> RunEvent:
+    """Save and announce one line of progress.
+
+    With `args` (`{}` for a line without placeholders), `message` is a msgid marked with
+    gettext_noop: it is stored formatted in English and, under `data["i18n"]`, kept for the page
+    to translate (research/event_text.py).
+    """
+    if args is not None:
+        spec = phrase(message, **args)
+        message, data = english(spec), {**(data or {}), I18N_KEY: spec}
     event = RunEvent.objects.create(
         topic=topic,
         seq=topic.next_event_seq(),

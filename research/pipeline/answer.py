@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from asgiref.sync import async_to_sync
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Document, Hit, Report, Topic
@@ -40,12 +41,18 @@ def run(ctx: RunContext) -> None:
     documents = diversity.final_documents(ctx)
     if not documents:
         raise StageError(_nothing_to_write_from(ctx))
-    ctx.emit(STAGE, f"Writing the report from {len(documents)} sources", done=0, total=1)
+    ctx.emit(
+        STAGE,
+        gettext_noop("Writing the report from %(count)s sources"),
+        args={"count": len(documents)},
+        done=0,
+        total=1,
+    )
     sources = [_source(n, document, ctx.question) for n, document in enumerate(documents, 1)]
     body, model = _write(ctx, documents, sources)
     markdown = f"{clean_citations(body, len(sources))}\n\n{sources_section(ctx.question, sources)}\n"
     Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
-    ctx.emit(STAGE, "Report written", done=1, total=1)
+    ctx.emit(STAGE, gettext_noop("Report written"), args={}, done=1, total=1)
 
 
 def _nothing_to_write_from(ctx: RunContext) -> str:
@@ -67,7 +74,11 @@ def _write(ctx: RunContext, documents: list[Document], sources: list[dict]) -> t
                 ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private
             )
         except LLMError as exc:
-            ctx.warn(STAGE, f"The LLM could not write the report ({exc}); writing an extractive one.")
+            ctx.warn(
+                STAGE,
+                gettext_noop("The LLM could not write the report (%(error)s); writing an extractive one."),
+                args={"error": str(exc)},
+            )
         else:
             if body.strip():
                 return body.strip(), ctx.model

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients import llm as llm_client
 from research.models import RunEvent, Topic
@@ -56,6 +57,7 @@ class RunContext:
         return self.topic.owner_id
 
     def emit(self, stage: str, message: str, **fields: Any) -> RunEvent:
+        """`fields` are record_event's: with `args`, `message` is a msgid the page translates."""
         event = record_event(self.topic, stage, message, **fields)
         for listener in self.listeners:
             listener(event)
@@ -69,7 +71,9 @@ class RunContext:
         fatal = isinstance(error, llm_client.LLMAuthError | llm_client.LLMNotConfigured)
         if self.llm_enabled and (fatal or self.llm_failures >= self.MAX_LLM_FAILURES):
             self.llm_enabled = False
-            self.warn("llm", f"Continuing without the LLM: {error}")
+            self.warn(
+                "llm", gettext_noop("Continuing without the LLM: %(error)s"), args={"error": str(error)}
+            )
 
     def check_cancelled(self) -> None:
         status = Topic.objects.filter(pk=self.topic.pk).values_list("status", flat=True).first()

@@ -27,8 +27,10 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
+from research.event_text import phrase
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
 from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
@@ -112,8 +114,10 @@ def _measure(ctx: RunContext, number: int) -> Round:
     )
     ctx.emit(
         STAGE,
-        f"Round {number}: {new} relevant new documents, {known} known before; "
-        f"growth {measured.growth_rate:.2f}",
+        gettext_noop(
+            "Round %(round)s: %(new)s relevant new documents, %(known)s known before; growth %(growth)s"
+        ),
+        args={"round": number, "new": new, "known": known, "growth": f"{measured.growth_rate:.2f}"},
         data={"round": number, "new": new, "known": known, "growth": round(measured.growth_rate, 3)},
     )
     return measured
@@ -123,12 +127,22 @@ def _stop(ctx: RunContext, measured: Round, reason: str) -> bool:
     measured.stop_reason = reason
     measured.save(update_fields=["stop_reason"])
     why = {
-        Round.Stop.GROWTH: f"growth {measured.growth_rate:.2f} is under "
-        f"{settings.RESEARCH_DEEP_GROWTH_THRESHOLD:g}",
-        Round.Stop.MAX_ROUNDS: f"round {measured.number} is the last allowed",
-        Round.Stop.NO_QUERIES: "no new sub-query was left to ask",
+        Round.Stop.GROWTH: phrase(
+            gettext_noop("growth %(growth)s is under %(threshold)s"),
+            growth=f"{measured.growth_rate:.2f}",
+            threshold=f"{settings.RESEARCH_DEEP_GROWTH_THRESHOLD:g}",
+        ),
+        Round.Stop.MAX_ROUNDS: phrase(
+            gettext_noop("round %(round)s is the last allowed"), round=measured.number
+        ),
+        Round.Stop.NO_QUERIES: phrase(gettext_noop("no new sub-query was left to ask")),
     }[reason]
-    ctx.emit(STAGE, f"Stopped searching after round {measured.number}: {why}", data={"stop": reason})
+    ctx.emit(
+        STAGE,
+        gettext_noop("Stopped searching after round %(round)s: %(why)s"),
+        args={"round": measured.number, "why": why},
+        data={"stop": reason},
+    )
     return False
 
 
@@ -140,7 +154,8 @@ def _start_round(ctx: RunContext, number: int, texts: list[str]) -> None:
         )
     ctx.emit(
         STAGE,
-        f"Round {number}: {len(texts)} new sub-queries from what was found",
+        gettext_noop("Round %(round)s: %(count)s new sub-queries from what was found"),
+        args={"round": number, "count": len(texts)},
         data={"round": number, "subqueries": texts},
     )
 

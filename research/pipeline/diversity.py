@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.utils.translation import gettext_noop
 
 from research.models import Document, Topic
 from research.pipeline.context import RunContext
@@ -109,7 +110,11 @@ def final_documents(ctx: RunContext) -> list[Document]:
     deep = ctx.topic.mode == Topic.Mode.DEEP
     min_score = settings.RESEARCH_MIN_SCORE
     if candidates and not any(candidate.score >= min_score for candidate in candidates):
-        ctx.warn(STAGE, f"No source scored {min_score:g} or more; the report uses the best there are.")
+        ctx.warn(
+            STAGE,
+            gettext_noop("No source scored %(score)s or more; the report uses the best there are."),
+            args={"score": f"{min_score:g}"},
+        )
         min_score = 0.0
     chosen = select_sources(
         candidates,

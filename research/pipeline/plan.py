@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from asgiref.sync import async_to_sync
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SubQuery
@@ -18,12 +19,19 @@ MAX_SUBQUERIES = 3
 def run(ctx: RunContext) -> None:
     if ctx.topic.subqueries.exists():
         return
-    ctx.emit(STAGE, "Planning sub-queries", done=0, total=1)
+    ctx.emit(STAGE, gettext_noop("Planning sub-queries"), args={}, done=0, total=1)
     texts, origin = _plan(ctx)
     SubQuery.objects.bulk_create(
         SubQuery(topic=ctx.topic, position=i, text=text, origin=origin) for i, text in enumerate(texts)
     )
-    ctx.emit(STAGE, f"Planned {len(texts)} sub-queries", done=1, total=1, data={"subqueries": texts})
+    ctx.emit(
+        STAGE,
+        gettext_noop("Planned %(count)s sub-queries"),
+        args={"count": len(texts)},
+        done=1,
+        total=1,
+        data={"subqueries": texts},
+    )
 
 
 def _plan(ctx: RunContext) -> tuple[list[str], str]:
@@ -37,10 +45,18 @@ def _plan(ctx: RunContext) -> tuple[list[str], str]:
                 kind=CacheEntry.Kind.SEARCH_QUERIES,
             )
         except LLMError as exc:
-            ctx.warn(STAGE, f"The LLM could not plan ({exc}); using keyword sub-queries instead.")
+            ctx.warn(
+                STAGE,
+                gettext_noop("The LLM could not plan (%(error)s); using keyword sub-queries instead."),
+                args={"error": str(exc)},
+            )
         else:
             texts = parse_prefixed_lines(answer, "ПОДЗАПРОС:", limit=MAX_SUBQUERIES)
             if texts:
                 return texts, SubQuery.Origin.LLM
-            ctx.warn(STAGE, "The LLM's plan had no ПОДЗАПРОС: lines; using keyword sub-queries instead.")
+            ctx.warn(
+                STAGE,
+                gettext_noop("The LLM's plan had no ПОДЗАПРОС: lines; using keyword sub-queries instead."),
+                args={},
+            )
     return extractive.keyword_subqueries(ctx.question, limit=MAX_SUBQUERIES), SubQuery.Origin.FALLBACK

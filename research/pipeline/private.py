@@ -21,7 +21,9 @@ from datetime import date
 from typing import Any, TypeVar
 
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
+from research.event_text import english, phrase
 from research.models import Document, Hit, SubQuery, Topic
 from research.pipeline import route
 from research.pipeline.context import RunContext, StageError
@@ -62,12 +64,21 @@ def document_counts(owner: Any) -> tuple[int, int]:
 
 
 def no_documents_message(indexing: int) -> str:
+    return english(_no_documents(indexing))
+
+
+def _no_documents(indexing: int) -> dict[str, Any]:
     if indexing:
-        return (
-            f"You have no indexed documents yet: {indexing} still being indexed. "
-            "Resume the topic when they are ready."
+        return phrase(
+            gettext_noop(
+                "You have no indexed documents yet: %(indexing)s still being indexed. "
+                "Resume the topic when they are ready."
+            ),
+            indexing=indexing,
         )
-    return "You have no indexed documents to search: upload some on the Documents page first."
+    return phrase(
+        gettext_noop("You have no indexed documents to search: upload some on the Documents page first.")
+    )
 
 
 def check_before_planning(ctx: RunContext) -> None:
@@ -84,10 +95,11 @@ def have_documents(ctx: RunContext, stage: str) -> bool:
     ready, indexing = document_counts(ctx.topic.owner)
     if ready:
         return True
-    message = no_documents_message(indexing)
     if ctx.topic.sources == Topic.Sources.DOCS:
-        raise StageError(message)
-    ctx.warn(stage, f"{message} Searching the web only.")
+        raise StageError(no_documents_message(indexing))
+    ctx.warn(
+        stage, gettext_noop("%(reason)s Searching the web only."), args={"reason": _no_documents(indexing)}
+    )
     return False
 
 
@@ -104,14 +116,19 @@ def search_documents(ctx: RunContext, stage: str) -> None:
         return
     total = subqueries.count()
     done = total - len(pending)
-    ctx.emit(stage, "Searching your documents", done=done, total=total)
+    ctx.emit(stage, gettext_noop("Searching your documents"), args={}, done=done, total=total)
     for subquery in pending:
         ctx.check_cancelled()
         found = find_passages(ctx.topic.owner, phrasings(subquery), route.period_of(ctx.topic))
         added = save_hits(ctx.topic, subquery, found)
         done += 1
-        message = f"{added} passages from your documents for “{subquery.text}”"
-        ctx.emit(stage, message, done=done, total=total)
+        ctx.emit(
+            stage,
+            gettext_noop("%(count)s passages from your documents for “%(subquery)s”"),
+            args={"count": added, "subquery": subquery.text},
+            done=done,
+            total=total,
+        )
 
 
 def phrasings(subquery: SubQuery) -> list[str]:
@@ -191,7 +208,7 @@ def read_documents(ctx: RunContext, stage: str) -> list[Document]:
             f"(each scored under {MIN_PASSAGE_SCORE:g} of 10), so there is nothing to write a report from."
         )
     if created:
-        ctx.emit(stage, f"Took {created} passages from your documents")
+        ctx.emit(stage, gettext_noop("Took %(count)s passages from your documents"), args={"count": created})
     return list(documents.filter(summary__isnull=True).order_by("id"))
 
 

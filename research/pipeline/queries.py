@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from asgiref.sync import async_to_sync
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SearchQuery, SubQuery, Topic
@@ -22,7 +23,7 @@ def run(ctx: RunContext) -> None:
     total = ctx.topic.subqueries.count()
     if not pending:
         return
-    ctx.emit(STAGE, "Writing search queries", done=total - len(pending), total=total)
+    ctx.emit(STAGE, gettext_noop("Writing search queries"), args={}, done=total - len(pending), total=total)
     async_to_sync(_write_all)(ctx, pending, total)
 
 
@@ -35,7 +36,11 @@ async def _write_all(ctx: RunContext, pending: list[SubQuery], total: int) -> No
         await db(_save)(subquery, russian, english)
         done += 1
         await db(ctx.emit)(
-            STAGE, f"{len(russian)} + {len(english)} queries for: {subquery.text}", done=done, total=total
+            STAGE,
+            gettext_noop("%(russian)s + %(english)s queries for: %(subquery)s"),
+            args={"russian": len(russian), "english": len(english), "subquery": subquery.text},
+            done=done,
+            total=total,
         )
 
     await asyncio.gather(*(one(subquery) for subquery in pending))
@@ -56,7 +61,11 @@ async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], 
             )
             russian, english = split_by_language(parse_prefixed_lines(answer, "ЗАПРОС:"))
         except LLMError as exc:
-            await db(ctx.warn)(STAGE, f"The LLM could not write queries ({exc}); using keywords instead.")
+            await db(ctx.warn)(
+                STAGE,
+                gettext_noop("The LLM could not write queries (%(error)s); using keywords instead."),
+                args={"error": str(exc)},
+            )
     fallback_ru, fallback_en = extractive.keyword_queries(subquery.text, limit=PER_LANGUAGE)
     # A language the LLM left out is filled from keywords, so both languages are always searched.
     russian, english = (russian or fallback_ru)[:PER_LANGUAGE], (english or fallback_en)[:PER_LANGUAGE]

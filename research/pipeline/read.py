@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from asgiref.sync import async_to_sync
 from django.db.models import QuerySet
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit, SubQuery
@@ -37,7 +38,13 @@ def run(ctx: RunContext) -> None:
     if have >= wanted and not passages:
         return
     if have < wanted:
-        ctx.emit(STAGE, f"Reading the best {wanted} pages", done=have, total=wanted)
+        ctx.emit(
+            STAGE,
+            gettext_noop("Reading the best %(count)s pages"),
+            args={"count": wanted},
+            done=have,
+            total=wanted,
+        )
     async_to_sync(_read_all)(ctx, plan, wanted, passages)
 
 
@@ -77,7 +84,13 @@ async def _read_subquery(
         for ok in results:
             have += ok
             counter["done"] += ok
-        await db(ctx.emit)(STAGE, f"Read {have} pages for one sub-query", done=counter["done"], total=wanted)
+        await db(ctx.emit)(
+            STAGE,
+            gettext_noop("Read %(count)s pages for one sub-query"),
+            args={"count": have},
+            done=counter["done"],
+            total=wanted,
+        )
 
 
 def _has_document(hit: Hit) -> bool:
@@ -91,7 +104,9 @@ async def _read_hit(ctx: RunContext, hit: Hit, summaries: int) -> int:
     try:
         page = await read_page(hit.url)
     except (reader.ReadError, fetch.FetchError) as exc:
-        await db(ctx.warn)(STAGE, f"Could not read {hit.url}: {exc}")
+        await db(ctx.warn)(
+            STAGE, gettext_noop("Could not read %(url)s: %(error)s"), args={"url": hit.url, "error": str(exc)}
+        )
         return 0
     document = await db(_save)(ctx, hit, page)
     await summarise.summarise_document(ctx, document, summaries)

@@ -18,8 +18,10 @@ from datetime import date, timedelta
 from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError, parse_json
+from research.event_text import choice_phrase, phrase
 from research.models import CacheEntry, Report, Topic
 from research.pipeline import timeparse
 from research.pipeline.context import RunContext
@@ -61,7 +63,8 @@ def run(ctx: RunContext) -> bool:
             _save_direct_answer(ctx, route, markdown, model)
             return True
     _save_route(topic, route, period, today)
-    ctx.emit(STAGE, _describe(topic, route), done=1, total=1, data=_route_data(topic, route))
+    template, args = _describe(topic, route)
+    ctx.emit(STAGE, template, args=args, done=1, total=1, data=_route_data(topic, route))
     return False
 
 
@@ -87,7 +90,11 @@ def _classify(ctx: RunContext, period: timeparse.Period | None) -> Route:
         )
         return parse_route(parse_json(answer), fallback)
     except LLMError as exc:
-        ctx.warn(STAGE, f"The LLM could not classify the question ({exc}); classified by keywords.")
+        ctx.warn(
+            STAGE,
+            gettext_noop("The LLM could not classify the question (%(error)s); classified by keywords."),
+            args={"error": str(exc)},
+        )
         return fallback
 
 
@@ -223,7 +230,11 @@ def _direct_answer(ctx: RunContext) -> tuple[str, str]:
                 max_tokens=DIRECT_MAX_TOKENS,
             )
         except LLMError as exc:
-            ctx.warn(STAGE, f"The LLM could not answer directly ({exc}).")
+            ctx.warn(
+                STAGE,
+                gettext_noop("The LLM could not answer directly (%(error)s)."),
+                args={"error": str(exc)},
+            )
         else:
             if text.strip():
                 return text.strip(), ctx.model
@@ -252,7 +263,9 @@ def _save_direct_answer(ctx: RunContext, route: Route, markdown: str, model: str
         )
         topic.domain = route.domain
         topic.save(update_fields=["domain", "updated_at"])
-    ctx.emit("answer", "Answered directly: this message needs no search", done=1, total=1)
+    ctx.emit(
+        "answer", gettext_noop("Answered directly: this message needs no search"), args={}, done=1, total=1
+    )
 
 
 # --- what the route changes in the search --------------------------------------------------------
@@ -270,16 +283,25 @@ def _save_route(topic: Topic, route: Route, period: timeparse.Period | None, tod
     topic.save(update_fields=["domain", "time_range", "period_start", "period_end", "updated_at"])
 
 
-def _describe(topic: Topic, route: Route) -> str:
-    how = "by the LLM" if route.by_llm else "by keywords"
-    parts = [f"Domain: {topic.get_domain_display()} ({how})"]
-    categories = categories_for(topic.domain, topic.question, topic.time_range)
-    parts.append(f"search categories: {categories or 'general'}")
-    if topic.period_start:
-        parts.append(f"period {topic.period_start:%Y-%m-%d} – {topic.period_end:%Y-%m-%d}")
-    if topic.time_range:
-        parts.append(f"time range: {topic.time_range}")
-    return "; ".join(parts)
+def _describe(topic: Topic, route: Route) -> tuple[str, dict]:
+    """The route event's msgid and arguments; a whole sentence per case, for the translators."""
+    args = {
+        "domain": choice_phrase(Domain(topic.domain)),
+        "how": phrase(gettext_noop("by the LLM") if route.by_llm else gettext_noop("by keywords")),
+        "categories": categories_for(topic.domain, topic.question, topic.time_range) or "general",
+    }
+    if not topic.period_start:  # a time range always comes with its period (_save_route)
+        return gettext_noop("Domain: %(domain)s (%(how)s); search categories: %(categories)s"), args
+    args |= {"start": f"{topic.period_start:%Y-%m-%d}", "end": f"{topic.period_end:%Y-%m-%d}"}
+    if not topic.time_range:
+        return gettext_noop(
+            "Domain: %(domain)s (%(how)s); search categories: %(categories)s; period %(start)s – %(end)s"
+        ), args
+    args["time_range"] = choice_phrase(Topic.TimeRange(topic.time_range))
+    return gettext_noop(
+        "Domain: %(domain)s (%(how)s); search categories: %(categories)s; period %(start)s – %(end)s; "
+        "time range: %(time_range)s"
+    ), args
 
 
 def _route_data(topic: Topic, route: Route) -> dict:

@@ -18,6 +18,7 @@ from types import ModuleType
 
 from django.db import connection
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from research.models import Report, RunEvent, Topic
 from research.pipeline import (
@@ -63,7 +64,7 @@ def plan_topic(topic_id: int, listeners: list[Listener] | None = None) -> bool:
             topic.set_status(Topic.Status.QUEUED)
             return True
         topic.set_status(Topic.Status.AWAITING_APPROVAL)
-        ctx.emit("plan", "Waiting for you to review and approve the plan")
+        ctx.emit("plan", gettext_noop("Waiting for you to review and approve the plan"), args={})
         return False
 
 
@@ -82,7 +83,7 @@ def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
         )
         if _guarded(ctx, lambda: _run_stages(ctx)):
             topic.set_status(Topic.Status.COMPLETED, finished_at=timezone.now(), stage="")
-            ctx.emit("done", "The report is ready")
+            ctx.emit("done", gettext_noop("The report is ready"), args={})
         return topic.status
 
 
@@ -104,7 +105,7 @@ def _answered_directly(ctx: RunContext) -> None:
         stage="",
         llm_model=model,
     )
-    ctx.emit("done", "The answer is ready")
+    ctx.emit("done", gettext_noop("The answer is ready"), args={})
 
 
 def _run_stages(ctx: RunContext) -> None:
@@ -130,7 +131,7 @@ def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:
     try:
         work()
     except Cancelled:
-        ctx.emit("cancelled", "Cancelled")
+        ctx.emit("cancelled", gettext_noop("Cancelled"), args={})
         return False
     except StageError as exc:
         ctx.topic.fail(str(exc))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from asgiref.sync import async_to_sync
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError, parse_json
 from research.models import CacheEntry, Hit, HitScore, Scores
@@ -31,7 +32,8 @@ def run(ctx: RunContext) -> None:
     total = hits.count()
     ctx.emit(
         STAGE,
-        f"Scoring {len(pending)} hits in {len(batches)} LLM calls",
+        gettext_noop("Scoring %(count)s hits in %(calls)s LLM calls"),
+        args={"count": len(pending), "calls": len(batches)},
         done=total - len(pending),
         total=total,
     )
@@ -61,7 +63,12 @@ async def _score_all(ctx: RunContext, batches: list[list[Hit]], total: int, done
         await db(_save)(batch, scores, origins)
         done += len(batch)
         await db(ctx.emit)(
-            STAGE, f"Scored {len(batch)} hits", done=done, total=total, data=_scored(batch, scores)
+            STAGE,
+            gettext_noop("Scored %(count)s hits"),
+            args={"count": len(batch)},
+            done=done,
+            total=total,
+            data=_scored(batch, scores),
         )
 
     await asyncio.gather(*(one(batch) for batch in batches))
@@ -82,7 +89,11 @@ async def score_batch(
             )
             matched = match_scores([title for title, _ in items], parse_json(answer))
         except LLMError as exc:
-            await db(ctx.warn)(stage, f"LLM scoring failed ({exc}); scored by keywords instead.")
+            await db(ctx.warn)(
+                stage,
+                gettext_noop("LLM scoring failed (%(error)s); scored by keywords instead."),
+                args={"error": str(exc)},
+            )
         else:
             return [m or default_scores() for m in matched], [_origin(m) for m in matched]
     fallback = extractive.score_texts(ctx.question, direction, items)

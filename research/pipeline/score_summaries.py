@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from asgiref.sync import async_to_sync
+from django.utils.translation import gettext_noop
 
 from research.models import Document, Summary, SummaryScore
 from research.pipeline.context import RunContext, db
@@ -24,7 +25,13 @@ def run(ctx: RunContext) -> None:
     if not pending:
         return
     total = summaries.count()
-    ctx.emit(STAGE, f"Scoring {len(pending)} summaries", done=total - len(pending), total=total)
+    ctx.emit(
+        STAGE,
+        gettext_noop("Scoring %(count)s summaries"),
+        args={"count": len(pending)},
+        done=total - len(pending),
+        total=total,
+    )
     async_to_sync(_score_all)(ctx, _batches(pending), total, total - len(pending))
 
 
@@ -59,7 +66,13 @@ async def _score_all(ctx: RunContext, batches: list[list[Summary]], total: int, 
         scores, origins = await score_batch(ctx, STAGE, _direction(batch[0]), items, private=private)
         await db(_save)(batch, scores, origins)
         done += len(batch)
-        await db(ctx.emit)(STAGE, f"Scored {len(batch)} summaries", done=done, total=total)
+        await db(ctx.emit)(
+            STAGE,
+            gettext_noop("Scored %(count)s summaries"),
+            args={"count": len(batch)},
+            done=done,
+            total=total,
+        )
 
     await asyncio.gather(*(one(batch) for batch in batches))
 

@@ -9,6 +9,7 @@ from asgiref.sync import async_to_sync
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
@@ -36,19 +37,25 @@ def run(ctx: RunContext) -> None:
         _without_search_engine(ctx)
         return
     total = queries.count()
-    ctx.emit(STAGE, "Searching the web", done=total - len(pending), total=total)
+    ctx.emit(STAGE, gettext_noop("Searching the web"), args={}, done=total - len(pending), total=total)
     failures = async_to_sync(_search_all)(ctx, pending, total)
     searched = queries.filter(searched_at__isnull=False, result_count__gt=0).exists()
     if failures and not searched:
         if not _has_private_hits(ctx):
             raise StageError(f"Web search failed: {failures[0]}")
-        ctx.warn(STAGE, f"Web search failed ({failures[0]}); using your documents only.")
+        ctx.warn(
+            STAGE,
+            gettext_noop("Web search failed (%(error)s); using your documents only."),
+            args={"error": failures[0]},
+        )
 
 
 def _without_search_engine(ctx: RunContext) -> None:
     if not _has_private_hits(ctx):
         raise StageError("Web search is not configured: set SEARXNG_URL (see the status page).")
-    ctx.warn(STAGE, "Web search is not configured (SEARXNG_URL); using your documents only.")
+    ctx.warn(
+        STAGE, gettext_noop("Web search is not configured (SEARXNG_URL); using your documents only."), args={}
+    )
 
 
 def _has_private_hits(ctx: RunContext) -> bool:
@@ -71,11 +78,22 @@ async def _search_all(ctx: RunContext, pending: list[SearchQuery], total: int) -
             response = await _search(ctx, query)
         except websearch.SearchError as exc:
             failures.append(str(exc))
-            await db(ctx.warn)(STAGE, f"Search failed for “{query.text}”: {exc}", done=done, total=total)
+            await db(ctx.warn)(
+                STAGE,
+                gettext_noop("Search failed for “%(query)s”: %(error)s"),
+                args={"query": query.text, "error": str(exc)},
+                done=done,
+                total=total,
+            )
             return None
         done += 1
-        message = f"{len(response['results'])} results for “{query.text}”"
-        await db(ctx.emit)(STAGE, message, done=done, total=total)
+        await db(ctx.emit)(
+            STAGE,
+            gettext_noop("%(count)s results for “%(query)s”"),
+            args={"count": len(response["results"]), "query": query.text},
+            done=done,
+            total=total,
+        )
         return response
 
     responses = await asyncio.gather(*(one(query) for query in pending))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from asgiref.sync import async_to_sync
+from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Document, Scores, Summary
@@ -28,7 +29,13 @@ def run(ctx: RunContext) -> None:
     if not pending:
         return
     total = documents.count()
-    ctx.emit(STAGE, f"Summarising {len(pending)} documents", done=total - len(pending), total=total)
+    ctx.emit(
+        STAGE,
+        gettext_noop("Summarising %(count)s documents"),
+        args={"count": len(pending)},
+        done=total - len(pending),
+        total=total,
+    )
     async_to_sync(_summarise_all)(ctx, pending, total)
 
 
@@ -39,7 +46,13 @@ async def _summarise_all(ctx: RunContext, pending: list[Document], total: int) -
 async def summarise_document(ctx: RunContext, document: Document, total: int) -> None:
     text, origin = await _summary_of(ctx, document)
     done = await db(_save)(document, text, origin)
-    await db(ctx.emit)(STAGE, f"Summarised: {document.title or document.url}", done=done, total=total)
+    await db(ctx.emit)(
+        STAGE,
+        gettext_noop("Summarised: %(document)s"),
+        args={"document": document.title or document.url},
+        done=done,
+        total=total,
+    )
 
 
 def _save(document: Document, text: str, origin: str) -> int:
@@ -57,7 +70,11 @@ async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
                 ctx, STAGE, load_prompt("summarise"), request, kind=CacheEntry.Kind.SUMMARIES, private=private
             )
         except LLMError as exc:
-            await db(ctx.warn)(STAGE, f"LLM summary failed ({exc}); using an extractive summary.")
+            await db(ctx.warn)(
+                STAGE,
+                gettext_noop("LLM summary failed (%(error)s); using an extractive summary."),
+                args={"error": str(exc)},
+            )
         else:
             if text.strip():
                 return text.strip(), Scores.Origin.LLM

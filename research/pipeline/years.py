@@ -15,6 +15,7 @@ import re
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from research.models import Hit, SearchQuery, SubQuery, Topic
 from research.pipeline import search, timeparse
@@ -36,11 +37,12 @@ def run(ctx: RunContext) -> None:
     if missing:
         _add_subqueries(topic, missing[:MAX_YEARS])
     message = (
-        f"No result mentions {_listed(missing)}: searching each of those years on its own"
+        gettext_noop("No result mentions %(years)s: searching each of those years on its own")
         if missing
-        else f"The search covered every year asked about ({_listed(list(years))})"
+        else gettext_noop("The search covered every year asked about (%(years)s)")
     )
-    ctx.emit(STAGE, message, data={"years": list(years), "missing": missing})
+    listed = _listed(missing or list(years))
+    ctx.emit(STAGE, message, args={"years": listed}, data={"years": list(years), "missing": missing})
     if missing:
         search.run(ctx)
 

@@ -1,0 +1,58 @@
+"""Progress lines written once by the worker and read in whatever language the reader has.
+
+The worker runs in no reader's language, so an event keeps two things: `RunEvent.message`, the
+line in English (the admin, API, console and archives read it), and under `data["i18n"]` the
+msgid it came from with its arguments, which the topic page translates when it shows the line.
+An argument that is itself a fixed phrase (a stop reason, a domain) is a nested `phrase()` and is
+translated too; anything else (a URL, a query, an error from elsewhere) is shown as it came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import Choices
+from django.utils import translation
+
+I18N_KEY = "i18n"
+
+
+def phrase(msgid: str, **args: Any) -> dict[str, Any]:
+    """A message to translate later: `msgid` must be marked with gettext_noop where it is written."""
+    return {"msgid": msgid, "args": args}
+
+
+def choice_phrase(choice: Choices) -> dict[str, Any]:
+    """The label of a model choice as a phrase: its msgid, whatever language is active now."""
+    with translation.override(None):
+        return phrase(str(choice.label))
+
+
+def english(spec: dict[str, Any]) -> str:
+    return render(spec, lambda msgid: msgid)
+
+
+def render(spec: dict[str, Any], translate: Callable[[str], str]) -> str:
+    args = {
+        name: render(value, translate) if _is_phrase(value) else value
+        for name, value in spec.get("args", {}).items()
+    }
+    msgid = spec["msgid"]
+    return (translate(msgid) if msgid else "") % args  # gettext("") is the catalogue's header
+
+
+def translated(data: Any, fallback: str) -> str:
+    """The event's line in the active language; `fallback` (the stored English) for rows written
+    before lines were translated, or when a catalogue entry's placeholders do not fit."""
+    spec = data.get(I18N_KEY) if isinstance(data, dict) else None
+    if not _is_phrase(spec):
+        return fallback
+    try:
+        return render(spec, translation.gettext)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return fallback
+
+
+def _is_phrase(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("msgid"), str)
