@@ -1,0 +1,258 @@
+"""Isolation: every URL the project defines, walked as a second user and as nobody.
+
+The URLs come from Django's resolver, the API's schema and the websocket routing at test time;
+each must have a line in ACCESS saying who may use it, and a URL without one fails the test by
+name. Alice owns one of everything (tests/reliability/conftest.py); Bob, signed in (with a
+session for pages, an API token for the API), and an anonymous visitor then try every URL
+with every method it answers, pointed at Alice's things:
+
+- "owned": Bob gets 404 (405 where the method is wrong anyway), nobody is sent to sign in
+  (pages) or gets 401 (API) or a closed socket; Alice herself gets the page, so the URL
+  really pointed at something;
+- "account": about the signed-in user only (lists, forms, settings): Bob gets his own, empty;
+- "public": the sign-in pages and the language switch;
+- "shared": the share-link pages, which anyone holding the token may read;
+- "staff": the admin; Django generates its URLs per registered model, so the namespace has one
+  line: anyone not staff is sent to the admin's sign-in (or 404 for unknown admin paths).
+
+No answer to Bob or to nobody but "shared" may contain anything of Alice's, and after the walk
+no row anywhere has changed.
+"""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser, User
+from django.http import HttpResponse
+from django.test import Client
+
+from mindsearch.models import ApiToken
+from research.models import Topic
+from retrieval.models import UploadedDocument
+from tests.reliability.conftest import SECRET, Estate, snapshot
+from tests.reliability.urlwalk import Route, http_routes, websocket_routes
+
+OWNED, ACCOUNT, PUBLIC, SHARED, STAFF, INERT = "owned", "account", "public", "shared", "staff", "inert"
+
+ACCESS = {
+    # mindsearch
+    "status": ACCOUNT,
+    "signup": PUBLIC,
+    "login": PUBLIC,
+    "logout": ACCOUNT,
+    "password_change": ACCOUNT,
+    "password_change_done": ACCOUNT,
+    "api_tokens": ACCOUNT,
+    "api_token_revoke": OWNED,
+    "set_language": PUBLIC,
+    # research
+    "home": ACCOUNT,
+    "topic_create": ACCOUNT,
+    "topic_import": ACCOUNT,
+    "topic_detail": OWNED,
+    "subquery_add": OWNED,
+    "subquery_update": OWNED,
+    "subquery_delete": OWNED,
+    "subquery_move": OWNED,
+    "plan_approve": OWNED,
+    "topic_cancel": OWNED,
+    "topic_rerun": OWNED,
+    "topic_delete": OWNED,
+    "topic_export": OWNED,
+    "share_create": OWNED,
+    "share_revoke": OWNED,
+    "report_markdown": OWNED,
+    "report_pdf": OWNED,
+    "shared_report": SHARED,
+    "shared_report_markdown": SHARED,
+    "shared_report_pdf": SHARED,
+    # retrieval
+    "document_list": ACCOUNT,
+    "document_upload": ACCOUNT,
+    "document_rows": ACCOUNT,
+    "document_search": ACCOUNT,
+    "document_detail": OWNED,
+    "document_status": OWNED,
+    "document_file": OWNED,
+    "document_delete": OWNED,
+    "document_retry": OWNED,
+    # the API
+    "api:api-root": PUBLIC,
+    "api:openapi-json": PUBLIC,
+    "api:openapi-view": PUBLIC,
+    "api:unknown_operation": INERT,
+    "api:create_topic": ACCOUNT,
+    "api:list_topics": ACCOUNT,
+    "api:get_topic": OWNED,
+    "api:delete_topic": OWNED,
+    "api:cancel_topic": OWNED,
+    "api:rerun_topic": OWNED,
+    "api:get_plan": OWNED,
+    "api:edit_plan": OWNED,
+    "api:approve_plan": OWNED,
+    "api:list_events": OWNED,
+    "api:get_report": OWNED,
+    "api:get_report_markdown": OWNED,
+    "api:list_share_links": OWNED,
+    "api:create_share_link": OWNED,
+    "api:revoke_share_link": OWNED,
+    "api:get_cache_stats": ACCOUNT,
+    "api:upload_document": ACCOUNT,
+    "api:list_documents": ACCOUNT,
+    "api:get_document": OWNED,
+    "api:delete_document": OWNED,
+    "api:search_documents": ACCOUNT,
+    # websockets
+    "ws:ws/topics/<int:topic_id>/": OWNED,
+}
+
+
+def access_of(route: Route) -> str | None:
+    if route.namespace == "admin" or route.route.startswith("admin/"):
+        return STAFF
+    return ACCESS.get(route.key)
+
+
+def test_every_url_the_project_defines_has_a_line_in_the_table() -> None:
+    routes = [*http_routes(), *websocket_routes()]
+    missing = sorted({route.key for route in routes if access_of(route) is None})
+    assert missing == [], f"say who may use these URLs in ACCESS: {missing}"
+    stale = sorted(set(ACCESS) - {route.key for route in routes})
+    assert stale == [], f"ACCESS names URLs that no longer exist: {stale}"
+
+
+# --- Walking the HTTP URLs ------------------------------------------------------------------------
+
+
+def params_for(route: Route, estate: Estate) -> dict[str, object]:
+    """Alice's things, coherent within one URL: a sub-query of the topic in the path."""
+    params = estate.params()
+    if "subquery_id" in route.params:
+        params["topic_id"] = estate.plan.pk
+    return params
+
+
+def as_user(user: User | None, route: Route) -> Client:
+    """A fresh browser for each request (a sign-out must not end the walk); the API is asked
+    with the user's token, as scripts do."""
+    client = Client()
+    if user is not None and route.operation:
+        client.defaults["HTTP_AUTHORIZATION"] = f"Bearer {user.walk_token}"
+    elif user is not None:
+        client.force_login(user)
+    return client
+
+
+def with_token(user: User) -> User:
+    _row, user.walk_token = ApiToken.issue(user, "walk")
+    return user
+
+
+FORM = {"text": "walked", "question": "walked", "name": "walked", "expires_in_days": ""}
+JSON = '{"question": "walked", "subqueries": [{"text": "walked"}]}'
+
+
+def ask(client: Client, method: str, url: str, *, api: bool = False) -> HttpResponse:
+    if method == "GET":
+        return client.get(url)
+    if api:
+        return client.generic(method, url, JSON, content_type="application/json")
+    return client.post(url, FORM)
+
+
+def refused(route: Route, who: str, method: str, response: HttpResponse) -> str | None:
+    """What is wrong with this answer, or None."""
+    status, access = response.status_code, access_of(route)
+    body = response.content.decode(errors="replace") if not response.streaming else ""
+    if access != SHARED and SECRET in body:
+        return "shows Alice's data"
+    if status >= 500:
+        return f"answered {status}"
+    if access == OWNED:
+        if who == "bob":
+            return None if status in (404, 405) else f"answered {status}, not 404"
+        return None if anonymous_refused(route, response) else f"answered {status} to nobody"
+    if access == ACCOUNT and who == "anonymous":
+        return None if anonymous_refused(route, response) or status == 405 else f"answered {status} to nobody"
+    if access == STAFF:
+        # The admin's own sign-in and sign-out pages are for anyone, like the site's.
+        ok = status in (302, 404) or route.key in ("admin:login", "admin:logout")
+        login = status != 302 or "/login/" in response["Location"] or route.key == "admin:logout"
+        return None if ok and login else f"answered {status} to a non-staff user"
+    if access == SHARED and method == "GET" and route.key == "shared_report":
+        return None if status == 200 else f"the share link answered {status}"
+    if access == INERT:
+        return None if status == 404 else f"answered {status}"
+    return None
+
+
+def anonymous_refused(route: Route, response: HttpResponse) -> bool:
+    if route.operation:
+        return response.status_code == 401
+    location = response.get("Location", "")
+    return response.status_code == 302 and location.startswith("/accounts/login/")
+
+
+@pytest.mark.django_db
+def test_no_url_gives_another_user_or_nobody_anything_of_alice(estate: Estate, bob: User) -> None:
+    bob = with_token(bob)
+    before = snapshot()
+    problems = []
+    for route in http_routes():
+        url = route.url(params_for(route, estate))
+        for method in route.methods:
+            for who, user in (("bob", bob), ("anonymous", None)):
+                response = ask(as_user(user, route), method, url, api=route.operation)
+                problem = refused(route, who, method, response)
+                if problem:
+                    problems.append(f"{method} {url} ({route.key}) as {who}: {problem}")
+    assert problems == [], "\n".join(problems)
+    forget_what_bob_made(bob)
+    assert snapshot() == before
+
+
+def forget_what_bob_made(bob: User) -> None:
+    """Bob may make things of his own on the way (a topic, a token); only they may be new."""
+    Topic.objects.filter(owner=bob).delete()
+    UploadedDocument.objects.filter(owner=bob).delete()
+    ApiToken.objects.filter(owner=bob).exclude(name="walk").delete()
+
+
+@pytest.mark.django_db
+def test_alice_herself_reaches_every_owned_page(estate: Estate) -> None:
+    """The control: the owned URLs of the walk point at real things of Alice's."""
+    missing = []
+    for route in http_routes():
+        if access_of(route) != OWNED or "GET" not in route.methods:
+            continue
+        url = route.url(params_for(route, estate))
+        status = ask(as_user(with_token(estate.owner), route), "GET", url).status_code
+        if status == 404:
+            missing.append(f"{url} ({route.key})")
+    assert missing == []
+
+
+# --- Walking the websockets ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "channels_postgres"])
+def test_no_websocket_opens_for_another_user_or_nobody(estate: Estate, bob: User) -> None:
+    from research.routing import websocket_urlpatterns
+
+    async def connect(path: str, user: object) -> tuple[bool, object]:
+        communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
+        communicator.scope["user"] = user
+        connected, code = await communicator.connect()
+        if connected:
+            await communicator.disconnect()
+        return connected, code
+
+    for route in websocket_routes():
+        path = route.url(params_for(route, estate))
+        assert access_of(route) == OWNED, route.key
+        assert async_to_sync(connect)(path, bob) == (False, 4404), path
+        assert async_to_sync(connect)(path, AnonymousUser())[0] is False, path
+        assert async_to_sync(connect)(path, estate.owner)[0] is True, path  # the control
