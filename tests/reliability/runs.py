@@ -95,6 +95,7 @@ class Ledger:
     slow: Callable[[Request], bool] = lambda request: False
     delay: float = 3.0
     answered: dict[str, list[float]] = field(default_factory=dict)
+    held: list[float] = field(default_factory=list)  # when each held request arrived
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -105,6 +106,7 @@ class Ledger:
     def _wrap(self, route: Route) -> Route:
         def recorded(request: Request) -> Response:
             if self.slow(request):
+                self.held.append(request.arrived)
                 time.sleep(self.delay)
             response = route(request)
             with self._lock:

@@ -130,7 +130,7 @@ def scoring_hits(request: Request) -> bool:
 
 
 def test_a_database_restart_mid_run_is_survived_and_the_topic_completes(server: Server) -> None:
-    with world() as w:
+    with world(extra_pages=30) as w:  # more than one scoring batch: one answered, others held
         seen = itertools.count()
         held = Ledger(w.llm, lambda r: r.body.decode(), slow=lambda r: scoring_hits(r) and next(seen) >= 1)
         held.delay = 6.0  # the held calls come back after the server is up again
@@ -144,6 +144,7 @@ def test_a_database_restart_mid_run_is_survived_and_the_topic_completes(server: 
                 lambda: query(server, "SELECT 1 FROM research_hitscore LIMIT 1"), 120, "scoring never began"
             )
             scored_before = {row[0] for row in query(server, "SELECT id FROM research_hitscore")}
+            assert held.held, "no scoring call was in flight when the database went away"
             server.stop()
             time.sleep(DOWN_SECONDS)
             server.start()

@@ -146,7 +146,8 @@ def test_a_worker_killed_mid_stage_is_resumed_without_duplicates_or_repaid_calls
 ) -> None:
     settings.RESUME_STALLED_AFTER_SECONDS = 0
     half_done = STAGES[stage].half_done
-    with world() as w:
+    # Extra pages give every sub-query hits of its own and more than one scoring batch.
+    with world(extra_pages=30) as w:
         ledger = ledgers(w, stage)
         env = processes.process_env(**w.env(), LOG_LEVEL="WARNING")
         topic = Topic.objects.create(owner=alice, question=TOPIC, auto_approve=True)
@@ -156,7 +157,11 @@ def test_a_worker_killed_mid_stage_is_resumed_without_duplicates_or_repaid_calls
             killed_at = time.monotonic()
             kill_tree(first.pid)
         topic.refresh_from_db()
-        assert not topic.is_finished, f"the run finished before the kill in {stage}"
+        assert not topic.is_finished, (
+            f"the run ended ({topic.status} {topic.error}) before the kill in {stage}"
+        )
+        held = ledger[STAGES[stage].service].held
+        assert any(at < killed_at for at in held), f"no request of {stage} was in flight at the kill"
         before = saved_rows(topic)
         with processes.qcluster(env):
             assert resume_stalled_topics() == [topic.pk]
