@@ -29,6 +29,9 @@ class Route:
         return [m.group(1) or m.group(2) for m in _PARAM.finditer(self.route)]
 
     def url(self, values: dict[str, object]) -> str:
+        missing = [name for name in self.params if name not in values]
+        if missing:
+            raise LookupError(f"{self.key}: give {missing} a value in Estate.params() (conftest.py)")
         path = _PARAM.sub(lambda m: str(values[m.group(1) or m.group(2)]), self.route)
         return "/" + path.replace("^", "").replace("$", "")
 
