@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.support.world import TOPIC
 
@@ -50,7 +51,13 @@ RECORD_PROGRESS = """() => {
 def shot(page: Page, folder: Path, name: str, *, focus: Locator | None = None) -> None:
     """The whole page, or with `focus` what the window shows around that element."""
     if focus is not None:
-        focus.scroll_into_view_if_needed()
+        for attempt in range(3):
+            try:
+                focus.scroll_into_view_if_needed()
+                break
+            except PlaywrightError:  # a live update swapped the element out meanwhile
+                if attempt == 2:
+                    raise
     page.screenshot(path=folder / f"{name}.png", full_page=focus is None)
 
 
