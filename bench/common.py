@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser, *, searxng_rpm: float, searxng_help: str) -> None:
+    """The global rate limits a benchmark runs under (LIMIT_* settings)."""
+    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (seed default 2)")
+    parser.add_argument("--reader-rps", type=float, default=5.0, help="LIMIT_JINA_RPS (seed default 5)")
+    parser.add_argument("--searxng-rpm", type=float, default=searxng_rpm, help=searxng_help)
+
+
+def limit_settings(args: argparse.Namespace) -> dict[str, float]:
+    return {
+        "LIMIT_AITUNNEL_RPS": args.llm_rps,
+        "LIMIT_JINA_RPS": args.reader_rps,
+        "LIMIT_SEARCHXNG_RPM": args.searxng_rpm,
+    }
 
 
 def setup_django(database: str = "mindsearch_bench") -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import setup_django
+from bench.common import add_limit_arguments, limit_settings, setup_django
 
 LATENCY = {"llm": 1.0, "search": 0.3, "reader": 0.8}
 
@@ -44,11 +44,7 @@ def main() -> None:
     from tests.support.deep_world import FACTS, deep_world
 
     owner, _ = User.objects.get_or_create(username="bench-deep")
-    limits = {
-        "LIMIT_AITUNNEL_RPS": args.llm_rps,
-        "LIMIT_JINA_RPS": args.reader_rps,
-        "LIMIT_SEARCHXNG_RPM": args.searxng_rpm,
-    }
+    limits = limit_settings(args)
     latencies = {
         "llm_latency": LATENCY["llm"],
         "search_latency": LATENCY["search"],
@@ -71,13 +67,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (seed default 2)")
-    parser.add_argument("--reader-rps", type=float, default=5.0, help="LIMIT_JINA_RPS (seed default 5)")
-    parser.add_argument(
-        "--searxng-rpm",
-        type=float,
-        default=60.0,
-        help="LIMIT_SEARCHXNG_RPM (seed default 10; a self-hosted SearXNG)",
+    add_limit_arguments(
+        parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARCHXNG_RPM (seed default 10; a self-hosted SearXNG)"
     )
     return parser.parse_args()
 

@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, setup_django
+from bench.common import ROOT, add_limit_arguments, limit_settings, setup_django
 from bench.web import session_cookie, summary
 
 DATABASE = "mindsearch_bench_load"
@@ -77,24 +77,15 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--users", type=int, default=5)
-    parser.add_argument(
-        "--searxng-rpm",
-        type=float,
-        default=30.0,
-        help="LIMIT_SEARCHXNG_RPM (seed default 10: a 12-minute run)",
+    add_limit_arguments(
+        parser, searxng_rpm=30.0, searxng_help="LIMIT_SEARCHXNG_RPM (seed default 10: a 12-minute run)"
     )
-    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (seed default 2)")
-    parser.add_argument("--reader-rps", type=float, default=5.0, help="LIMIT_JINA_RPS (seed default 5)")
     parser.add_argument(
         "--timeout", type=float, default=1500.0, help="seconds before the run counts as stuck"
     )
     parser.add_argument("--think", type=float, default=0.5, help="seconds between a browser's two pages")
     args = parser.parse_args()
-    args.limits = {
-        "LIMIT_AITUNNEL_RPS": args.llm_rps,
-        "LIMIT_JINA_RPS": args.reader_rps,
-        "LIMIT_SEARCHXNG_RPM": args.searxng_rpm,
-    }
+    args.limits = limit_settings(args)
     return args
 
 

@@ -124,6 +124,7 @@ def test_staff_see_statistics_per_kind_for_a_period(staff_client: Client, alice:
     assert (total.entries, total.hits, total.misses, total.saved.saved_cost) == (2, 5, 3, 6.0)
     html = response.content.decode()
     assert "75%" in html and "6.0000" in html and "Purge 1 expired entry" in html
+    assert f'<a href="{reverse(ENTRIES)}">' in html  # the breadcrumbs lead back to the entries
 
     ever = staff_client.get(reverse(STATS), {"days": 0}).context
     ever_summaries = next(row for row in ever["rows"] if row.kind == Kind.SUMMARIES)
@@ -247,6 +248,7 @@ def test_per_user_spend_for_a_period(staff_client: Client, alice: User, bob: Use
     ]
     assert users == [("bob", 4.0, 1.0), ("alice", 3.0, 0.0)]
     assert response.context["total"].cost == 7.0
+    assert f'<a href="{reverse(CALLS)}">' in response.content.decode()  # breadcrumbs to the calls
     html = response.content.decode()
     assert "4.0000" in html and "3.0000" in html
 

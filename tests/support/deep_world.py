@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.fakes import FakeService, Request, openai_chat, reader, searxng_search
-from tests.support.world import prompt_kind
+from tests.support.world import prompt_kind, service_settings
 
 QUESTION = "Tell me about the Kestrel consensus protocol: how it works, where it is used and what replaced it"
 RESULTS_PER_PAGE = 10
@@ -195,17 +195,7 @@ class DeepWorld:
     script: DeepScript
 
     def settings(self) -> dict[str, Any]:
-        return {
-            "AITUNNEL_BASE_URL": f"{self.llm.url}v1/",
-            "AITUNNEL_API_KEY": "test-key",
-            "AITUNNEL_MODEL": "test-model",
-            "SEARXNG_URL": self.searxng.url,
-            "JINA_READER_URL": self.reader.url,
-            "MINDSEARCH_ALLOW_PRIVATE_URLS": True,
-            "LIMIT_SEARCHXNG_RPM": 0,
-            "LIMIT_JINA_RPS": 0,
-            "LIMIT_AITUNNEL_RPS": 0,
-        }
+        return service_settings(self.llm, self.searxng, self.reader)
 
     def env(self) -> dict[str, str]:
         return {name: str(value) for name, value in self.settings().items()}

@@ -220,6 +220,21 @@ def search_pages(base_url: str, pages: list[tuple[str, str, str, int, str]]) -> 
     return results
 
 
+def service_settings(llm: FakeService, searxng: FakeService, reader: FakeService) -> dict[str, Any]:
+    """Settings that point MindSearch at loopback fakes, with no rate limits to wait for."""
+    return {
+        "AITUNNEL_BASE_URL": f"{llm.url}v1/",
+        "AITUNNEL_API_KEY": "test-key",
+        "AITUNNEL_MODEL": "test-model",
+        "SEARXNG_URL": searxng.url,
+        "JINA_READER_URL": reader.url,
+        "MINDSEARCH_ALLOW_PRIVATE_URLS": True,
+        "LIMIT_SEARCHXNG_RPM": 0,
+        "LIMIT_JINA_RPS": 0,
+        "LIMIT_AITUNNEL_RPS": 0,
+    }
+
+
 @dataclass
 class World:
     llm: FakeService
@@ -229,20 +244,9 @@ class World:
     script: ScriptedLLM
 
     def settings(self) -> dict[str, Any]:
-        return {
-            "AITUNNEL_BASE_URL": f"{self.llm.url}v1/",
-            "AITUNNEL_API_KEY": "test-key",
-            "AITUNNEL_MODEL": "test-model",
-            "SEARXNG_URL": self.searxng.url,
-            "JINA_READER_URL": self.reader.url,
-            "MINDSEARCH_ALLOW_PRIVATE_URLS": True,
-            "LIMIT_SEARCHXNG_RPM": 0,
-            "LIMIT_JINA_RPS": 0,
-            "LIMIT_AITUNNEL_RPS": 0,
-            # Every page of this world is on one host; the per-site cap is tested on a world
-            # of many sites (tests/support/deep_world.py).
-            "RESEARCH_SOURCES_PER_SITE": 0,
-        }
+        # Every page of this world is on one host; the per-site cap is tested on a world of
+        # many sites (tests/support/deep_world.py).
+        return {**service_settings(self.llm, self.searxng, self.reader), "RESEARCH_SOURCES_PER_SITE": 0}
 
     def env(self) -> dict[str, str]:
         return {name: str(value) for name, value in self.settings().items()}
