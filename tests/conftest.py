@@ -9,6 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from tests.support.world import World, loopback_world
+
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
@@ -85,3 +87,10 @@ def _is_ip_literal(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+@pytest.fixture
+def loopback(settings: Any) -> Iterator[World]:
+    """The scripted loopback world (tests/support/world.py), with settings pointed at it."""
+    with loopback_world(settings) as w:
+        yield w

@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,16 +15,7 @@ from django.contrib.auth.models import User
 from research.models import Document, Hit, HitScore, RunEvent, SearchQuery, SubQuery, Summary, Topic
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.fakes import FakeService, Request, Response, Route
-from tests.support.world import TOPIC, World, world
-
-
-@contextmanager
-def loopback_world(settings: Any, **options: Any) -> Iterator[World]:
-    """The scripted world with the project's settings pointed at it."""
-    with world(**options) as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        yield w
+from tests.support.world import TOPIC
 
 
 def research(owner: User, **fields: Any) -> Topic:

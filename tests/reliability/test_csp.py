@@ -19,8 +19,9 @@ from django.urls import reverse
 from mindsearch.csp import POLICY
 from research.models import ShareLink, SubQuery, Topic
 from tests.reliability.html_scan import active_content
-from tests.reliability.runs import loopback_world, research
+from tests.reliability.runs import research
 from tests.support.processes import ROOT
+from tests.support.world import loopback_world
 
 pytestmark = pytest.mark.django_db
 

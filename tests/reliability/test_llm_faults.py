@@ -14,19 +14,13 @@ from django.contrib.auth.models import User
 
 from mindsearch.clients import llm as llm_client
 from research.models import HitScore, LLMCall, Report, SubQuery, Summary, Topic
-from tests.reliability.runs import loopback_world, research, warnings_of
+from tests.reliability.runs import research, warnings_of
 from tests.support.fakes import Fault, Response
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
 
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture
-def loopback(settings: object) -> World:
-    with loopback_world(settings) as w:
-        yield w
 
 
 @pytest.fixture(autouse=True)

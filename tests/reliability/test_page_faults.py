@@ -13,17 +13,11 @@ from django.contrib.auth.models import User
 from mindsearch.clients import reader as reader_client
 from research.models import Document, Hit, Topic
 from research.pipeline import read
-from tests.reliability.runs import loopback_world, research, warnings_of
+from tests.reliability.runs import research, warnings_of
 from tests.support.fakes import Fault, Response, redirect
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def loopback(settings: object) -> World:
-    with loopback_world(settings) as w:
-        yield w
 
 
 def documents_by_via(topic: Topic) -> set[str]:

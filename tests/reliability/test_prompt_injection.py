@@ -18,9 +18,9 @@ from django.contrib.auth.models import User
 
 from research.models import CacheEntry, Document, Hit, LLMCall, Summary, Topic
 from research.pipeline.llm import DATA_CLOSE, DATA_OPEN
-from tests.reliability.runs import loopback_world, research
+from tests.reliability.runs import research
 from tests.support.fakes import Request, Response
-from tests.support.world import World, prompt_kind
+from tests.support.world import World, loopback_world, prompt_kind
 
 pytestmark = pytest.mark.django_db
 

@@ -13,19 +13,13 @@ from django.contrib.auth.models import User
 
 from mindsearch.clients import websearch
 from research.models import SearchQuery, SubQuery, Topic
-from tests.reliability.runs import loopback_world, research, row_counts, warnings_of
+from tests.reliability.runs import research, row_counts, warnings_of
 from tests.support.fakes import Fault, Response
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
 
 SEARCH = "/search"
-
-
-@pytest.fixture
-def loopback(settings: object) -> World:
-    with loopback_world(settings) as w:
-        yield w
 
 
 def assert_failed_keeping_the_plan(topic: Topic, message: str) -> None:

@@ -21,9 +21,9 @@ from django.contrib.auth.models import User
 from mindsearch.clients import fetch, reader
 from mindsearch.clients.fetch import FetchError, UnsafeURL, check_url
 from research.models import Document, Hit, Topic
-from tests.reliability.runs import loopback_world, research, warnings_of
+from tests.reliability.runs import research, warnings_of
 from tests.support.fakes import FakeService, Request, Response, html_page, searxng_result
-from tests.support.world import PAGES
+from tests.support.world import PAGES, loopback_world
 
 PRIVATE_NETWORKS = [
     "0.0.0.0/8",  # "this network" (0.0.0.0 itself is unspecified: never)

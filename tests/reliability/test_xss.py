@@ -29,9 +29,9 @@ from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 from retrieval.uploads import accept_upload
 from tests.reliability.html_scan import active_content
-from tests.reliability.runs import loopback_world, research
+from tests.reliability.runs import research
 from tests.support.fakes import Request, Response
-from tests.support.world import TOPIC, World
+from tests.support.world import TOPIC, World, loopback_world
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "channels_postgres"])
 

@@ -9,7 +9,6 @@ import json
 import time
 import warnings
 import zipfile
-from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -37,17 +36,9 @@ from research.models import (
 )
 from research.pipeline.run import plan_topic, run_topic
 from retrieval.models import UploadedDocument
-from tests.support.world import TOPIC, World, world
+from tests.support.world import TOPIC, World
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def loopback(settings: Any) -> Iterator[World]:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        yield w
 
 
 @pytest.fixture

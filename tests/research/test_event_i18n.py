@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -16,19 +14,11 @@ from research.models import RunEvent, Topic
 from research.pipeline.run import plan_topic, run_topic
 from research.progress import record_event
 from tests.research.test_views import awaiting
-from tests.support.world import TOPIC, World, world
+from tests.support.world import TOPIC, World
 
 pytestmark = pytest.mark.django_db
 
 PLANNED = "Planned %(count)s sub-queries"
-
-
-@pytest.fixture
-def loopback(settings: object) -> Iterator[World]:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        yield w
 
 
 def page(client: Client, topic: Topic, language: str) -> str:

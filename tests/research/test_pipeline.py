@@ -24,17 +24,9 @@ from research.pipeline import queries, score_hits, search
 from research.pipeline.context import RunContext
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.fakes import FakeService, Response
-from tests.support.world import PAGES, TOPIC, World, world
+from tests.support.world import PAGES, TOPIC, World
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def loopback(settings: object) -> World:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        yield w
 
 
 def new_topic(owner: User, **fields: object) -> Topic:

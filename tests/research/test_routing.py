@@ -27,7 +27,7 @@ from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 from retrieval.search import hybrid_search
 from tests.support.fakes import searxng_search
-from tests.support.world import PAGES, TOPIC, World, search_pages, world
+from tests.support.world import PAGES, TOPIC, World, search_pages
 
 Domain = Topic.Domain
 
@@ -120,14 +120,6 @@ def test_query_hints_go_on_the_first_query_of_each_language_once() -> None:
 
 
 # --- in a run ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def loopback(settings: object) -> World:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        yield w
 
 
 def research(owner: User, question: str, **fields: object) -> Topic:

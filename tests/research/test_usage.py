@@ -3,7 +3,6 @@ user's spending over a period, and what the cache saved."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +18,7 @@ from research import usage
 from research.models import CacheCounter, CacheEntry, LLMCall, SearchQuery, Topic
 from research.pipeline import cache
 from research.pipeline.run import plan_topic, run_topic
-from tests.support.world import TOPIC, World, world
+from tests.support.world import TOPIC, World
 
 pytestmark = pytest.mark.django_db
 
@@ -196,14 +195,6 @@ def test_cache_report_entries_bytes_and_expired() -> None:
     assert (search.entries, search.bytes, search.expired, search.new) == (2, live_bytes, 1, 3)
     assert (total.entries, total.expired) == (2, 1)
     assert {row.kind for row in rows} == set(Kind.values)
-
-
-@pytest.fixture
-def loopback(settings: Any) -> Iterator[World]:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        yield w
 
 
 def research(owner: User) -> Topic:

@@ -278,3 +278,12 @@ def world(
         searxng = stack.enter_context(FakeService(search, latency=search_latency))
         read = stack.enter_context(FakeService(fallback=reader(readable), latency=reader_latency))
         yield World(llm=llm, searxng=searxng, reader=read, web=web, script=script)
+
+
+@contextmanager
+def loopback_world(settings: Any, **options: Any) -> Iterator[World]:
+    """The scripted world with the project's settings pointed at it."""
+    with world(**options) as w:
+        for name, value in w.settings().items():
+            setattr(settings, name, value)
+        yield w
