@@ -3,19 +3,34 @@
 Seed 001's filters and seed 002's reranking, applied to the scored summaries:
 
 1. a minimum score (`RESEARCH_MIN_SCORE`, on the 0–10 scale of the five criteria);
-2. at most `RESEARCH_SOURCES_PER_SITE` documents per site (default 1, 0 = no cap), so one site
-   cannot fill the context; an uploaded file counts as a site of its own (no cap at all when
-   the topic searches only the owner's documents);
+2. at most `RESEARCH_SOURCES_PER_SITE` documents per site (default 1, 0 = no cap) while other
+   sites still have good documents, so one site cannot fill the context; an uploaded file
+   counts as a site of its own (no cap at all when the topic searches only the owner's
+   documents);
 3. maximal marginal relevance (`RESEARCH_MMR_LAMBDA`) over the summaries' words, so the next
    source chosen is the best one that does not repeat those already chosen;
-4. in deep mode, the best document of every round first, so the report covers all rounds.
+4. in deep mode, the best document of every round first, so the report covers all rounds;
+5. then the budget is filled from the best remaining documents, same site allowed: the cap is a
+   preference, never a starvation. k good documents always give k sources — on a web where the
+   relevant pages share a site (habr.com for Russian ML articles, arxiv.org, github.com, an
+   intranet SearXNG) a cap that drops them would leave the report with one source.
+
+What a "site" is (`site_of`): the registrable domain, so blog.example.org and example.org — one
+owner, one editorial voice — count once, while names under a shared platform suffix
+(alice.github.io, x.substack.com) are different owners. A language edition of a Wikimedia
+project (ru.wikipedia.org, en.wikipedia.org; the mobile "m." ignored) is a site of its own: its
+editions are written independently by different communities, and where one article is a
+translation of another, MMR sees the repetition. Other sites' language subdomains are usually
+translations by one owner, so they stay one site. An uploaded file is a site of its own.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.translation import gettext_noop
@@ -23,7 +38,7 @@ from django.utils.translation import gettext_noop
 from research.models import Document, Topic
 from research.pipeline.context import RunContext
 from research.pipeline.extractive import tokenize
-from research.pipeline.urls import domain_of
+from research.pipeline.urls import domain_of, normalize_url
 
 STAGE = "answer"
 QUICK_SOURCES = 5  # the seed's top 5
@@ -71,11 +86,13 @@ def select_sources(
             best = next((c for c in eligible if c.round == number and open_to(c)), None)
             if best is not None and len(chosen) < k:
                 take(best)
-    while len(chosen) < k:
-        pool = [candidate for candidate in eligible if open_to(candidate)]
-        if not pool:
-            break
-        take(max(pool, key=lambda c: _mmr_value(c, chosen, words, mmr_lambda)))
+    # Diverse sites first; then, when no other site is left, fill the budget from the rest.
+    for capped in (True, False):
+        while len(chosen) < k:
+            pool = [c for c in eligible if (open_to(c) if capped else c not in chosen)]
+            if not pool:
+                break
+            take(max(pool, key=lambda c: _mmr_value(c, chosen, words, mmr_lambda)))
     return sorted(chosen, key=lambda candidate: (-candidate.score, candidates.index(candidate)))
 
 
@@ -93,10 +110,27 @@ def cosine(first: Counter, second: Counter) -> float:
 
 
 def site_of(document: Document) -> str:
-    """The registrable domain of a web page; each private document is its own site."""
+    """The site of a web page (see the module's docstring); each private document is its own."""
     if document.url:
-        return domain_of(document.url)
+        return site_of_url(document.url)
     return f"document:{document.uploaded_document_id or document.pk}"
+
+
+# ISO 639-1 codes (and a region form such as "zh-min-nan" or "pt-br") as a host's first label.
+_LANGUAGE_EDITION = re.compile(r"^[a-z]{2,3}(?:-[a-z]{2,4})*$")
+_EDITION_HOSTS = {"wikipedia.org", "wiktionary.org", "wikibooks.org", "wikiquote.org", "wikinews.org",
+                  "wikisource.org", "wikiversity.org", "wikivoyage.org"}  # fmt: skip
+
+
+def site_of_url(url: str) -> str:
+    domain = domain_of(url)
+    host = urlsplit(normalize_url(url)).hostname or ""
+    if domain not in _EDITION_HOSTS or host == domain:
+        return domain
+    labels = [label for label in host.removesuffix("." + domain).split(".") if label != "m"]
+    if labels and _LANGUAGE_EDITION.match(labels[0]):
+        return f"{labels[0]}.{domain}"
+    return domain
 
 
 def final_documents(ctx: RunContext) -> list[Document]:

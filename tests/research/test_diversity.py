@@ -31,6 +31,32 @@ def test_at_most_one_per_site_unless_the_cap_is_raised() -> None:
     assert keys(select_sources(ranked, k=4, per_site=0)) == [1, 2, 3, 4]
 
 
+def test_the_cap_is_a_preference_never_a_starvation() -> None:
+    one_host = [candidate(i, "habr.com", 9 - i / 10) for i in range(1, 8)]
+    assert keys(select_sources(one_host, k=5, per_site=1)) == [1, 2, 3, 4, 5]
+    ranked = [
+        candidate(1, "a.org", 9),
+        candidate(2, "a.org", 8.9),
+        candidate(3, "a.org", 8.8),
+        candidate(4, "b.org", 5),
+    ]
+    # b.org comes in before a.org's second page although it scores lower; then a.org fills up.
+    assert keys(select_sources(ranked, k=2, per_site=1)) == [1, 4]
+    assert keys(select_sources(ranked, k=4, per_site=1)) == [1, 2, 3, 4]
+    with_rounds = [candidate(i, "arxiv.org", 9 - i / 10, round=1 + i % 2) for i in range(1, 7)]
+    assert len(select_sources(with_rounds, k=5, per_site=1, cover_rounds=True)) == 5
+
+
+def test_language_editions_of_a_wiki_are_sites_of_their_own() -> None:
+    from research.pipeline.diversity import site_of_url
+
+    assert site_of_url("https://ru.wikipedia.org/wiki/Токен") == "ru.wikipedia.org"
+    assert site_of_url("https://en.m.wikipedia.org/wiki/Token") == "en.wikipedia.org"
+    assert site_of_url("https://wikipedia.org/") == "wikipedia.org"
+    # Elsewhere a language subdomain is the same owner's translation: one site.
+    assert site_of_url("https://en.example.com/a") == site_of_url("https://example.com/b") == "example.com"
+
+
 def test_the_minimum_score_keeps_weak_sources_out_even_when_places_are_free() -> None:
     ranked = [candidate(1, "a.org", 8), candidate(2, "b.org", 4.9), candidate(3, "c.org", 5)]
     assert keys(select_sources(ranked, k=5, min_score=5)) == [1, 3]
@@ -98,11 +124,12 @@ def report_hosts(topic: Topic) -> list[str]:
 
 
 @pytest.mark.django_db
-def test_no_two_final_sources_share_a_site(alice: User, web: DeepWorld) -> None:
+def test_sites_are_spread_first_and_the_budget_is_still_filled(alice: User, web: DeepWorld) -> None:
     topic = research(alice)
     hosts = report_hosts(topic)
-    # Two of the five relevant pages are on 127.0.0.2: only the better one is a source.
-    assert len(hosts) == len(set(hosts)) == 4
+    # Two of the five relevant pages are on 127.0.0.2: every other site comes in before the
+    # second of them, which then fills the fifth place rather than leaving it empty.
+    assert len(hosts) == 5 and len(set(hosts)) == 4 and hosts.count("127.0.0.2") == 2
     assert Document.objects.filter(topic=topic, url__contains="//127.0.0.2/").count() == 2
 
 
@@ -126,6 +153,6 @@ def test_when_nothing_reaches_the_minimum_the_best_are_used_and_it_says_so(
 ) -> None:
     settings.RESEARCH_MIN_SCORE = 9.5
     topic = research(alice)
-    assert topic.status == Topic.Status.COMPLETED and len(topic.report.sources) == 4
+    assert topic.status == Topic.Status.COMPLETED and len(topic.report.sources) == 5
     warning = RunEvent.objects.get(topic=topic, stage="answer", level="warning")
     assert "No source scored 9.5 or more" in warning.message
