@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +15,10 @@ from mindsearch.clients import ratelimit
 
 TIMEOUT_SECONDS = 20.0
 ATTEMPTS = 2
+# An answer with no results because every engine failed (suspended after errors or a CAPTCHA,
+# timed out) is asked again after a pause that doubles: engines come back after a while.
+ENGINES_DOWN_ATTEMPTS = 3
+BACKOFF_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,15 @@ class _Retryable(SearchError):
     """A failure worth one more try: a timeout, a dropped connection, a 5xx."""
 
 
+class EnginesDown(SearchError):
+    """SearXNG answered, but with no results because its engines did not: an outage, not an
+    answer (never cached as "nothing found")."""
+
+    def __init__(self, engines: list[str]) -> None:
+        self.engines = engines
+        super().__init__(f"the search engines did not answer ({'; '.join(engines)})")
+
+
 def is_configured() -> bool:
     return bool(settings.SEARXNG_URL)
 
@@ -48,12 +62,24 @@ def is_configured() -> bool:
 async def search(
     query: str, *, language: str, time_range: str = "", pageno: int = 1, categories: str = ""
 ) -> SearchResponse:
-    """Run one SearXNG search (one retry on a timeout, connection error or 5xx)."""
+    """Run one SearXNG search: one retry on a timeout, connection error or 5xx; an answer whose
+    engines all failed is asked again with backoff and then raised as `EnginesDown`. Every try
+    waits for its turn under the global limit."""
     if not is_configured():
         raise SearchError("SearXNG is not configured: set SEARXNG_URL")
     params = search_params(
         query, language=language, time_range=time_range, pageno=pageno, categories=categories
     )
+    for attempt in range(ENGINES_DOWN_ATTEMPTS):
+        response = await _search_retrying(params)
+        if response.results or not response.unresponsive_engines:
+            return response
+        if attempt < ENGINES_DOWN_ATTEMPTS - 1:
+            await asyncio.sleep(BACKOFF_SECONDS * 2**attempt)
+    raise EnginesDown(response.unresponsive_engines)
+
+
+async def _search_retrying(params: dict[str, Any]) -> SearchResponse:
     for _retry in range(ATTEMPTS - 1):
         try:
             return await _search_once(params)

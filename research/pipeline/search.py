@@ -1,9 +1,23 @@
-"""Stage 3: every search query goes to SearXNG; hits are de-duplicated by normalised URL."""
+"""Stage 3: every search query goes to SearXNG; hits are de-duplicated by normalised URL.
+
+How real SearXNG instances behave, and what this stage does about it:
+
+- With `time_range` set, SearXNG silently skips every engine that does not support time
+  ranges; on many instances that is all of them, and the answer is empty. An empty
+  time-filtered answer is asked again without the filter: the period stays in the query words
+  and dated results outside it are dropped (undated ones are kept); the event log says so.
+- An answer with no results and engines in `unresponsive_engines` (suspended after errors or a
+  CAPTCHA, timed out) is an outage, not "nothing found": the client retries it with backoff and
+  then it is a failure, never cached. An answer with results but some engines unresponsive is
+  cached for `PARTIAL_TTL` only, so a later run gets the full set.
+- A query whose first page brings fewer than `MIN_NEW_HITS` new usable hits asks for page 2.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict
+from datetime import date, timedelta
 
 from asgiref.sync import async_to_sync
 from django.db import IntegrityError, transaction
@@ -19,6 +33,8 @@ from research.pipeline.urls import normalize_url
 
 STAGE = "search"
 RESULTS_PER_QUERY = 10
+MIN_NEW_HITS = 5
+PARTIAL_TTL = timedelta(hours=1)
 
 
 def run(ctx: RunContext) -> None:
@@ -63,7 +79,8 @@ def _has_private_hits(ctx: RunContext) -> bool:
 
 
 async def _search_all(ctx: RunContext, pending: list[SearchQuery], total: int) -> list[str]:
-    """Search concurrently; save hits afterwards in plan order.
+    """Search concurrently; save hits afterwards in plan order; then page 2 where page 1 gave
+    too few new hits.
 
     Saving in a fixed order decides deterministically which sub-query owns a URL that several
     found, so a repeated topic builds the same batches and is served from the cache. Each
@@ -75,7 +92,7 @@ async def _search_all(ctx: RunContext, pending: list[SearchQuery], total: int) -
     async def one(query: SearchQuery) -> dict | None:
         nonlocal done
         try:
-            response = await _search(ctx, query)
+            response = await _search_widening(ctx, query)
         except websearch.SearchError as exc:
             failures.append(str(exc))
             await db(ctx.warn)(
@@ -97,29 +114,86 @@ async def _search_all(ctx: RunContext, pending: list[SearchQuery], total: int) -
         return response
 
     responses = await asyncio.gather(*(one(query) for query in pending))
+    thin: list[tuple[SearchQuery, dict]] = []
     for query, response in zip(pending, responses, strict=True):
         if response is not None:
-            await db(_save_hits)(ctx.topic, query, response)
+            added = await db(_save_hits)(ctx.topic, query, response)
+            if added < MIN_NEW_HITS and len(response["results"]) >= RESULTS_PER_QUERY:
+                thin.append((query, response))
+    if thin:
+        await _second_pages(ctx, thin)
     return failures
 
 
-async def _search(ctx: RunContext, query: SearchQuery) -> dict:
+async def _second_pages(ctx: RunContext, thin: list[tuple[SearchQuery, dict]]) -> None:
+    """Page 2 of each query whose first page was full but brought few new hits; a failure here
+    costs only the extra hits."""
+
+    async def one(query: SearchQuery, first: dict) -> dict | None:
+        try:
+            return await _search(ctx, query, time_range=first["time_range"], pageno=2)
+        except websearch.SearchError:
+            return None
+
+    pages = await asyncio.gather(*(one(query, first) for query, first in thin))
+    for (query, first), page in zip(thin, pages, strict=True):
+        if page is not None:
+            page = _within_period(ctx.topic, page) if first.get("widened") else page
+            await db(_save_hits)(ctx.topic, query, page, offset=len(first["results"]))
+
+
+async def _search_widening(ctx: RunContext, query: SearchQuery) -> dict:
+    """The query with the topic's time range; asked again without it when that finds nothing."""
+    time_range = ctx.topic.time_range
+    response = await _search(ctx, query, time_range=time_range)
+    if response["results"] or not time_range:
+        return response
+    response = _within_period(ctx.topic, await _search(ctx, query, time_range=""))
+    await db(ctx.emit)(
+        STAGE,
+        gettext_noop(
+            "Nothing for “%(query)s” with the time filter (the search engines may not support it); "
+            "searched without it and kept %(count)s results not dated outside the period"
+        ),
+        args={"query": query.text, "count": len(response["results"])},
+    )
+    return {**response, "widened": True}
+
+
+def _within_period(topic: Topic, response: dict) -> dict:
+    """Results dated outside the topic's period dropped; undated ones kept."""
+    start, end = topic.period_start, topic.period_end
+    kept = [r for r in response["results"] if _in_period(r.get("published_at"), start, end)]
+    return {**response, "results": kept}
+
+
+def _in_period(published_at: str | None, start: date | None, end: date | None) -> bool:
+    published = parse_datetime(published_at) if published_at else None
+    if published is None:
+        return True
+    day = published.date()
+    return (start is None or day >= start) and (end is None or day <= end)
+
+
+async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pageno: int = 1) -> dict:
     categories = route.categories_for(ctx.topic.domain, ctx.question, ctx.topic.time_range)
-    parts = ("search", query.text, query.language, ctx.topic.time_range, 1)
+    parts = ("search", query.text, query.language, time_range, pageno)
     # The default category adds nothing to the key, so earlier entries stay valid.
     key = cache.make_key(*parts, categories) if categories else cache.make_key(*parts)
     cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key)
     if cached is not None:
-        return cached
+        return {**cached, "time_range": time_range}
     response = await websearch.search(
-        query.text, language=query.language, time_range=ctx.topic.time_range, categories=categories
+        query.text, language=query.language, time_range=time_range, pageno=pageno, categories=categories
     )
     payload = {
         "results": [_as_payload(result) for result in response.results[:RESULTS_PER_QUERY]],
         "unresponsive_engines": response.unresponsive_engines,
     }
-    await db(cache.put)(CacheEntry.Kind.SEARCH_RESULTS, key, payload, description=query.text)
-    return payload
+    # Some engines missing: a later run should get the full set, so keep this one briefly.
+    ttl = PARTIAL_TTL if response.unresponsive_engines else None
+    await db(cache.put)(CacheEntry.Kind.SEARCH_RESULTS, key, payload, description=query.text, ttl=ttl)
+    return {**payload, "time_range": time_range}
 
 
 def _as_payload(result: websearch.SearchResult) -> dict:
@@ -128,12 +202,14 @@ def _as_payload(result: websearch.SearchResult) -> dict:
     return payload
 
 
-def _save_hits(topic: Topic, query: SearchQuery, response: dict) -> int:
+def _save_hits(topic: Topic, query: SearchQuery, response: dict, *, offset: int = 0) -> int:
+    """Save a page of results; the number of hits new to the topic."""
     added = 0
-    for position, result in enumerate(response["results"]):
+    for position, result in enumerate(response["results"], start=offset):
         added += _save_hit(topic, query, position, result)
-    query.result_count = len(response["results"])
-    query.unresponsive_engines = response["unresponsive_engines"]
+    query.result_count = offset + len(response["results"])
+    if not offset or response["unresponsive_engines"]:
+        query.unresponsive_engines = response["unresponsive_engines"]
     query.searched_at = timezone.now()
     query.save(update_fields=["result_count", "unresponsive_engines", "searched_at"])
     return added

@@ -1,0 +1,162 @@
+"""How real SearXNG instances behave, and the search stage coping with it.
+
+- With `time_range` given, SearXNG skips every engine without time-range support (searx's
+  `search/__init__.py`: engines whose `time_range_support` is false are left out of the
+  request); an instance whose engines all lack it answers with no results and no error.
+- Engines suspended after errors or a CAPTCHA, or timing out, are listed in
+  `unresponsive_engines` as [name, reason] pairs; when all of them fail the answer is empty.
+- Results come 10 to a page, further pages with `pageno`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from mindsearch.clients import websearch
+from research.models import CacheEntry, Hit, RunEvent, SearchQuery, Topic
+from research.pipeline import search
+from tests.reliability.runs import research
+from tests.support.fakes import Request, Response
+from tests.support.world import World
+
+pytestmark = pytest.mark.django_db
+
+SEARCH = "/search"
+RECENT_QUESTION = "What improvements to Mixture of Tokens were published in the past 6 months?"
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(websearch, "BACKOFF_SECONDS", 0.01)
+
+
+def body_of(response: Response) -> dict:
+    return response.body if isinstance(response.body, dict) else json.loads(response.body)
+
+
+def wrap_results(world: World, change: Callable[[Request, Response], Response]) -> None:
+    original = world.searxng.routes[("GET", SEARCH)]
+    world.searxng.routes[("GET", SEARCH)] = lambda request: change(request, original(request))
+
+
+def engines_without_time_ranges(request: Request, response: Response) -> Response:
+    """An instance whose engines all lack time-range support: a filtered search finds nothing."""
+    if request.param("time_range"):
+        return Response(200, {**body_of(response), "results": [], "number_of_results": 0})
+    return response
+
+
+def dated(published: dict[str, str]) -> Callable[[Request, Response], Response]:
+    """Results carry a publishedDate for the pages named (by slug)."""
+
+    def change(request: Request, response: Response) -> Response:
+        results = [
+            {**item, "publishedDate": published.get(item["url"].split("/pages/")[1].split("?")[0])}
+            for item in body_of(response)["results"]
+        ]
+        return Response(200, {**body_of(response), "results": results})
+
+    return change
+
+
+def test_a_time_filter_that_empties_every_search_is_widened_and_the_topic_completes(
+    alice: User, loopback: World
+) -> None:
+    now = timezone.now()
+    old, recent = (now - timedelta(days=900)).isoformat(), (now - timedelta(days=20)).isoformat()
+    wrap_results(
+        loopback,
+        lambda request, response: dated({"mot-paper": old, "mot-improve": recent})(
+            request, engines_without_time_ranges(request, response)
+        ),
+    )
+    topic = research(alice, question=RECENT_QUESTION)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert topic.time_range == "year"
+    asked = loopback.searxng.requests_to(SEARCH)
+    assert {r.param("time_range") for r in asked} == {"year", ""}
+    urls = set(Hit.objects.filter(topic=topic).values_list("normalized_url", flat=True))
+    # Dated outside the period: dropped; dated inside, or undated: kept.
+    assert not any(url.endswith("/pages/mot-paper") for url in urls)
+    assert any(url.endswith("/pages/mot-improve") for url in urls)
+    assert any(url.endswith("/pages/mot-uses") for url in urls)
+    widened = RunEvent.objects.filter(topic=topic, stage="search", message__contains="with the time filter")
+    assert widened.exists()
+
+
+def test_a_time_filter_that_finds_something_is_kept(alice: User, loopback: World) -> None:
+    topic = research(alice, question=RECENT_QUESTION)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert {r.param("time_range") for r in loopback.searxng.requests_to(SEARCH)} == {"year"}
+
+
+def all_engines_down(request: Request, response: Response) -> Response:
+    body = {**body_of(response), "results": [], "number_of_results": 0}
+    body["unresponsive_engines"] = [["google", "Suspended: CAPTCHA"], ["bing", "timeout"]]
+    return Response(200, body)
+
+
+def test_engines_that_did_not_answer_are_an_outage_retried_never_cached(alice: User, loopback: World) -> None:
+    healthy = loopback.searxng.routes[("GET", SEARCH)]
+    wrap_results(loopback, all_engines_down)
+    failed = research(alice)
+    assert failed.status == Topic.Status.FAILED
+    assert "did not answer (google: Suspended: CAPTCHA; bing: timeout)" in failed.error, failed.error
+    assert "found nothing" not in failed.error
+    tries = [(r.param("q"), r.param("language")) for r in loopback.searxng.requests_to(SEARCH)]
+    assert max(tries.count(t) for t in tries) == websearch.ENGINES_DOWN_ATTEMPTS
+    assert not CacheEntry.objects.filter(kind=CacheEntry.Kind.SEARCH_RESULTS).exists()
+
+    # The engines come back: the same question asked again searches again and completes.
+    loopback.searxng.routes[("GET", SEARCH)] = healthy
+    before = len(loopback.searxng.requests_to(SEARCH))
+    again = research(alice)
+    assert again.status == Topic.Status.COMPLETED, again.error
+    assert len(loopback.searxng.requests_to(SEARCH)) > before
+
+
+def test_some_engines_missing_is_cached_briefly(alice: User, loopback: World) -> None:
+    def partial(request: Request, response: Response) -> Response:
+        return Response(200, {**body_of(response), "unresponsive_engines": [["google", "timeout"]]})
+
+    wrap_results(loopback, partial)
+    topic = research(alice)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    entries = CacheEntry.objects.filter(kind=CacheEntry.Kind.SEARCH_RESULTS)
+    assert entries.exists()
+    latest = timezone.now() + search.PARTIAL_TTL
+    assert all(entry.expires_at <= latest for entry in entries)
+    assert SearchQuery.objects.filter(
+        subquery__topic=topic, unresponsive_engines=["google: timeout"]
+    ).exists()
+
+
+def test_no_results_and_no_outage_says_nothing_was_found(alice: User, loopback: World) -> None:
+    wrap_results(loopback, lambda request, response: Response(200, {**body_of(response), "results": []}))
+    topic = research(alice)
+    assert topic.status == Topic.Status.FAILED
+    assert "found nothing" in topic.error, topic.error
+
+
+def test_a_full_first_page_with_few_new_hits_asks_for_page_two(alice: User, loopback: World) -> None:
+    def paged(request: Request, response: Response) -> Response:
+        # Page 1 is ten copies of pages every query finds; page 2 has the rest.
+        results = body_of(response)["results"]
+        if request.param("pageno") == "2":
+            return Response(200, {**body_of(response), "results": results})
+        first = [{**results[0], "url": f"{results[0]['url']}&copy={i}"} for i in range(10)] if results else []
+        return Response(200, {**body_of(response), "results": first})
+
+    wrap_results(loopback, paged)
+    topic = research(alice)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    pages = [r.param("pageno") for r in loopback.searxng.requests_to(SEARCH)]
+    assert "2" in pages
+    second = Hit.objects.filter(topic=topic, position__gte=10)
+    assert second.exists()
