@@ -4,11 +4,26 @@ leaked one. Only hashes are stored, so there is no token to show or edit."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.auth.decorators import login_not_required
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 
+from mindsearch.forms import ThrottledAdminAuthenticationForm
 from mindsearch.models import ApiToken
+
+# The admin's door shares the sign-in page's guard (mindsearch/throttle.py).
+admin.site.login_form = ThrottledAdminAuthenticationForm
+
+
+@login_not_required
+def _guarded_login(request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+    from mindsearch.views import admin_login
+
+    return admin_login(request, extra_context)
+
+
+admin.site.login = _guarded_login
 
 
 @admin.register(ApiToken)

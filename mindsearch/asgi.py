@@ -19,11 +19,18 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from mindsearch.bodylimit import GuardedApp, install_daphne_guard  # noqa: E402
 from research.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+# Bodies over their route's limit are refused before they are read, and forwarded headers are
+# believed only from TRUSTED_PROXIES (mindsearch/bodylimit.py); under daphne also in its own
+# request object, which would otherwise buffer a whole body first.
+install_daphne_guard()
+application = GuardedApp(
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )

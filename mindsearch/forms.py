@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import math
+
 from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.utils.translation import gettext_lazy as _
 
@@ -14,28 +17,46 @@ class SignUpForm(UserCreationForm):
         fields = ("username", "email")
 
 
-class ThrottledAuthenticationForm(AuthenticationForm):
-    """Refuses to even check a password once too many attempts have failed."""
+class GuardedAuthenticationMixin:
+    """The login guard (mindsearch/throttle.py) for any authentication form: within the delay
+    the password is not even checked, and every failure counts for the account and address."""
 
+    throttled = False
     error_messages = {
         **AuthenticationForm.error_messages,
-        "throttled": _("Too many failed sign-in attempts. Wait a few minutes and try again."),
+        "throttled": _("Too many failed sign-in attempts. Wait %(seconds)d seconds and try again."),
     }
 
     def clean(self) -> dict:
+        request = getattr(self, "request", None)
+        if request is None:
+            return super().clean()
         username = self.cleaned_data.get("username") or ""
-        if self.request is not None and throttle.is_locked_out(self.request, username):
+        attempt = throttle.Attempt(request, username)
+        if not attempt.allowed:
             self.throttled = True
-            raise forms.ValidationError(self.error_messages["throttled"], code="throttled")
+            self.retry_after = math.ceil(attempt.wait)
+            raise forms.ValidationError(
+                self.error_messages["throttled"], code="throttled", params={"seconds": self.retry_after}
+            )
         try:
             cleaned = super().clean()
         except forms.ValidationError:
-            if self.request is not None:
-                throttle.record_failure(self.request, username)
+            attempt.failed()
             raise
-        if self.request is not None:
-            throttle.clear_failures(self.request, username)
+        attempt.succeeded()
         return cleaned
+
+
+class ThrottledAuthenticationForm(GuardedAuthenticationMixin, AuthenticationForm):
+    """The sign-in page's form."""
+
+
+class ThrottledAdminAuthenticationForm(GuardedAuthenticationMixin, AdminAuthenticationForm):
+    """The admin's sign-in form: the same guard, and the admin's own staff check after it."""
+
+    error_messages = {**AdminAuthenticationForm.error_messages, **GuardedAuthenticationMixin.error_messages}
+    error_messages["invalid_login"] = AdminAuthenticationForm.error_messages["invalid_login"]
 
 
 class ApiTokenForm(forms.Form):

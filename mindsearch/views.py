@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.contrib import messages
+from django.contrib import admin, messages
+from django.contrib.admin import AdminSite
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import LoginView
@@ -12,6 +13,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
+from mindsearch import throttle
 from mindsearch.forms import ApiTokenForm, SignUpForm, ThrottledAuthenticationForm
 from mindsearch.models import ApiToken
 from mindsearch.status import run_checks
@@ -36,15 +38,31 @@ def signup(request: HttpRequest) -> HttpResponse:
     return render(request, "registration/signup.html", {"form": form})
 
 
+def guarded_response(request: HttpRequest, response: HttpResponse, form: object) -> HttpResponse:
+    """A refused attempt answers 429 with Retry-After; a successful one remembers the browser."""
+    if getattr(form, "throttled", False):
+        response.status_code = 429
+        response["Retry-After"] = str(form.retry_after)
+    return throttle.remember_device(request, response)
+
+
 class ThrottledLoginView(LoginView):
     form_class = ThrottledAuthenticationForm
     redirect_authenticated_user = True
 
     def form_invalid(self, form: ThrottledAuthenticationForm) -> HttpResponse:
-        response = super().form_invalid(form)
-        if getattr(form, "throttled", False):
-            response.status_code = 429
-        return response
+        return guarded_response(self.request, super().form_invalid(form), form)
+
+    def form_valid(self, form: ThrottledAuthenticationForm) -> HttpResponse:
+        return guarded_response(self.request, super().form_valid(form), form)
+
+
+def admin_login(request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+    """The admin's sign-in behind the same guard (installed on admin.site in mindsearch/admin.py)."""
+    response = AdminSite.login(admin.site, request, extra_context)
+    form = getattr(response, "context_data", None) or {}
+    form = form.get("form") if isinstance(form, dict) else None
+    return guarded_response(request, response, form)
 
 
 login_view = login_not_required(ThrottledLoginView.as_view())

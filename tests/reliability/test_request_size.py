@@ -1,0 +1,156 @@
+"""Request bodies are bounded before they are read (issue 15): a real daphne answers 413 to a
+declared or streamed body over its route's limit without buffering it, serves the next page at
+once, and believes forwarded headers only from TRUSTED_PROXIES."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+from django.test import override_settings
+
+from mindsearch import bodylimit
+from tests.support.processes import daphne, process_env
+
+SMALL = 64 * 1024
+UPLOADS = 512 * 1024
+BODY = 4 * 1024 * 1024  # a few MB proves what 100 MB would: nothing of it is kept
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, int]]:
+    with django_db_blocker.unblock():
+        env = process_env(
+            REQUEST_MAX_BYTES=str(SMALL),
+            UPLOAD_MAX_REQUEST_BYTES=str(UPLOADS),
+            TRUSTED_PROXIES="10.9.8.7",
+        )
+        with daphne(env) as address:
+            host, port = address.split(":")
+            yield host, int(port)
+
+
+def daphne_pid(port: int) -> int:
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+            return conn.pid
+    raise LookupError(port)
+
+
+def rss(port: int) -> int:
+    return psutil.Process(daphne_pid(port)).memory_info().rss
+
+
+def send_raw(host: str, port: int, head: bytes, body_chunks: Iterator[bytes]) -> bytes:
+    """Send a request piece by piece and return whatever the server answered."""
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(head)
+        try:
+            for chunk in body_chunks:
+                sock.sendall(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server stopped listening to the rest: fine, its answer is what counts
+        answer = b""
+        try:
+            while piece := sock.recv(65536):
+                answer += piece
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return answer
+
+
+def pieces(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
+    sent = 0
+    while sent < total:
+        yield b"x" * min(size, total - sent)
+        sent += size
+
+
+def multipart_head(
+    path: str, length: int, host: str, kind: str = "multipart/form-data; boundary=zz"
+) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("path", ["/accounts/login/", "/no/such/page/", "/api/topics", "/admin/login/"])
+def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(web: tuple[str, int], path: str) -> None:
+    host, port = web
+    before = rss(port)
+    answer = send_raw(host, port, multipart_head(path, BODY, host), pieces(BODY))
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"at most 65536 bytes" in answer
+    assert rss(port) - before < BODY  # the body was dropped as it came, never buffered
+
+
+def test_a_streamed_body_over_the_limit_is_refused(web: tuple[str, int]) -> None:
+    host, port = web
+    head = (
+        f"POST /accounts/signup/ HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n\r\n"
+    ).encode()
+
+    def chunked() -> Iterator[bytes]:
+        for piece in pieces(BODY):
+            yield f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+        yield b"0\r\n\r\n"
+
+    answer = send_raw(host, port, head, chunked())
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_uploads_have_their_own_larger_limit(web: tuple[str, int]) -> None:
+    host, port = web
+    # Under the upload limit (but over the small one): it reaches Django, which wants a session.
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request(
+        "POST", "/api/documents", body=b"x" * (UPLOADS - 1024), headers={"Content-Type": "text/plain"}
+    )
+    assert conn.getresponse().status == 401
+    answer = send_raw(host, port, multipart_head("/api/documents", UPLOADS + 1, host), pieces(UPLOADS + 1))
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_a_normal_page_is_served_at_once_after_refusals(web: tuple[str, int]) -> None:
+    host, port = web
+    for _ in range(3):
+        send_raw(host, port, multipart_head("/", BODY, host), pieces(BODY))
+    started = time.monotonic()
+    conn = http.client.HTTPConnection(host, port, timeout=5)
+    conn.request("GET", "/accounts/login/")
+    assert conn.getresponse().status == 200
+    assert time.monotonic() - started < 1.0
+
+
+def test_forwarded_headers_count_only_from_trusted_proxies() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def inner(scope: dict, receive: Any, send: Any) -> None:
+        seen.append(scope)
+
+    app = bodylimit.GuardedApp(inner)
+    headers = [(b"x-forwarded-for", b"203.0.113.9, 198.51.100.1"), (b"x-forwarded-proto", b"https")]
+
+    async def run(peer: str) -> dict[str, Any]:
+        scope = {"type": "http", "method": "GET", "path": "/", "client": [peer, 5000], "headers": headers}
+        scope["scheme"] = "http"
+        await app(scope, None, None)
+        return seen[-1]
+
+    with override_settings(TRUSTED_PROXIES=["10.9.8.0/24"]):
+        bodylimit._networks.cache_clear()
+        stranger = asyncio.run(run("192.0.2.50"))
+        assert stranger["client"][0] == "192.0.2.50"
+        assert stranger["scheme"] == "http"
+        assert not any(name.startswith(b"x-forwarded") for name, _v in stranger["headers"])
+        proxied = asyncio.run(run("10.9.8.7"))
+        # The right-most untrusted hop: anything left of it may be the client's own invention.
+        assert proxied["client"][0] == "198.51.100.1"
+        assert proxied["scheme"] == "https"
