@@ -2,7 +2,9 @@
 
 Seed 001's filters and seed 002's reranking, applied to the scored summaries:
 
-1. a minimum score (`RESEARCH_MIN_SCORE`, on the 0–10 scale of the five criteria);
+1. a minimum score (`RESEARCH_MIN_SCORE`, on the 0–10 scale of the five criteria) for scores an
+   LLM gave; scores of the keyword fallback (no LLM, or it failed) rank but are on no
+   calibrated scale, so no minimum drops a page they were computed for;
 2. at most `RESEARCH_SOURCES_PER_SITE` documents per site (default 1, 0 = no cap) while other
    sites still have good documents, so one site cannot fill the context; an uploaded file
    counts as a site of its own (no cap at all when the topic searches only the owner's
@@ -35,7 +37,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils.translation import gettext_noop
 
-from research.models import Document, Topic
+from research.models import Document, SummaryScore, Topic
 from research.pipeline.context import RunContext
 from research.pipeline.extractive import tokenize
 from research.pipeline.urls import domain_of, normalize_url
@@ -54,6 +56,7 @@ class Candidate:
     score: float  # 0–10
     text: str
     round: int = 1
+    judged: bool = True  # scored by an LLM (the minimum applies), not by the keyword fallback
 
 
 def select_sources(
@@ -69,7 +72,7 @@ def select_sources(
 
     `mmr_lambda` 1 ranks by score alone; lower values trade score for novelty.
     """
-    eligible = [candidate for candidate in candidates if candidate.score >= min_score]
+    eligible = [c for c in candidates if c.score >= min_score or not c.judged]
     words = {candidate.key: Counter(tokenize(candidate.text)) for candidate in eligible}
     chosen: list[Candidate] = []
     sites: Counter[str] = Counter()
@@ -143,7 +146,8 @@ def final_documents(ctx: RunContext) -> list[Document]:
     candidates = [_candidate(document) for document in documents]
     deep = ctx.topic.mode == Topic.Mode.DEEP
     min_score = settings.RESEARCH_MIN_SCORE
-    if candidates and not any(candidate.score >= min_score for candidate in candidates):
+    judged = [candidate for candidate in candidates if candidate.judged]
+    if judged and not any(candidate.score >= min_score for candidate in judged):
         ctx.warn(
             STAGE,
             gettext_noop("No source scored %(score)s or more; the report uses the best there are."),
@@ -175,4 +179,5 @@ def _candidate(document: Document) -> Candidate:
         score=document.summary.score.total,
         text=f"{document.title} {document.summary.text}",
         round=document.round,
+        judged=document.summary.score.origin == SummaryScore.Origin.LLM,
     )

@@ -156,3 +156,29 @@ def test_when_nothing_reaches_the_minimum_the_best_are_used_and_it_says_so(
     assert topic.status == Topic.Status.COMPLETED and len(topic.report.sources) == 5
     warning = RunEvent.objects.get(topic=topic, stage="answer", level="warning")
     assert "No source scored 9.5 or more" in warning.message
+
+
+@pytest.mark.django_db
+def test_a_web_on_one_host_still_gives_a_quick_report_five_sources(
+    alice: User, loopback: object, settings: object
+) -> None:
+    """Every page of the loopback world is on one host (as habr.com or an intranet would be)."""
+    from tests.reliability.runs import research as research_topic
+    from tests.support.world import PAGES
+
+    settings.RESEARCH_SOURCES_PER_SITE = 1
+    settings.AITUNNEL_MODEL = ""  # no LLM: the extractive report quotes its sources, so facts can be counted
+    topic = research_topic(alice)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert len(topic.report.sources) == 5
+    facts = {slug: text.split(". ")[0] for slug, _, _, _, text in PAGES}
+    carried = {slug for slug, fact in facts.items() if fact[:60] in topic.report.markdown}
+    assert len(carried) >= 3, carried
+
+
+def test_the_minimum_applies_to_llm_scores_only() -> None:
+    fallback = [
+        Candidate(key=i, site=f"s{i}.org", score=3.0 + i / 10, text=f"t{i}", judged=False) for i in range(4)
+    ]
+    judged = [candidate(9, "a.org", 4.0)]
+    assert len(select_sources(fallback + judged, k=5, min_score=5)) == 4
