@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 
+from research import event_text
 from research.models import (
     Document,
     Hit,
@@ -34,6 +35,13 @@ from research.models import (
 )
 
 MAX_ROWS = 100_000
+# What one run writes at most, with room to spare: a deep topic logs a few hundred events, its
+# report is tens of kB; an archive past these is not one MindSearch wrote.
+MAX_EVENTS = 20_000
+MAX_EVENT_MESSAGE_CHARS = 10_000
+MAX_EVENT_DATA_BYTES = 64 * 1024
+MAX_REPORT_CHARS = 2_000_000
+WEB_SCHEMES = ("http://", "https://")
 
 
 class ArchiveError(Exception):
@@ -187,14 +195,69 @@ def check(data: dict[str, Any]) -> Checked:
     topic = _check_row(Topic, TOPIC_FIELDS, data.get("topic"), "topic")
     if topic["status"] in Topic.ACTIVE_STATUSES:
         raise ArchiveError(_("The archive's topic was still being researched when it was exported."))
+    events = data.get("run_events")
+    if isinstance(events, list) and len(events) > MAX_EVENTS:
+        raise ArchiveError(_("The archive holds more than %(n)d run events.") % {"n": MAX_EVENTS})
     tables: dict[str, list[dict[str, Any]]] = {}
     for table in TABLES:
         tables[table.name] = _check_table(table, data.get(table.name, []), tables)
+    _check_like_live_data(tables)
     report = None
     if data.get("report") is not None:
         report = _check_row(Report, REPORT_FIELDS, data["report"], "report")
+        if len(report["markdown"]) > MAX_REPORT_CHARS:
+            raise ArchiveError(_("The archive's report is longer than a report can be."))
         report["sources"] = _check_sources(report["sources"], tables["documents"])
     return Checked(topic, report, tables)
+
+
+# --- The rules live data keeps: web addresses only, event lines of flat arguments ---------------
+
+
+def _check_like_live_data(tables: dict[str, list[dict[str, Any]]]) -> None:
+    for name in ("hits", "documents"):
+        for index, row in enumerate(tables[name]):
+            _check_url(row["url"], f"{name}[{index}]")
+    for index, row in enumerate(tables["run_events"]):
+        where = f"run_events[{index}]"
+        if len(row["message"]) > MAX_EVENT_MESSAGE_CHARS or not _event_data_ok(row["data"]):
+            message = _("In the archive, %(row)s is not a progress line MindSearch writes.")
+            raise ArchiveError(message % {"row": where})
+
+
+def _check_url(url: Any, where: str) -> None:
+    """Pages and sources are web pages: http(s) or nothing (a private document has no URL)."""
+    if url in ("", None):
+        return
+    if not isinstance(url, str) or not url.lower().startswith(WEB_SCHEMES):
+        message = _("In the archive, %(row)s has an address that is not a web page (http or https).")
+        raise ArchiveError(message % {"row": where})
+
+
+def _event_data_ok(data: dict[str, Any]) -> bool:
+    if len(json.dumps(data, ensure_ascii=False)) > MAX_EVENT_DATA_BYTES:
+        return False
+    spec = data.get(event_text.I18N_KEY)
+    return spec is None or _phrase_ok(spec, nested_allowed=True)
+
+
+def _phrase_ok(spec: Any, *, nested_allowed: bool) -> bool:
+    """A phrase as the worker writes it: a short msgid, arguments that are text or numbers,
+    and at most one level of nested phrase."""
+    if not isinstance(spec, dict) or set(spec) - {"msgid", "args"}:
+        return False
+    msgid, args = spec.get("msgid"), spec.get("args", {})
+    if not isinstance(msgid, str) or len(msgid) > event_text.MAX_MSGID_CHARS or not isinstance(args, dict):
+        return False
+    for value in args.values():
+        if isinstance(value, dict):
+            if not (nested_allowed and _phrase_ok(value, nested_allowed=False)):
+                return False
+        elif not event_text.is_flat(value) or (
+            isinstance(value, str) and len(value) > event_text.MAX_ARG_CHARS
+        ):
+            return False
+    return True
 
 
 def _check_table(table: Table, rows: Any, earlier: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -317,6 +380,8 @@ def _check_unique(table: Table, name: str, rows: list[dict[str, Any]]) -> None:
 def _check_sources(sources: list[Any], documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     known = {row["id"] for row in documents}
     for source in sources:
+        if isinstance(source, dict):
+            _check_url(source.get("url"), "report.sources")
         document_id = source.get("document_id") if isinstance(source, dict) else "missing"
         if document_id is not None and (type(document_id) is not int or document_id not in known):
             raise ArchiveError(_("In the archive, the report cites a document that is not in it."))

@@ -16,6 +16,12 @@ from django.db.models import Choices
 from django.utils import translation
 
 I18N_KEY = "i18n"
+# Live lines are short; these bound what any stored line (an imported archive's included) can
+# cost to show: a phrase nests one level at most, arguments are flat strings and numbers, and
+# nothing grows past these lengths however its placeholders repeat.
+MAX_MSGID_CHARS = 500
+MAX_ARG_CHARS = 2000
+MAX_LINE_CHARS = 4000
 
 
 def phrase(msgid: str, **args: Any) -> dict[str, Any]:
@@ -33,13 +39,25 @@ def english(spec: dict[str, Any]) -> str:
     return render(spec, lambda msgid: msgid)
 
 
-def render(spec: dict[str, Any], translate: Callable[[str], str]) -> str:
-    args = {
-        name: render(value, translate) if _is_phrase(value) else value
-        for name, value in spec.get("args", {}).items()
-    }
+def render(spec: dict[str, Any], translate: Callable[[str], str], *, nested: bool = False) -> str:
+    """The phrase formatted; a nested phrase's own arguments must be flat (no deeper phrases)."""
     msgid = spec["msgid"]
-    return (translate(msgid) if msgid else "") % args  # gettext("") is the catalogue's header
+    if len(msgid) > MAX_MSGID_CHARS:
+        raise ValueError("msgid too long")
+    args = {}
+    for name, value in (spec.get("args") or {}).items():
+        if _is_phrase(value) and not nested:
+            args[name] = render(value, translate, nested=True)[:MAX_ARG_CHARS]
+        elif is_flat(value) and not isinstance(value, str):
+            args[name] = value
+        else:  # text, or what live code never writes (an archive's checks refuse it)
+            args[name] = str(value)[:MAX_ARG_CHARS]
+    text = (translate(msgid) if msgid else "") % args  # gettext("") is the catalogue's header
+    return text[:MAX_LINE_CHARS]
+
+
+def is_flat(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 def translated(data: Any, fallback: str) -> str:
