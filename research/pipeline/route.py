@@ -126,43 +126,96 @@ def _may_skip_search(topic: Topic, route: Route) -> bool:
 
 
 def _words(*phrases: str) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(rf"\b{phrase}") for phrase in phrases)
+    """Patterns matched at word starts; a stem ends where its phrase says (`\\b` or `\\w*`)."""
+    return tuple(re.compile(rf"(?<!\w){phrase}") for phrase in phrases)
 
 
-# Stems and phrases that point at a domain; matched at word starts in lower-cased text.
-DOMAIN_WORDS: dict[str, tuple[re.Pattern[str], ...]] = {
-    Domain.WEATHER: _words(
-        "погод", "температур", "осадк", "дожд", "снегопад", "ливн", "гроз", "метео", "заморозк",
-        r"weather\b", "forecast", "temperature", r"rain", "snowfall", "humidity", "storm", "heatwave",
+@dataclass(frozen=True)
+class Terms:
+    """A domain's words: a strong one decides alone; a weak one (a word with other common
+    senses — "train" a model, an IP "address", network "traffic") only with another."""
+
+    strong: tuple[re.Pattern[str], ...]
+    weak: tuple[re.Pattern[str], ...] = ()
+
+
+# Matched in lower-cased text with ё as е. Russian stems take their endings explicitly where a
+# longer word would mean something else ("маршрутизация" is routing, not a route).
+DOMAIN_TERMS: dict[str, Terms] = {
+    Domain.WEATHER: Terms(
+        strong=_words(
+            r"погод\w*", r"прогноз\w* погод\w*", r"метеопрогноз\w*", r"осадк\w*", r"снегопад\w*",
+            r"заморозк\w*", r"дожд\w*", r"гололед\w*", r"weather\b", r"snowfall\b", r"humidity\b",
+            r"heatwaves?\b", r"rainfall\b", r"precipitation\b",
+        ),
+        weak=_words(
+            r"температур\w*", r"ливн\w*", r"гроз[аыу]\b", r"ветер\b", r"ветр\w*", r"forecasts?\b",
+            r"temperatures?\b", r"rain(?:y|ing)?\b", r"storms?\b", r"snow\b", r"wind\b", r"sunny\b",
+            r"градус\w*", r"degrees\b",
+        ),
     ),
-    Domain.TRANSPORTATION: _words(
-        "поезд", "электричк", "рейс", "авиабилет", "аэропорт", "вокзал", r"метро\b", "автобус", "трамва",
-        "маршрут", "пробк", "расписани", "такси", r"ржд\b", r"trains?\b", r"flights?\b", "airport", "airline",
-        "subway", r"metro\b", r"bus(?:es)?\b", r"trams?\b", r"routes?\b", "traffic", "transit", "commute",
-        "railway", "timetable",
+    Domain.TRANSPORTATION: Terms(
+        strong=_words(
+            r"поезд\w*", r"электричк\w*", r"авиабилет\w*", r"аэропорт\w*", r"вокзал\w*", r"метро\b",
+            r"автобус\w*", r"трамва\w*", r"троллейбус\w*", r"такси\b", r"ржд\b", r"авиарейс\w*",
+            r"flights\b", r"airports?\b", r"airlines?\b", r"timetables?\b", r"railways?\b",
+            r"subway\b", r"commut\w*", r"train (?:tickets?|schedules?|stations?|times)\b",
+            r"bus (?:routes?|schedules?|stops?|tickets?|stations?)\b", r"public transport\w*",
+        ),
+        weak=_words(
+            r"рейс(?:ы|ов|а|ам)?\b", r"маршрут(?:ы|а|ов|у|ом|ах)?\b", r"пробк\w*", r"расписани\w*",
+            r"flight\b", r"trains?\b", r"buse?s?\b", r"trams?\b", r"metro\b", r"routes?\b",
+            r"traffic\b", r"transit\b", r"schedules?\b", r"tickets?\b", r"билет\w*",
+        ),
     ),
-    Domain.FINANCE: _words(
-        r"акци[яийею]", "котировк", r"курс (?:доллар|евро|рубл|юан|валют|биткоин)", "бирж",
-        "инфляци", r"ключев\w+ ставк", "дивиденд", "капитализац", "выручк", "облигац", "биткоин",
-        "криптовалют", r"ipo\b", r"stocks?\b", r"share price", "nasdaq", r"nyse\b", r"s&p", r"market cap",
-        "dividend", "earnings", "inflation", r"interest rates?", "bitcoin", r"crypto", r"exchange rates?",
-        "revenue", r"bonds?\b", "финанс", r"financ",
+    Domain.FINANCE: Terms(
+        strong=_words(
+            r"котировк\w*", r"курс\w* (?:доллар|евро|рубл|юан|валют|биткоин)\w*", r"бирж\w*",
+            r"инфляци\w*", r"ключев\w+ ставк\w*", r"дивиденд\w*", r"капитализаци\w*", r"облигаци\w*",
+            r"биткоин\w*", r"криптовалют\w*", r"ipo\b", r"share prices?\b", r"stock prices?\b",
+            r"stock market\b", r"nasdaq\b", r"nyse\b", r"s&p\b", r"market cap\w*", r"dividends?\b",
+            r"interest rates?\b", r"bitcoin\b", r"exchange rates?\b", r"p/e\b", r"мосбирж\w*",
+        ),
+        weak=_words(
+            r"акци[яийею]\b", r"акциям\w*", r"выручк\w*", r"прибыл\w*", r"финанс\w*", r"stocks?\b",
+            r"shares\b", r"earnings\b", r"inflation\b", r"crypto\w*", r"revenue\b", r"bonds?\b",
+            r"financ\w*", r"invest\w*", r"инвест\w*", r"quarterly\b", r"квартал\w*",
+        ),
     ),
-    Domain.SPORTS: _words(
-        r"матч", "турнир", "чемпионат", r"лиг[аиуе]\b", "футбол", "хокке", "баскетбол", "теннис", "олимпи",
-        r"сборн\w+ (?:росси|по)", r"кубок", r"нхл\b", r"кхл\b", r"nba\b", r"nhl\b", r"nfl\b", r"fifa\b",
-        r"uefa\b", "premier league", r"match(?:es)?\b", "tournament", "championship", r"leagues?\b",
-        r"football", "soccer", "basketball", r"tennis", "olympic", "roster", "world cup", "grand prix",
+    Domain.SPORTS: Terms(
+        strong=_words(
+            r"турнир\w*", r"чемпионат\w*", r"футбол\w*", r"хокке\w*", r"баскетбол\w*", r"волейбол\w*",
+            r"теннис\w*", r"нхл\b", r"кхл\b", r"рпл\b", r"nba\b", r"nhl\b", r"nfl\b", r"fifa\b",
+            r"uefa\b", r"premier league\b", r"tournaments?\b", r"championships?\b", r"football\b",
+            r"soccer\b", r"basketball\b", r"tennis\b", r"world cup\b", r"grand prix\b", r"standings\b",
+            r"формул\w* 1\b", r"formula 1\b", r"олимпийск\w* игр\w*", r"olympic games\b",
+        ),
+        weak=_words(
+            r"матч(?:а|е|и|ей|ам|ах|у|ем)?\b", r"лиг[аиуе]\b", r"кубок\w*", r"сборн\w*", r"счет\b",
+            r"match(?:es)?\b", r"leagues?\b", r"olympic\w*", r"rosters?\b", r"scores?\b",
+            r"rankings?\b", r"players?\b", r"игрок\w*", r"команд[аыу]\b", r"teams?\b", r"goals?\b",
+        ),
     ),
-    Domain.TEMPORAL_CHANGE: _words(
-        "изменил", "изменени", r"менял", "динамик", "эволюц", r"по годам", r"за годы", "тенденц", "тренд",
-        r"history of", r"how (?:has|have|did) .{0,60}chang", "changed", r"over the years", r"over time",
-        r"year over year", r"trends?\b", "evolution", "timeline",
+    Domain.TEMPORAL_CHANGE: Terms(
+        strong=_words(
+            r"по годам\b", r"за (?:последние )?(?:\d+ )?(?:годы|лет)\b", r"как (?:менял|изменял|изменил)\w*",
+            r"over the (?:years|decades?)\b", r"year over year\b", r"year-on-year\b",
+            r"how (?:has|have|did) .{0,60}chang\w*", r"over time\b",
+        ),
+        weak=_words(
+            r"динамик\w*", r"эволюци\w*", r"тенденци\w*", r"тренд\w*", r"history of\b", r"changed\b",
+            r"trends?\b", r"evolution\b", r"timeline\b", r"изменени\w*",
+        ),
     ),
-    Domain.LOCATION: _words(
-        r"где находится", r"адрес", r"как (?:добраться|доехать|пройти)", r"рядом с", "поблизости",
-        "ближайш", r"на карте", r"where is", r"address", r"located", r"directions to", "nearby",
-        r"near me", "closest", r"how (?:do i|to) get to",
+    Domain.LOCATION: Terms(
+        strong=_words(
+            r"как (?:добраться|доехать|дойти|пройти к)\b", r"на карте\b", r"directions to\b",
+            r"near me\b", r"how (?:do i|to|can i) get to\b", r"opening hours\b", r"часы работы\b",
+        ),
+        weak=_words(
+            r"где находится\b", r"адрес\w*", r"рядом с\b", r"поблизости\b", r"ближайш\w*",
+            r"address\b", r"located\b", r"nearby\b", r"closest\b", r"nearest\b", r"map\b",
+        ),
     ),
 }  # fmt: skip
 # Ties go to the more specific domain.
@@ -174,18 +227,29 @@ _DOMAIN_ORDER = (
     Domain.LOCATION,
     Domain.TEMPORAL_CHANGE,
 )
+STRONG, WEAK, DECIDES = 2, 1, 2
 
 
 def classify_by_keywords(question: str, period: timeparse.Period | None = None) -> str:
-    """The domain whose words the question uses most; a span of years counts for change over time."""
+    """The domain with strong evidence in the question, else "general" (and so no query hint).
+
+    A strong term counts 2, a weak one 1, and a domain needs 2: "What hardware is needed to
+    train a model" has one weak transport word and stays general; "train tickets to Kazan" or
+    "trains … timetable" do not. A span of two or more years is strong evidence of change over
+    time (the seed's "QS ranking 2015–2023").
+    """
     text = _normal(question)
-    counts = {
-        domain: sum(1 for word in DOMAIN_WORDS[domain] if word.search(text)) for domain in _DOMAIN_ORDER
-    }
+    counts = {domain: _evidence(DOMAIN_TERMS[domain], text) for domain in _DOMAIN_ORDER}
     if period is not None and len(period.years) >= 2:
-        counts[Domain.TEMPORAL_CHANGE] += 1
+        counts[Domain.TEMPORAL_CHANGE] += STRONG
     best = max(_DOMAIN_ORDER, key=lambda domain: counts[domain])
-    return best if counts[best] else Domain.GENERAL
+    return best if counts[best] >= DECIDES else Domain.GENERAL
+
+
+def _evidence(terms: Terms, text: str) -> int:
+    return STRONG * sum(1 for word in terms.strong if word.search(text)) + WEAK * sum(
+        1 for word in terms.weak if word.search(text)
+    )
 
 
 def _normal(text: str) -> str:
