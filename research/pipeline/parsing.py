@@ -62,6 +62,17 @@ def is_russian(text: str) -> bool:
     return cyrillic > 0 and cyrillic >= _RUSSIAN_SHARE * (cyrillic + latin)
 
 
+def language_of(text: str) -> str:
+    """The language a reply to `text` is written in, named for a Russian prompt: the plan, the
+    report and follow-ups answer in the question's language (the search queries stay Russian
+    and English whatever it is)."""
+    if is_russian(text):
+        return "русский"
+    if _LATIN.search(text or ""):
+        return "английский (English)"
+    return "язык запроса"
+
+
 def split_by_language(queries: list[str]) -> tuple[list[str], list[str]]:
     """(russian, english), each in the original order."""
     russian = [query for query in queries if is_russian(query)]

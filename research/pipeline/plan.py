@@ -10,7 +10,7 @@ from research.models import CacheEntry, SubQuery
 from research.pipeline import extractive
 from research.pipeline.context import RunContext
 from research.pipeline.llm import ask, load_prompt
-from research.pipeline.parsing import parse_prefixed_lines
+from research.pipeline.parsing import language_of, parse_prefixed_lines
 
 STAGE = "plan"
 MAX_SUBQUERIES = 3
@@ -41,7 +41,7 @@ def _plan(ctx: RunContext) -> tuple[list[str], str]:
                 ctx,
                 STAGE,
                 load_prompt("plan"),
-                f'Запрос: "{ctx.question}"',
+                f'Запрос: "{ctx.question}"\nЯзык подзапросов: {language_of(ctx.question)}',
                 kind=CacheEntry.Kind.SEARCH_QUERIES,
             )
         except LLMError as exc:
