@@ -8,6 +8,11 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /app
 
+# OCR of scanned PDF pages (Russian and English); without it such files are refused, saying so.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tesseract-ocr tesseract-ocr-rus tesseract-ocr-eng \
+    && rm -rf /var/lib/apt/lists/*
+
 COPY requirements.txt .
 # Production builds may want the CPU-only torch wheel (much smaller than the default CUDA one):
 #   pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu -r requirements.txt

@@ -20,6 +20,7 @@ $(STAMP): requirements.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+	scripts/ensure-tesseract
 
 # Migrations run once, before web and worker start: concurrent DDL from two processes races.
 migrate: install

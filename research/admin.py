@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Avg, Max, Q, QuerySet
+from django.db.models import Avg, Count, Max, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
@@ -26,6 +26,7 @@ from django.views.decorators.http import require_POST
 from research import usage
 from research.models import (
     CacheEntry,
+    Citation,
     Document,
     Hit,
     HitScore,
@@ -496,10 +497,51 @@ class SummaryScoreAdmin(admin.ModelAdmin):
     raw_id_fields = ("summary",)
 
 
+class CitationInline(admin.TabularInline):
+    """The citation check of the report: read-only, as the run wrote it."""
+
+    model = Citation
+    extra = 0
+    can_delete = False
+    fields = ("sentence_index", "n", "verdict", "local_verdict", "method", "score", "sentence", "passage")
+    readonly_fields = fields
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Report)
 class ReportAdmin(admin.ModelAdmin):
-    list_display = ("topic", "model", "created_at")
+    list_display = ("topic", "model", "citations_supported", "created_at")
     raw_id_fields = ("topic",)
+    inlines = [CitationInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        supported = Count("citations", filter=Q(citations__verdict=Citation.Verdict.SUPPORTED))
+        return super().get_queryset(request).annotate(checked=Count("citations"), supported=supported)
+
+    @admin.display(description=_("citations supported"))
+    def citations_supported(self, report: Report) -> str:
+        return f"{report.supported} / {report.checked}" if report.checked else "—"
+
+
+@admin.register(Citation)
+class CitationAdmin(ReadOnlyAdmin):
+    list_display = (
+        "report",
+        "sentence_index",
+        "n",
+        "verdict",
+        "local_verdict",
+        "method",
+        "score",
+        "sentence",
+    )
+    list_filter = ("verdict", "local_verdict", "method")
+    search_fields = ("sentence", "passage", "report__topic__question")
+    list_select_related = ("report__topic",)
+    raw_id_fields = ("report",)
 
 
 @admin.register(ShareLink)

@@ -17,7 +17,7 @@ from ninja.responses import Status
 from mindsearch.api_common import Page, Text, choices_enum, errors, form_invalid, invalid
 from research import export, workflow
 from research.forms import SubQueryForm, TopicForm
-from research.models import Report, RunEvent, ShareLink, Topic
+from research.models import Citation, Report, RunEvent, ShareLink, Topic
 from research.pipeline import cache
 from research.presenters import report_of
 
@@ -36,6 +36,8 @@ TopicStatus = choices_enum("TopicStatus", Topic.Status)
 TopicSources = choices_enum("TopicSources", Topic.Sources)
 TopicMode = choices_enum("TopicMode", Topic.Mode)
 TopicTimeRange = choices_enum("TopicTimeRange", Topic.TimeRange)
+CitationVerdict = choices_enum("CitationVerdict", Citation.Verdict)
+CitationMethod = choices_enum("CitationMethod", Citation.Method)
 
 
 class TopicIn(Schema):
@@ -131,6 +133,29 @@ class SourceOut(Schema):
     score: float | None = None
 
 
+class CitationOut(Schema):
+    sentence_index: int = Field(description="The sentence's place among the report's sentences, from 0.")
+    sentence: str = Field(description="The sentence as plain text, without its citations.")
+    n: int = Field(description="The number of the source it cites.")
+    verdict: CitationVerdict = Field(description="Whether the source's text supports the sentence.")
+    local_verdict: CitationVerdict = Field(description="What words, numbers and embeddings alone said.")
+    method: CitationMethod = Field(description="What decided the verdict.")
+    score: float = Field(description="The local score of the best passage, 0–1.")
+    coverage: float = Field(description="Share of the sentence's content words found in that passage.")
+    similarity: float | None = Field(
+        description="Embedding cosine with that passage; null without embeddings."
+    )
+    passage: str = Field(description="The passage of the source most like the sentence.")
+    note: str = Field(description="Why: numbers the source lacks, or the LLM's reason.")
+
+
+class CitationCountsOut(Schema):
+    total: int
+    supported: int
+    weak: int
+    unsupported: int
+
+
 class ReportOut(Schema):
     topic_id: int
     markdown: str = Field(description="The report as written, with its numbered sources list.")
@@ -138,6 +163,13 @@ class ReportOut(Schema):
     sources: list[SourceOut]
     model: str = Field(description="The LLM that wrote it; empty for the extractive engine.")
     created_at: datetime
+    citations: list[CitationOut] = Field(
+        description="Each cited sentence checked against each source it cites, in reading order; "
+        "empty for reports written before the check existed."
+    )
+    citation_counts: CitationCountsOut | None = Field(
+        description="How many citations each verdict got; null when nothing was checked."
+    )
 
 
 class ShareLinkIn(Schema):
@@ -355,6 +387,8 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
         "sources": report.sources,
         "model": report.model,
         "created_at": report.created_at,
+        "citations": shown["citations"],
+        "citation_counts": shown["citation_counts"],
     }
 
 

@@ -23,7 +23,7 @@ from django.db import DatabaseError, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from research import export
+from research import archive_citations, export
 from research.archive_checks import REPORT_FIELDS, TABLES, TOPIC_FIELDS, ArchiveError, Checked, Table, check
 from research.models import LLMCall, Report, RunEvent, Topic
 
@@ -69,6 +69,7 @@ def topic_data(topic: Topic) -> dict[str, Any]:
     for table in TABLES:
         rows = table.model.objects.filter(**{table.topic_path: topic}).order_by("pk")
         data[table.name] = list(rows.values("id", *table.fields, *table.refs))
+    data[archive_citations.KEY] = archive_citations.export_rows(topic)
     return data
 
 
@@ -180,16 +181,17 @@ def import_archive(upload: IO[bytes], owner: AbstractBaseUser) -> Topic:
 def import_topic(data: dict[str, Any], owner: AbstractBaseUser) -> Topic:
     """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved."""
     checked = check(data)
+    citations = archive_citations.check(data, checked.report)
     try:
         with transaction.atomic():
-            return _create(checked, owner)
+            return _create(checked, owner, citations)
     except DatabaseError:
         # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.
         log.exception("a checked topic archive could not be saved")
         raise ArchiveError(_("The archive holds data the database refuses.")) from None
 
 
-def _create(checked: Checked, owner: AbstractBaseUser) -> Topic:
+def _create(checked: Checked, owner: AbstractBaseUser, citations: list[dict[str, Any]]) -> Topic:
     fields = dict(checked.topic)
     events = checked.tables["run_events"]
     fields["last_event_seq"] = max([fields["last_event_seq"], *(event["seq"] for event in events)])
@@ -210,6 +212,7 @@ def _create(checked: Checked, owner: AbstractBaseUser) -> Topic:
         ]
         report = Report.objects.create(topic=topic, **{**checked.report, "sources": sources})
         _restore_created_at(Report, [report], [checked.report])
+        archive_citations.create(report, citations)
     return topic
 
 

@@ -356,6 +356,55 @@ class Report(models.Model):
         return f"Report on {self.topic}"
 
 
+class CitationQuerySet(OwnedQuerySet):
+    owner_field = "report__topic__owner"
+
+
+class Citation(models.Model):
+    """One sentence of a report checked against one source it cites (research/pipeline/citecheck.py)."""
+
+    class Verdict(models.TextChoices):
+        SUPPORTED = "supported", _("Supported")
+        WEAK = "weak", _("Weakly supported")
+        UNSUPPORTED = "unsupported", _("Not supported")
+
+    class Method(models.TextChoices):
+        LOCAL = "local", _("Words and embeddings")
+        LEXICAL = "lexical", _("Words only")
+        LLM = "llm", _("LLM")
+
+    report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="citations")
+    sentence_index = models.PositiveIntegerField(help_text=_("The sentence's place in the report, from 0."))
+    sentence = models.TextField(help_text=_("The sentence as plain text, without its citations."))
+    n = models.PositiveIntegerField(help_text=_("The number of the source it cites."))
+    verdict = models.CharField(max_length=12, choices=Verdict.choices)
+    local_verdict = models.CharField(
+        max_length=12, choices=Verdict.choices, help_text=_("What words, numbers and embeddings said.")
+    )
+    method = models.CharField(max_length=10, choices=Method.choices)
+    score = models.FloatField(help_text=_("The local score of the best passage, 0–1."))
+    coverage = models.FloatField(default=0.0, help_text=_("Share of the sentence's words in that passage."))
+    similarity = models.FloatField(null=True, blank=True, help_text=_("Embedding cosine with that passage."))
+    passage = models.TextField(
+        blank=True, default="", help_text=_("The source's passage most like the sentence.")
+    )
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = CitationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["report", "sentence_index", "n"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["report", "sentence_index", "n"], name="citation_unique_per_sentence"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"[{self.n}] {self.verdict}: {self.sentence[:60]}"
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -523,6 +572,7 @@ class CacheEntry(models.Model):
         SUMMARIES = "summaries", _("Summaries")
         RANKED_SUMMARIES = "ranked_summaries", _("Ranked summaries")
         ANSWERS = "answers", _("Answers")
+        CITATION_CHECKS = "citation_checks", _("Citation checks")
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     key_hash = models.CharField(max_length=64)

@@ -9,15 +9,15 @@ from django.conf import settings
 from django.core.cache import caches
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import get_language
+from django.utils.translation import get_language, gettext
 from django.utils.translation import gettext_lazy as _
 
 from research import usage
 from research.forms import ShareLinkForm
-from research.models import Document, Hit, Report, RunEvent, Topic
-from research.pipeline import deep, passages
+from research.models import Citation, Document, Hit, Report, RunEvent, Topic
+from research.pipeline import citecheck, deep, passages
 from research.pipeline.answer import SOURCES_HEADING
-from research.rendering import render_markdown
+from research.rendering import CitationMark, render_markdown
 
 STAGES = [
     ("plan", _("Plan")),
@@ -38,6 +38,7 @@ STAGE_LABELS = {
     "route": _("Route"),
     "years": _("Per-year search"),
     "deep": _("Deep rounds"),
+    "citecheck": _("Citation check"),
 }
 
 
@@ -151,8 +152,39 @@ def report_of(topic: Topic) -> dict[str, Any] | None:
     except Report.DoesNotExist:
         return None
     body = SOURCES_HEADING.split(report.markdown)[0]
-    html = render_markdown(body, source_count=len(report.sources))
-    return {"report": report, "html": html, "sources": sources_of(report)}
+    citations = list(report.citations.all())
+    marks = citation_marks(body, len(report.sources), citations)
+    html = render_markdown(body, source_count=len(report.sources), citation_marks=marks)
+    return {
+        "report": report,
+        "html": html,
+        "sources": sources_of(report),
+        "citations": citations,
+        "citation_counts": citecheck.counts(citations) if citations else None,
+        "doubtful_citations": [c for c in citations if c.verdict != Citation.Verdict.SUPPORTED],
+    }
+
+
+def citation_marks(body: str, source_count: int, citations: list[Citation]) -> list[CitationMark | None]:
+    """Each citation of the body, in reading order, marked with its verdict (None: unchecked,
+    as in reports written before the check existed)."""
+    if not citations:
+        return []
+    by_place = {(c.sentence_index, c.n): c for c in citations}
+    return [_mark(by_place.get(place)) for place in citecheck.citation_occurrences(body, source_count)]
+
+
+def _mark(citation: Citation | None) -> CitationMark | None:
+    if citation is None:
+        return None
+    n = citation.n
+    if citation.verdict == Citation.Verdict.SUPPORTED:
+        return CitationMark("supported", gettext("Source %(n)s supports this sentence") % {"n": n})
+    if citation.verdict == Citation.Verdict.WEAK:
+        title = gettext("Source %(n)s supports this sentence only in part") % {"n": n}
+        return CitationMark("weak", title, gettext("weak support"))
+    title = gettext("Source %(n)s does not support this sentence") % {"n": n}
+    return CitationMark("unsupported", title, gettext("not supported"))
 
 
 def sources_of(report: Report) -> list[dict[str, Any]]:

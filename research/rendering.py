@@ -1,14 +1,20 @@
 """Markdown from the LLM or the web, made safe to show: python-markdown, then nh3's allow-list.
 
-Citations `[n]` become links to the report's sources list.
+Citations `[n]` become links to the report's sources list; with `citation_marks`, each link also
+shows the citation check's verdict for it.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import markdown as md
 import nh3
+from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 ALLOWED_TAGS = {
@@ -20,10 +26,32 @@ ALLOWED_ATTRIBUTES = {"a": {"href", "title", "class", "id"}, "li": {"id"}, "th":
 CITATION = re.compile(r"\[(\d{1,3})\](?!\()")
 
 
-def render_markdown(text: str, *, source_count: int = 0, anchor_prefix: str = "source") -> SafeString:
-    """Safe HTML for untrusted Markdown; `[n]` with 1 ≤ n ≤ source_count links to #source-n."""
+@dataclass(frozen=True)
+class CitationMark:
+    """How one citation link is shown: a CSS modifier, the link's title, and a visible flag
+    after it ("" for none)."""
+
+    kind: str
+    title: str
+    flag: str = ""
+
+
+def render_markdown(
+    text: str,
+    *,
+    source_count: int = 0,
+    anchor_prefix: str = "source",
+    citation_marks: Sequence[CitationMark | None] = (),
+) -> SafeString:
+    """Safe HTML for untrusted Markdown; `[n]` with 1 ≤ n ≤ source_count links to #source-n.
+
+    `citation_marks` gives each such citation, in reading order, its mark. The links are found
+    again after sanitising by a one-time token in their title, which the text itself cannot know.
+    """
+    token = secrets.token_hex(8) if citation_marks else ""
     if source_count:
-        text = CITATION.sub(lambda m: _citation(m, source_count, anchor_prefix), text)
+        counter = itertools.count()
+        text = CITATION.sub(lambda m: _citation(m, source_count, anchor_prefix, token, counter), text)
     html = md.markdown(text, extensions=["tables", "sane_lists", "fenced_code"], output_format="html")
     clean = nh3.clean(
         html,
@@ -32,12 +60,34 @@ def render_markdown(text: str, *, source_count: int = 0, anchor_prefix: str = "s
         url_schemes={"http", "https", "mailto"},
         link_rel="noopener noreferrer nofollow",
     )
+    if token:
+        clean = _marked(clean, token, citation_marks)
     return mark_safe(clean)  # noqa: S308 — nh3 has just removed everything not on the allow-list
 
 
-def _citation(match: re.Match, count: int, prefix: str) -> str:
+def _citation(match: re.Match, count: int, prefix: str, token: str, counter: itertools.count) -> str:
     n = int(match.group(1))
     if not 1 <= n <= count:
         return match.group(0)
+    title = f"{prefix} {n} {token}-{next(counter)}" if token else f"{prefix} {n}"
     # A Markdown link whose text keeps the brackets: "[[n]](#source-n)".
-    return f'[\\[{n}\\]](#{prefix}-{n} "{prefix} {n}")'
+    return f'[\\[{n}\\]](#{prefix}-{n} "{title}")'
+
+
+def _marked(html: str, token: str, marks: Sequence[CitationMark | None]) -> str:
+    link = re.compile(rf'<a ([^>]*?)title="([^"]*?) {token}-(\d+)"([^>]*)>(.*?)</a>', re.S)
+
+    def mark(match: re.Match) -> str:
+        before, plain_title, index, after, inner = match.groups()
+        found = marks[int(index)] if int(index) < len(marks) else None
+        if found is None:
+            return f'<a {before}title="{plain_title}"{after}>{inner}</a>'
+        flag = (
+            f'<span class="citation-flag citation-flag-{found.kind}">{escape(found.flag)}</span>'
+            if found.flag
+            else ""
+        )
+        attributes = f'{before}title="{escape(found.title)}" class="citation citation-{found.kind}"{after}'
+        return f"<a {attributes}>{inner}</a>{flag}"
+
+    return link.sub(mark, html)

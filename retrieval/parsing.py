@@ -1,16 +1,18 @@
 """Turn an uploaded file into plain text with page offsets, safely.
 
-The type comes from the content (magic bytes, a sniffed `<html`), never from the name. The
-parsers run in a child process with a wall-clock timeout and a memory cap, so a malformed or
-hostile file fails with a clear `ParseError` and takes nothing else down. The child is a fresh
-interpreter (`python -m retrieval.parsing`) rather than a multiprocessing fork: django-q2 runs
-tasks in daemonic processes, which multiprocessing forbids to have children, and forking a
-process that holds torch's thread pool is unsafe anyway.
+The type comes from the content (magic bytes; HTML told from text by its tags), never from the
+name. The readers themselves live in `retrieval.readers`; every text is NFKC-normalised, and a
+text that fails the quality check (glyph codes, private-use or control characters, mojibake) is
+read again another way or refused, never indexed. The parsers run in a child process with a
+wall-clock timeout and a memory cap, so a malformed or hostile file fails with a clear
+`ParseError` and takes nothing else down. The child is a fresh interpreter
+(`python -m retrieval.parsing`) rather than a multiprocessing fork: django-q2 runs tasks in
+daemonic processes, which multiprocessing forbids to have children, and forking a process that
+holds torch's thread pool is unsafe anyway.
 """
 
 from __future__ import annotations
 
-import codecs
 import io
 import json
 import logging
@@ -21,7 +23,9 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from retrieval.readers.text import NotText, decode, looks_like_html, normalise
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 MAX_UNPACKED_BYTES = 200 * 1024 * 1024
@@ -31,9 +35,22 @@ RATIO_CHECK_FROM_BYTES = 10 * 1024 * 1024
 CHILD_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
 SNIFF_BYTES = 2048
 TITLE_MAX_CHARS = 200
+# OCR runs in a child of its own with this much time per scanned page, for at most so many pages.
+OCR_SECONDS_PER_PAGE = 30.0
+OCR_MAX_PAGES = 100
+OCR_HINT = (
+    "OCR is not installed on this server: its administrator can add it with"
+    " scripts/ensure-tesseract (Debian packages tesseract-ocr, tesseract-ocr-rus and"
+    " tesseract-ocr-eng), then index the file again"
+)
+
+# A tracked deletion in RTF is a group flagged \deleted (with no groups inside, as writers make it);
+# a footnote or endnote is a {\*\footnote ...} destination.
+RTF_DELETED = re.compile(r"\{\\deleted\b[^{}]*\}")
+RTF_NOTE = re.compile(r"\{\\\*?\\footnote\b")
 
 UNSUPPORTED = "not a PDF, DOCX, HTML, Markdown or text file"
-KIND_LABELS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML page", "text": "text file"}
+KIND_LABELS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML page", "rtf": "RTF document", "text": "text file"}
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger(__name__)
@@ -54,12 +71,82 @@ class ParsedDocument:
 def parse(
     source: str | Path | bytes, *, filename: str, timeout: float = DEFAULT_TIMEOUT_SECONDS
 ) -> ParsedDocument:
-    """Parse a file (a path or its bytes) in a child process; raise ParseError on any failure."""
+    """Parse a file (a path or its bytes) in a child process; raise ParseError on any failure.
+
+    A PDF with scanned pages takes a second child for their OCR, with a time budget per page.
+    """
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
-    kind = detect_kind(data)
+    kind = signature_kind(data)
+    answer = _run_child([kind], data, timeout)
+    if "ocr" in answer:
+        pages: list[int] = answer["ocr"]
+        ocr_timeout = OCR_SECONDS_PER_PAGE * len(pages)
+        ocr_answer = _run_child(
+            ["ocr", json.dumps(pages)], data, ocr_timeout, what="OCR of the scanned pages"
+        )
+        answer = _pdf_answer(answer["texts"], dict(zip(pages, ocr_answer["texts"], strict=True)), answer)
+    pages_list = [tuple(page) for page in answer["pages"]]
+    title = answer["title"] or _title_from_name(filename)
+    return ParsedDocument(answer["text"], pages_list, title)  # type: ignore[arg-type]
+
+
+def signature_kind(data: bytes) -> str:
+    """'pdf', 'docx', 'rtf' or 'text' from the first bytes alone (text may turn out HTML)."""
+    head = data[:SNIFF_BYTES]
+    if head.startswith(b"%PDF-") or b"%PDF-" in head[:1024]:
+        return "pdf"
+    if head.startswith(b"PK\x03\x04"):
+        return "docx"
+    if head.startswith(b"{\\rtf"):
+        return "rtf"
+    return "text"
+
+
+def detect_kind(data: bytes) -> str:
+    """'pdf', 'docx', 'rtf', 'html' or 'text', from the bytes themselves (the whole of them for
+    text, whose encoding and tags decide)."""
+    kind = signature_kind(data)
+    if kind != "text":
+        return kind
+    try:
+        text = decode(data)
+    except NotText:
+        return "text"
+    return "html" if looks_like_html(text) else "text"
+
+
+def sniff_kind(file: BinaryIO) -> str:
+    """The kind of a supported file, from its content, or ParseError(UNSUPPORTED).
+
+    Cheap enough for the web process: a PDF or RTF by its first bytes, a DOCX by its zip directory
+    and package relationships; anything else is decoded whole (once), as the worker will, so a
+    file this lets through is one the worker can read. An RTF is stored as text.
+    """
+    file.seek(0)
+    head = file.read(SNIFF_BYTES)
+    kind = signature_kind(head)
+    if kind == "docx":
+        file.seek(0)
+        _check_docx_archive(file)
+    elif kind == "rtf":
+        kind = "text"
+    elif kind == "text":
+        file.seek(0)
+        try:
+            text = decode(file.read())
+        except NotText:
+            raise ParseError(UNSUPPORTED) from None
+        kind = "html" if looks_like_html(text) else "text"
+    file.seek(0)
+    return kind
+
+
+def _run_child(
+    arguments: list[str], data: bytes, timeout: float, *, what: str = "reading the file"
+) -> dict[str, Any]:
     try:
         completed = subprocess.run(
-            [sys.executable, "-m", "retrieval.parsing", kind],
+            [sys.executable, "-m", "retrieval.parsing", *arguments],
             input=data,
             capture_output=True,
             timeout=timeout,
@@ -67,43 +154,11 @@ def parse(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise ParseError(f"reading the file took longer than {timeout:g} s") from None
-    parsed = _read_child_answer(completed)
-    return ParsedDocument(parsed.text, parsed.pages, parsed.title or _title_from_name(filename))
+        raise ParseError(f"{what} took longer than {timeout:g} s") from None
+    return _read_child_answer(completed)
 
 
-def detect_kind(data: bytes) -> str:
-    """'pdf', 'docx', 'html' or 'text', from the bytes themselves."""
-    head = data[:SNIFF_BYTES]
-    if head.startswith(b"%PDF-"):
-        return "pdf"
-    if head.startswith(b"PK\x03\x04"):
-        return "docx"
-    sniffed = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
-    if sniffed.startswith(b"<!doctype html") or b"<html" in sniffed:
-        return "html"
-    return "text"
-
-
-def sniff_kind(file: BinaryIO) -> str:
-    """The kind of a supported file, from its content, or ParseError(UNSUPPORTED).
-
-    Cheap enough for the web process: it reads the first bytes (and a DOCX's zip directory),
-    so an upload is refused at once rather than failing later in the worker.
-    """
-    file.seek(0)
-    head = file.read(SNIFF_BYTES)
-    kind = detect_kind(head)
-    if kind == "docx":
-        file.seek(0)
-        _check_docx_archive(file)
-    elif kind == "text" and not _looks_like_text(head, whole=len(head) < SNIFF_BYTES):
-        raise ParseError(UNSUPPORTED)
-    file.seek(0)
-    return kind
-
-
-def _read_child_answer(completed: subprocess.CompletedProcess[bytes]) -> ParsedDocument:
+def _read_child_answer(completed: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
     try:
         answer = json.loads(completed.stdout)
     except ValueError:
@@ -112,8 +167,7 @@ def _read_child_answer(completed: subprocess.CompletedProcess[bytes]) -> ParsedD
         raise ParseError("the file could not be read (the parser ran out of memory or crashed)") from None
     if "error" in answer:
         raise ParseError(answer["error"])
-    pages = [tuple(page) for page in answer["pages"]]
-    return ParsedDocument(answer["text"], pages, answer["title"])
+    return answer
 
 
 def _title_from_name(filename: str) -> str:
@@ -124,25 +178,105 @@ def _title_from_name(filename: str) -> str:
 
 
 def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
-    """Parse in this process (the child's entry point; no timeout here)."""
-    parsers = {"pdf": _parse_pdf, "docx": _parse_docx, "html": _parse_html, "text": _parse_text}
+    """Parse in this process (no timeout here; OCR, if a PDF needs it, is done right away)."""
+    if kind == "pdf":
+        answer = _read_pdf(data, ocr=True)
+        return ParsedDocument(answer["text"], [tuple(page) for page in answer["pages"]], answer["title"])  # type: ignore[misc]
+    parsers = {"docx": _parse_docx, "rtf": _parse_rtf, "text": _parse_text}
     parsed = parsers[kind](data)
     if not parsed.text.strip():
-        hint = " (a scanned PDF needs OCR first)" if kind == "pdf" else ""
-        raise ParseError(f"no text found in the {KIND_LABELS[kind]}{hint}")
+        raise ParseError(f"no text found in the {KIND_LABELS[kind]}")
     return parsed
 
 
-def _parse_pdf(data: bytes) -> ParsedDocument:
-    import pypdf
+def _child_answer(data: bytes, kind: str) -> dict[str, Any]:
+    if kind == "pdf":
+        return _read_pdf(data, ocr=False)
+    parsed = parse_bytes(data, kind)
+    return {"text": parsed.text, "pages": parsed.pages, "title": parsed.title}
 
-    reader = pypdf.PdfReader(io.BytesIO(data))
-    if reader.is_encrypted and not reader.decrypt(""):
-        raise ParseError("the PDF is password-protected")
-    texts = [_clean(page.extract_text() or "") for page in reader.pages]
-    metadata_title = (reader.metadata or {}).get("/Title") or ""
+
+def _read_pdf(data: bytes, *, ocr: bool) -> dict[str, Any]:
+    """The PDF's answer; with scanned or unreadable pages and OCR installed, either their OCR
+    done here (`ocr`) or a request for it ("ocr": page indices) that the parent runs apart."""
+    from retrieval.readers import pdf
+
+    try:
+        read = pdf.read(data)
+    except pdf.PdfUnreadable as error:
+        if error.password:
+            raise ParseError("the PDF is password-protected") from None
+        raise ParseError(f"the PDF is damaged: {error}") from None
+    answer: dict[str, Any] = {
+        "texts": read.pages,
+        "unreadable": {str(index): reason for index, reason in read.unreadable.items()},
+        "title": read.title,
+        "ocr_available": False,
+        "scanned": bool(read.needs_ocr),
+    }
+    if read.needs_ocr and pdf.ocr_available():
+        answer["ocr_available"] = True
+        if len(read.needs_ocr) > OCR_MAX_PAGES:
+            raise ParseError(
+                f"the PDF has {len(read.needs_ocr)} scanned pages; OCR reads at most {OCR_MAX_PAGES} per file"
+            )
+        if not ocr:
+            return {**answer, "ocr": read.needs_ocr}
+        return _pdf_answer(read.pages, _ocr(data, read.needs_ocr), answer)
+    return _pdf_answer(read.pages, {}, answer)
+
+
+def _ocr(data: bytes, indices: list[int]) -> dict[int, str]:
+    from retrieval.readers import pdf
+
+    return dict(zip(indices, pdf.ocr_pages(data, indices), strict=True))
+
+
+def _pdf_answer(texts: list[str], ocr_texts: dict[int, str], answer: dict[str, Any]) -> dict[str, Any]:
+    """Join the pages, OCR's text in place of the pages it read; refuse garbage or nothing."""
+    from retrieval.readers import quality
+
+    unreadable = {int(index): reason for index, reason in answer["unreadable"].items()}
+    texts = list(texts)
+    for index, text in ocr_texts.items():
+        verdict = quality.judge(text)
+        if verdict.ok and text.strip():
+            texts[index] = text
+            unreadable.pop(index, None)
+    readable = sum(1 for text in texts if text.strip())
+    hint = "" if answer["ocr_available"] or not answer["scanned"] else f"; {OCR_HINT}"
+    if unreadable and (
+        not readable or len(unreadable) / (len(unreadable) + readable) > pdf_unreadable_share()
+    ):
+        reason = next(iter(unreadable.values()))
+        where = "on every page" if not readable else f"on pages {_page_ranges(sorted(unreadable))}"
+        raise ParseError(f"the PDF's text layer is unreadable ({reason}) {where}{hint}")
+    if not readable:
+        if answer["ocr_available"] and answer["scanned"]:
+            raise ParseError("no text found in the PDF, not even by OCR")
+        raise ParseError(
+            f"no text found in the PDF (a scan?){hint}" if answer["scanned"] else "no text found in the PDF"
+        )
     text, pages = _join_pages(texts)
-    return ParsedDocument(text, pages, str(metadata_title).strip() or _first_line(text))
+    title = answer["title"] or _first_line(text)
+    return {"text": text, "pages": pages, "title": title}
+
+
+def pdf_unreadable_share() -> float:
+    from retrieval.readers import pdf
+
+    return pdf.MAX_UNREADABLE_SHARE
+
+
+def _page_ranges(indices: list[int]) -> str:
+    """0-based indices as 1-based page ranges: "3, 5–9"."""
+    ranges: list[list[int]] = []
+    for index in indices:
+        if ranges and index == ranges[-1][1] + 1:
+            ranges[-1][1] = index
+        else:
+            ranges.append([index, index])
+    return ", ".join(f"{a + 1}" if a == b else f"{a + 1}–{b + 1}" for a, b in ranges)
 
 
 def _join_pages(texts: list[str]) -> tuple[str, list[tuple[int, int, int]]]:
@@ -157,24 +291,26 @@ def _join_pages(texts: list[str]) -> tuple[str, list[tuple[int, int, int]]]:
 
 
 def _parse_docx(data: bytes) -> ParsedDocument:
-    _check_docx_archive(io.BytesIO(data))
-    import docx
+    from retrieval.readers import docx
 
-    document = docx.Document(io.BytesIO(data))
-    blocks = [_docx_block(item) for item in document.iter_inner_content()]
-    text = "\n\n".join(block for block in blocks if block)
-    title = (document.core_properties.title or "").strip()
-    return ParsedDocument(_clean(text), [], title or _first_line(text))
+    _check_docx_archive(io.BytesIO(data))
+    text, title = docx.read(io.BytesIO(data))
+    text = _clean(text)
+    return ParsedDocument(text, [], title or _first_line(text))
 
 
 def _check_docx_archive(source: BinaryIO) -> None:
+    from retrieval.readers import docx
+
     try:
         with zipfile.ZipFile(source) as archive:
-            members = archive.infolist()
-    except zipfile.BadZipFile:
+            _check_unpacked_size(archive.infolist())
+            docx.main_part(archive)
+    except (zipfile.BadZipFile, docx.NotDocx):
         raise ParseError(UNSUPPORTED) from None
-    if "word/document.xml" not in {member.filename for member in members}:
-        raise ParseError(UNSUPPORTED)
+
+
+def _check_unpacked_size(members: list[zipfile.ZipInfo]) -> None:
     # zipfile never inflates a member past its declared size, so the declared sizes bound the work.
     unpacked = sum(member.file_size for member in members)
     packed = sum(member.compress_size for member in members) or 1
@@ -183,77 +319,59 @@ def _check_docx_archive(source: BinaryIO) -> None:
         raise ParseError("the DOCX is too large when unpacked (zip bomb?)")
 
 
-def _docx_block(item: object) -> str:
-    from docx.table import Table
-
-    if isinstance(item, Table):
-        rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows]
-        return "\n".join(rows)
-    text = item.text.strip()  # type: ignore[attr-defined]
-    level = _heading_level(getattr(item.style, "name", "") or "")  # type: ignore[attr-defined]
-    return f"{'#' * level} {text}" if level and text else text
-
-
-def _heading_level(style_name: str) -> int:
-    if style_name == "Title":
-        return 1
-    match = re.fullmatch(r"Heading (\d)", style_name)
-    return min(int(match.group(1)), 6) if match else 0
-
-
-def _parse_html(data: bytes) -> ParsedDocument:
+def _parse_html(text: str) -> ParsedDocument:
     import trafilatura
     from lxml import html as lxml_html
 
+    text = re.sub(r"\A\s*<\?xml[^>]*>", "", text)
     markdown = trafilatura.extract(
-        data, output_format="markdown", include_tables=True, include_comments=False, favor_recall=True
+        text, output_format="markdown", include_tables=True, include_comments=False, favor_recall=True
     )
-    tree = lxml_html.fromstring(data)
-    title = " ".join((tree.findtext(".//title") or "").split())
-    text = markdown or tree.text_content()
-    return ParsedDocument(_clean(text), [], title or _first_line(text))
+    # A fragment or a short page may be too little for trafilatura to call it content: then all
+    # its visible text, scripts and styles left out.
+    everything = trafilatura.html2txt(text, clean=True)
+    if not markdown or len(markdown) < 0.5 * len(everything):
+        markdown = everything
+    try:
+        tree = lxml_html.fromstring(text)
+        title = " ".join((tree.findtext(".//title") or "").split())
+    except (ValueError, lxml_html.etree.ParserError):
+        title = ""
+    cleaned = _clean(markdown)
+    return ParsedDocument(cleaned, [], title or _first_line(cleaned))
+
+
+def _parse_rtf(data: bytes) -> ParsedDocument:
+    from striprtf.striprtf import rtf_to_text
+
+    from retrieval.readers import quality
+
+    # RTF is 7-bit with escapes; its own \ansicpg and font charsets name the code page.
+    rtf = data.decode("latin-1")
+    # striprtf keeps tracked deletions and drops notes: deleted runs go, notes become paragraphs.
+    rtf = RTF_NOTE.sub(r"{\\par ", RTF_DELETED.sub("", rtf))
+    text = _clean(rtf_to_text(rtf, errors="replace"))
+    verdict = quality.judge(text)
+    if not verdict.ok:
+        raise ParseError(
+            f"the RTF document could not be converted to text ({verdict.reason}); save it as DOCX or PDF"
+        )
+    return ParsedDocument(text, [], _first_line(text))
 
 
 def _parse_text(data: bytes) -> ParsedDocument:
-    text = _decode_text(data)
-    return ParsedDocument(_clean(text), [], _markdown_title(text) or _first_line(text))
-
-
-def _decode_text(data: bytes) -> str:
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        try:
-            return data.decode("utf-16")
-        except UnicodeDecodeError:
-            raise ParseError(UNSUPPORTED) from None
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
+        text = decode(data)
+    except NotText:
         raise ParseError(UNSUPPORTED) from None
-    if _looks_binary(text):
-        raise ParseError(UNSUPPORTED)
-    return text
-
-
-def _looks_like_text(head: bytes, *, whole: bool) -> bool:
-    """Whether the first bytes decode as UTF-8 or UTF-16 text; unless they are the `whole`
-    file, a character cut off at the end of the sample is not held against it."""
-    encoding = "utf-16" if head.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
-    try:
-        text = codecs.getincrementaldecoder(encoding)().decode(head, final=whole)
-    except UnicodeDecodeError:
-        return False
-    return not _looks_binary(text)
-
-
-def _looks_binary(text: str) -> bool:
-    sample = text[:SNIFF_BYTES]
-    controls = sum(1 for char in sample if ord(char) < 32 and char not in "\t\n\r\f")
-    return "\x00" in sample or controls > len(sample) // 20
+    if looks_like_html(text):
+        return _parse_html(text)
+    text = _clean(text)
+    return ParsedDocument(text, [], _markdown_title(text) or _first_line(text))
 
 
 def _clean(text: str) -> str:
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
-    return text.strip("\n")
+    return normalise(text).strip("\n")
 
 
 def _markdown_title(text: str) -> str:
@@ -269,18 +387,26 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def _child_main(kind: str) -> None:
+def _child_main(arguments: list[str]) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
     data = sys.stdin.buffer.read()
+    kind = arguments[0]
     try:
-        parsed = parse_bytes(data, kind)
-        answer: dict[str, object] = {"text": parsed.text, "pages": parsed.pages, "title": parsed.title}
+        if kind == "ocr":
+            answer: dict[str, Any] = {"texts": list(_ocr(data, json.loads(arguments[1])).values())}
+        else:
+            answer = _child_answer(data, kind)
     except ParseError as error:
         answer = {"error": str(error)}
     except MemoryError:
         answer = {"error": "the file could not be read (the parser ran out of memory)"}
     except Exception as error:  # a broken file makes parsers raise anything at all
-        answer = {"error": f"the {KIND_LABELS[kind]} is damaged: {_describe(error)}"}
+        label = "OCR" if kind == "ocr" else f"the {KIND_LABELS[kind]}"
+        answer = {
+            "error": f"{label} is damaged: {_describe(error)}"
+            if kind != "ocr"
+            else f"OCR failed: {_describe(error)}"
+        }
     sys.stdout.write(json.dumps(answer))
 
 
@@ -289,4 +415,4 @@ def _describe(error: Exception) -> str:
 
 
 if __name__ == "__main__":
-    _child_main(sys.argv[1])
+    _child_main(sys.argv[1:])

@@ -6,6 +6,11 @@ best of every round first); of a long page only the passages most about its sub-
 
 Citation numbers the sources list does not have are dropped, and the sources list is always
 written here, not by the model, so every [n] resolves to a real URL or document.
+
+Then every sentence that cites a source is checked against the text that was sent for it
+(`citecheck`: words, numbers and embeddings, and the LLM when one is configured), and the
+verdicts are stored as `Citation` rows with the report. An LLM answer whose citations are mostly
+unsupported is asked for once more, with the verdicts; the better of the two answers is kept.
 """
 
 from __future__ import annotations
@@ -13,16 +18,18 @@ from __future__ import annotations
 import re
 
 from asgiref.sync import async_to_sync
+from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
-from research.models import CacheEntry, Document, Hit, Report, Topic
-from research.pipeline import diversity, extractive, passages
+from research.models import CacheEntry, Citation, Document, Hit, Report, Topic
+from research.pipeline import citecheck, diversity, extractive, passages
 from research.pipeline.context import RunContext, StageError
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian
 
 STAGE = "answer"
+CHECK_STAGE = "citecheck"
 MAX_CHARS_PER_SOURCE = passages.ANSWER_BUDGET
 CITATION = re.compile(r"(\s*)\[(\d{1,3})\]")
 # File names may contain what Markdown would read as emphasis, links or HTML (an underscore
@@ -49,10 +56,104 @@ def run(ctx: RunContext) -> None:
         total=1,
     )
     sources = [_source(n, document, ctx.question) for n, document in enumerate(documents, 1)]
-    body, model = _write(ctx, documents, sources)
-    markdown = f"{clean_citations(body, len(sources))}\n\n{sources_section(ctx.question, sources)}\n"
-    Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
+    excerpts = {
+        n: passages.document_excerpt(document, ctx.question, MAX_CHARS_PER_SOURCE)
+        for n, document in enumerate(documents, 1)
+    }
+    private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
+    body, model = _write(ctx, documents, sources, excerpts)
+    body = clean_citations(body, len(sources))
+    verdicts = check_citations(ctx, body, excerpts, private=private)
+    if model and citecheck.mostly_unsupported(verdicts):
+        body, model, verdicts = _ask_again(ctx, documents, sources, excerpts, body, model, verdicts, private)
+    markdown = f"{body}\n\n{sources_section(ctx.question, sources)}\n"
+    with transaction.atomic():
+        report = Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
+        Citation.objects.bulk_create(citation_rows(report, verdicts))
     ctx.emit(STAGE, gettext_noop("Report written"), args={}, done=1, total=1)
+
+
+def check_citations(
+    ctx: RunContext, body: str, excerpts: dict[int, str], *, private: bool
+) -> list[citecheck.Verdict]:
+    """Each cited sentence against the text that was sent for its source; the LLM's verdicts
+    where one is configured and answers usably, the local ones elsewhere."""
+    claims = citecheck.claims(body, len(excerpts))
+    if not claims:
+        return []
+    verdicts = citecheck.check(claims, excerpts)
+    if ctx.llm_enabled:
+        verdicts = async_to_sync(citecheck.verify)(ctx, verdicts, private=private, stage=CHECK_STAGE)
+    tally = citecheck.counts(verdicts)
+    ctx.emit(
+        CHECK_STAGE,
+        gettext_noop(
+            "Citations checked: %(supported)s of %(total)s supported by their sources, "
+            "%(weak)s weakly, %(unsupported)s not"
+        ),
+        args={key: tally[key] for key in ("supported", "total", "weak", "unsupported")},
+    )
+    return verdicts
+
+
+def _ask_again(
+    ctx: RunContext,
+    documents: list[Document],
+    sources: list[dict],
+    excerpts: dict[int, str],
+    body: str,
+    model: str,
+    verdicts: list[citecheck.Verdict],
+    private: bool,
+) -> tuple[str, str, list[citecheck.Verdict]]:
+    """One more answer, with the verdicts; the better of the two by `citecheck.quality`."""
+    tally = citecheck.counts(verdicts)
+    ctx.warn(
+        CHECK_STAGE,
+        gettext_noop(
+            "%(unsupported)s of %(total)s citations are not supported by their sources: "
+            "asking the LLM once more, with the check's verdicts"
+        ),
+        args={"unsupported": tally["unsupported"], "total": tally["total"]},
+    )
+    notes = citecheck.feedback(verdicts, russian=is_russian(ctx.question))
+    second, second_model = _write(ctx, documents, sources, excerpts, feedback=notes)
+    if not second_model:  # the LLM failed this time: the first answer stands
+        return body, model, verdicts
+    second = clean_citations(second, len(sources))
+    second_verdicts = check_citations(ctx, second, excerpts, private=private)
+    keep_second = citecheck.quality(second_verdicts) > citecheck.quality(verdicts)
+    kept = citecheck.counts(second_verdicts if keep_second else verdicts)
+    ctx.emit(
+        CHECK_STAGE,
+        gettext_noop("Kept the second answer: %(supported)s of %(total)s citations supported")
+        if keep_second
+        else gettext_noop("Kept the first answer: %(supported)s of %(total)s citations supported"),
+        args={"supported": kept["supported"], "total": kept["total"]},
+    )
+    if keep_second:
+        return second, second_model, second_verdicts
+    return body, model, verdicts
+
+
+def citation_rows(report: Report, verdicts: list[citecheck.Verdict]) -> list[Citation]:
+    return [
+        Citation(
+            report=report,
+            sentence_index=v.index,
+            sentence=v.sentence,
+            n=v.n,
+            verdict=v.verdict,
+            local_verdict=v.local_verdict,
+            method=v.method,
+            score=v.score,
+            coverage=v.coverage,
+            similarity=v.similarity,
+            passage=v.passage,
+            note=v.note,
+        )
+        for v in verdicts
+    ]
 
 
 def _nothing_to_write_from(ctx: RunContext) -> str:
@@ -64,11 +165,22 @@ def _nothing_to_write_from(ctx: RunContext) -> str:
     return "No page or document could be read, so there is nothing to write a report from."
 
 
-def _write(ctx: RunContext, documents: list[Document], sources: list[dict]) -> tuple[str, str]:
+def _write(
+    ctx: RunContext,
+    documents: list[Document],
+    sources: list[dict],
+    excerpts: dict[int, str],
+    *,
+    feedback: str = "",
+) -> tuple[str, str]:
+    """The report's body and the model that wrote it ("" for the extractive engine). With
+    `feedback` (the citation check of an earlier answer) only the LLM is asked: no fallback."""
     if ctx.llm_enabled:
         private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
         try:
-            request = _request(ctx.question, documents)
+            request = _request(ctx.question, documents, excerpts)
+            if feedback:
+                request += "\n\n" + data_block(feedback)
             prompt = load_prompt("answer")
             body = async_to_sync(ask)(
                 ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private
@@ -82,24 +194,26 @@ def _write(ctx: RunContext, documents: list[Document], sources: list[dict]) -> t
         else:
             if body.strip():
                 return body.strip(), ctx.model
-    return _extractive(ctx.topic, documents, sources), ""
+    if feedback:
+        return "", ""
+    return _extractive(ctx.topic, documents, sources, excerpts), ""
 
 
-def _request(question: str, documents: list[Document]) -> str:
+def _request(question: str, documents: list[Document], excerpts: dict[int, str]) -> str:
     blocks = [
-        f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n"
-        f"{passages.document_excerpt(document, question, MAX_CHARS_PER_SOURCE)}"
+        f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{excerpts[n]}"
         for n, document in enumerate(documents, 1)
     ]
     return f"Исходный запрос: {question}\n\nИсточники:\n" + data_block("\n\n---\n\n".join(blocks))
 
 
-def _extractive(topic: Topic, documents: list[Document], sources: list[dict]) -> str:
+def _extractive(
+    topic: Topic, documents: list[Document], sources: list[dict], excerpts: dict[int, str]
+) -> str:
     sections: dict[str, list[tuple[int, str]]] = {}
     for n, document in enumerate(documents, 1):
         title = document.hit.subquery.text if document.hit else document.title
-        excerpt = passages.document_excerpt(document, topic.question, MAX_CHARS_PER_SOURCE)
-        sections.setdefault(title, []).append((n, excerpt))
+        sections.setdefault(title, []).append((n, excerpts[n]))
     listed = [(s["n"], s["title"], s["url"]) for s in sources]
     report = extractive.extractive_report(topic.question, list(sections.items()), listed)
     # The extractive report brings its own sources list; ours is appended instead.

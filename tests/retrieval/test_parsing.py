@@ -125,8 +125,11 @@ def test_zip_that_is_not_a_docx_is_unsupported():
 
 
 def test_broken_docx_is_a_clear_error():
+    with zipfile.ZipFile(io.BytesIO(docx_bytes())) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members["word/document.xml"] = b"<not really"
     with pytest.raises(ParseError, match=r"^the DOCX is damaged: "):
-        parse(zip_bytes({"word/document.xml": b"<not really"}), filename="broken.docx")
+        parse(zip_bytes(members), filename="broken.docx")
 
 
 # --- Type by content, never by name ---------------------------------------------------------------
@@ -178,9 +181,9 @@ def test_binary_junk_is_unsupported():
         parse(bytes(range(256)) * 4, filename="data.txt")
 
 
-def test_latin1_text_is_unsupported_rather_than_garbled():
-    with pytest.raises(ParseError, match=UNSUPPORTED):
-        parse("café crème".encode("latin-1"), filename="a.txt")
+def test_latin1_text_is_read_in_its_encoding():
+    text = "Café crème et façade naïve : les données de l'année dernière sont arrivées à Zürich."
+    assert parse(text.encode("latin-1"), filename="a.txt").text == text
 
 
 # --- Limits ----------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.support.fakes import FakeService, Request, openai_chat, reader, searxng_search
-from tests.support.world import prompt_kind, service_settings
+from tests.support.world import citecheck_reply, prompt_kind, service_settings
 
 QUESTION = "Tell me about the Kestrel consensus protocol: how it works, where it is used and what replaced it"
 RESULTS_PER_PAGE = 10
@@ -159,6 +159,9 @@ class DeepScript:
             f"ПОДЗАПРОС: {text} | ОЦЕНКА: {score}" for text, score in GENERIC_PROPOSALS if text not in asked
         ]
         return "\n".join(lines[:5])
+
+    def citecheck(self, user: str) -> str:
+        return citecheck_reply(user, lambda claim, passage: True)
 
     def answer(self, user: str) -> str:
         self.answer_requests.append(user)

@@ -13,7 +13,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +153,15 @@ class ScriptedLLM:
         sentences = re.findall(r"[^.!?\n]+[.!?]", body)
         return " ".join(sentence.strip() for sentence in sentences[:2])
 
+    def citecheck(self, user: str) -> str:
+        """A verifier that calls a claim supported when it shares a Latin term with its source."""
+
+        def shares_a_term(claim: str, passage: str) -> bool:
+            latin = {word.lower() for word in re.findall(r"[A-Za-z]{4,}", claim)}
+            return bool(latin & {word.lower() for word in re.findall(r"[A-Za-z]{4,}", passage)})
+
+        return citecheck_reply(user, shares_a_term)
+
     def answer(self, user: str) -> str:
         numbers = re.findall(r"^\[(\d+)\] ", user, re.M)
         cited = "".join(f"[{n}]" for n in numbers[:2])
@@ -165,7 +174,27 @@ class ScriptedLLM:
         )
 
 
+def citecheck_reply(user: str, supported: Callable[[str, str], bool]) -> str:
+    """The citation check's answer, as a model writes it: a fenced JSON array, one item per claim."""
+    items = re.findall(
+        r"^### (\d+)\nУтверждение: (.*?)\nИсточник \[\d+\]:\n(.*?)(?=\n\n### \d+\n|\nДАННЫЕ>>>)",
+        user,
+        re.M | re.S,
+    )
+    rows = [
+        {
+            "id": int(k),
+            "verdict": "supported" if supported(claim, passage) else "unsupported",
+            "reason": "checked",
+        }
+        for k, claim, passage in items
+    ]
+    return "Here is the check:\n```json\n" + json.dumps(rows, ensure_ascii=False, indent=1) + "\n```"
+
+
 def prompt_kind(system: str) -> str:
+    if "фактчекер" in system:
+        return "citecheck"
     if "классификатор запросов" in system:
         return "route"
     if "следующего раунда" in system:

@@ -1,0 +1,86 @@
+"""The report's citation check in a topic archive: written under "citations", checked like every
+other row before anything is saved, created with the report. Archives from before the check
+have no "citations" and import as they always did, without verdicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+
+from research.archive_checks import MAX_ROWS, ArchiveError, clean_value
+from research.models import Citation, Report, Topic
+
+KEY = "citations"
+FIELDS = (
+    "sentence_index",
+    "sentence",
+    "n",
+    "verdict",
+    "local_verdict",
+    "method",
+    "score",
+    "coverage",
+    "similarity",
+    "passage",
+    "note",
+    "created_at",
+)
+
+
+def export_rows(topic: Topic) -> list[dict[str, Any]]:
+    return list(Citation.objects.filter(report__topic=topic).order_by("pk").values(*FIELDS))
+
+
+def check(data: dict[str, Any], report: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The archive's citation rows, each value checked against its column; [] when it has none."""
+    rows = data.get(KEY, [])
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise ArchiveError(_("In the archive, %(table)s is not a list.") % {"table": KEY})
+    if rows and report is None:
+        raise ArchiveError(_("The archive holds citation checks but no report."))
+    if len(rows) > MAX_ROWS:
+        raise ArchiveError(_("The archive holds more than %(n)d rows.") % {"n": MAX_ROWS})
+    source_count = len(report["sources"]) if report else 0
+    checked, places = [], set()
+    for index, raw in enumerate(rows):
+        where = f"{KEY}[{index}]"
+        row = _row(raw, where)
+        if not 1 <= row["n"] <= source_count:
+            message = _("In the archive, %(row)s checks a source the report does not have.")
+            raise ArchiveError(message % {"row": where})
+        place = (row["sentence_index"], row["n"])
+        if place in places:
+            message = _("In the archive, two rows of %(table)s have the same %(field)s.")
+            raise ArchiveError(message % {"table": KEY, "field": "sentence_index, n"})
+        places.add(place)
+        checked.append(row)
+    return checked
+
+
+def _row(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ArchiveError(_("In the archive, %(row)s is not an object.") % {"row": where})
+    row = {}
+    for name in FIELDS:
+        column = Citation._meta.get_field(name)
+        if name not in raw and (column.has_default() or column.null):
+            row[name] = column.get_default()
+            continue
+        try:
+            row[name] = clean_value(column, raw.get(name))
+        except ValidationError:
+            message = _("In the archive, %(row)s has a missing or invalid %(field)s.")
+            raise ArchiveError(message % {"row": where, "field": name}) from None
+    return row
+
+
+def create(report: Report, rows: list[dict[str, Any]]) -> None:
+    created = Citation.objects.bulk_create([Citation(report=report, **row) for row in rows], batch_size=500)
+    # auto_now_add set them to now: put back when the check was made.
+    for citation, row in zip(created, rows, strict=True):
+        citation.created_at = row["created_at"]
+    Citation.objects.bulk_update(created, ["created_at"], batch_size=500)

@@ -1,0 +1,1 @@
+"""Readers for each kind of uploaded file; `retrieval.parsing` runs them in a child process."""

@@ -1,0 +1,339 @@
+"""PDF: text in reading order, headings kept, running headers and page numbers dropped, OCR last.
+
+Each page is read by pdfminer.six first: its layout analysis orders a multi-column page column by
+column and gives each block its font size, from which headings are told apart from the body. A
+page whose text fails the quality check (`quality.judge`), and every page of a file pdfminer
+cannot open, is read again by pdfium (pypdfium2), which reads many files other readers call
+damaged. A page that is still empty or garbage while it holds an image is a scan: OCR reads it
+(`ocr_pages`, run separately by the parent with a time budget of its own) when tesseract is
+installed; otherwise the file is refused with a message that says how to add it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import statistics
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from retrieval.readers import quality
+from retrieval.readers.text import join_hyphenated, normalise
+
+# A block whose top is within this share of the page's height from its top or bottom edge is in
+# the margin, where running headers, footers and page numbers live.
+MARGIN_SHARE = 0.08
+# A margin line seen (digits aside) on at least this share of the pages is a running header.
+REPEATED_SHARE = 0.5
+# A block this much larger than the body text, and short, is a heading.
+HEADING_SIZE_RATIO = 1.15
+HEADING_MAX_CHARS = 150
+PAGE_NUMBER = re.compile(
+    r"^[\W_]*(?:(?:page|p\.|pp\.|стр\.?|страница|с\.)\s*)?"
+    r"(?:\d{1,4}|[ivxlcdm]{1,6})(?:\s*(?:of|из|/)\s*\d{1,4})?[\W_]*$",
+    re.IGNORECASE,
+)
+BLOCK_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n\n(?=([^\W\d_]))")
+# OCR: 300 dpi is what tesseract is trained on.
+OCR_SCALE = 300 / 72
+OCR_LANGUAGES = "rus+eng"
+TESSERACT = os.environ.get("MINDSEARCH_TESSERACT", "tesseract")
+# Pages with at most this share unreadable (no OCR to fix them) are left out, not the file.
+MAX_UNREADABLE_SHARE = 0.1
+
+
+class PdfUnreadable(Exception):
+    """Neither engine could open the file; the message is the first engine's complaint."""
+
+    def __init__(self, message: str, *, password: bool = False) -> None:
+        super().__init__(message)
+        self.password = password
+
+
+@dataclass
+class Block:
+    text: str
+    size: float = 0.0
+    edge: bool = False
+
+
+@dataclass
+class Page:
+    blocks: list[Block] = field(default_factory=list)
+    has_images: bool = False
+    verdict: quality.Verdict = quality.GOOD
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(block.text for block in self.blocks if block.text)
+
+
+@dataclass
+class PdfText:
+    """Page texts in order; `needs_ocr` are page indices left for OCR; `title` from metadata."""
+
+    pages: list[str]
+    needs_ocr: list[int]
+    unreadable: dict[int, str]
+    title: str = ""
+
+
+def read(data: bytes) -> PdfText:
+    """Read every page with the engines in turn; scans and garbage are marked, not guessed at."""
+    pages, title, first_error = _pdfminer_pages(data)
+    for page in pages:
+        page.verdict = quality.judge(page.text)
+    if not pages or any(not page.verdict.ok or not page.text.strip() for page in pages):
+        pdfium_pages, pdfium_error = _pdfium_pages(data)
+        if not pages and pdfium_pages is None:
+            password = any(
+                word in f"{first_error} {pdfium_error}".lower() for word in ("password", "encrypt")
+            )
+            raise PdfUnreadable(first_error or pdfium_error or "no pages", password=password)
+        pages = _second_reading(pages, pdfium_pages or [])
+    _mark_headings(pages)
+    _drop_running_lines(pages)
+    texts: list[str] = []
+    needs_ocr: list[int] = []
+    unreadable: dict[int, str] = {}
+    for index, page in enumerate(pages):
+        text = _page_text(page)
+        if not page.verdict.ok:
+            unreadable[index] = page.verdict.reason
+            text = ""
+        if (not text.strip() and page.has_images) or not page.verdict.ok:
+            needs_ocr.append(index)
+        texts.append(text)
+    return PdfText(texts, needs_ocr, unreadable, title)
+
+
+def ocr_available() -> bool:
+    """Whether tesseract with Russian and English is installed."""
+    if shutil.which(TESSERACT) is None:
+        return False
+    try:
+        listed = subprocess.run(
+            [TESSERACT, "--list-langs"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    languages = set(listed.stdout.split())
+    return {"rus", "eng"} <= languages
+
+
+def ocr_pages(data: bytes, indices: list[int]) -> Iterator[str]:
+    """The OCR text of each page in `indices`, in order (pages rendered by pdfium)."""
+    import pypdfium2
+
+    document = pypdfium2.PdfDocument(data)
+    try:
+        for index in indices:
+            page = document[index]
+            image = page.render(scale=OCR_SCALE, grayscale=True).to_pil()
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+            page.close()
+            yield _clean(_tesseract(buffer.getvalue()))
+    finally:
+        document.close()
+
+
+def _tesseract(png: bytes) -> str:
+    completed = subprocess.run(
+        [TESSERACT, "stdin", "stdout", "-l", OCR_LANGUAGES],
+        input=png,
+        capture_output=True,
+        check=False,
+        env={**os.environ, "OMP_THREAD_LIMIT": "1"},
+    )
+    if completed.returncode != 0:
+        raise OSError(completed.stderr.decode(errors="replace").strip()[-300:] or "tesseract failed")
+    return completed.stdout.decode("utf-8", errors="replace")
+
+
+# --- pdfminer ---------------------------------------------------------------------------------
+
+
+def _pdfminer_pages(data: bytes) -> tuple[list[Page], str, str]:
+    """(pages, title, error): pages empty with the error when pdfminer cannot read the file."""
+    from pdfminer.high_level import extract_pages
+    from pdfminer.layout import LAParams, LTFigure, LTImage, LTTextBox
+
+    pages: list[Page] = []
+    try:
+        for layout in extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True)):
+            height = layout.height or 1.0
+            page = Page()
+            for element in layout:
+                if isinstance(element, LTTextBox):
+                    edge = (
+                        element.y1 > layout.y1 - height * MARGIN_SHARE
+                        or element.y0 < layout.y0 + height * MARGIN_SHARE
+                    )
+                    page.blocks.append(Block(element.get_text(), _font_size(element), edge))
+                elif isinstance(element, LTImage | LTFigure):
+                    page.has_images = True
+            pages.append(page)
+    except Exception as error:  # pdfminer raises many kinds on a damaged file
+        return [], "", _describe(error)
+    return pages, _pdfminer_title(data), ""
+
+
+def _font_size(box: object) -> float:
+    from pdfminer.layout import LTChar
+
+    sizes = [
+        char.size for line in box for char in line if isinstance(char, LTChar) and char.get_text().strip()
+    ]  # type: ignore[attr-defined]
+    return statistics.median(sizes) if sizes else 0.0
+
+
+def _pdfminer_title(data: bytes) -> str:
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfparser import PDFParser
+    from pdfminer.utils import decode_text
+
+    try:
+        document = PDFDocument(PDFParser(io.BytesIO(data)))
+        for info in document.info:
+            title = info.get("Title")
+            if hasattr(title, "resolve"):
+                title = title.resolve()
+            if isinstance(title, bytes):
+                return decode_text(title).strip()
+            if isinstance(title, str):
+                return title.strip()
+    except Exception:  # a title is a nicety; a broken info dictionary is no reason to fail
+        return ""
+    return ""
+
+
+# --- pdfium -----------------------------------------------------------------------------------
+
+
+def _pdfium_pages(data: bytes) -> tuple[list[Page] | None, str]:
+    import pypdfium2
+    import pypdfium2.raw as pdfium_c
+
+    try:
+        document = pypdfium2.PdfDocument(data)
+    except pypdfium2.PdfiumError as error:
+        return None, _describe(error)
+    pages: list[Page] = []
+    try:
+        for index in range(len(document)):
+            page = document[index]
+            textpage = page.get_textpage()
+            text = textpage.get_text_bounded()
+            images = any(True for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=3))
+            textpage.close()
+            page.close()
+            pages.append(Page(_line_blocks(text), images))
+    except pypdfium2.PdfiumError as error:
+        return None, _describe(error)
+    finally:
+        document.close()
+    return pages, ""
+
+
+def _line_blocks(text: str) -> list[Block]:
+    """pdfium's page text as blocks: the first and last two lines (the margins) and the body."""
+    lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
+    if len(lines) <= 4:
+        return [Block(line, 0.0, True) for line in lines]
+    body = Block("\n".join(lines[2:-2]))
+    return (
+        [Block(line, 0.0, True) for line in lines[:2]]
+        + [body]
+        + [Block(line, 0.0, True) for line in lines[-2:]]
+    )
+
+
+def _second_reading(pages: list[Page], second: list[Page]) -> list[Page]:
+    """pdfium's pages where pdfminer had none, found garbage or nothing, and pdfium did better."""
+    for page in second:
+        page.verdict = quality.judge(page.text)
+    if not pages:
+        return second
+    for index, page in enumerate(pages[: len(second)]):
+        other = second[index]
+        page.has_images = page.has_images or other.has_images
+        if page.verdict.ok and page.text.strip():
+            continue
+        if other.verdict.ok and (other.text.strip() or not page.verdict.ok):
+            pages[index] = Page(other.blocks, page.has_images, other.verdict)
+    return pages
+
+
+# --- Headings, running headers, page numbers ----------------------------------------------------
+
+
+def _mark_headings(pages: list[Page]) -> None:
+    """Blocks in a clearly larger font than the body, and short, become Markdown headings."""
+    weights: Counter[float] = Counter()
+    for page in pages:
+        for block in page.blocks:
+            if block.size:
+                weights[round(block.size, 1)] += len(block.text)
+    if not weights:
+        return
+    body = weights.most_common(1)[0][0]
+    for page in pages:
+        for block in page.blocks:
+            text = " ".join(block.text.split())
+            heading = (
+                block.size >= body * HEADING_SIZE_RATIO
+                and 0 < len(text) <= HEADING_MAX_CHARS
+                and any(char.isalpha() for char in text)
+            )
+            if heading:
+                block.text = f"## {text}"
+
+
+def _drop_running_lines(pages: list[Page]) -> None:
+    """Margin lines repeated on many pages (digits aside) and page numbers are not the text."""
+    if len(pages) < 2:
+        return
+    seen: Counter[str] = Counter()
+    for page in pages:
+        seen.update({_running_key(block.text) for block in page.blocks if block.edge and block.text.strip()})
+    pages_with_text = sum(1 for page in pages if page.text.strip())
+    threshold = max(2, REPEATED_SHARE * pages_with_text)
+    for page in pages:
+        page.blocks = [
+            block
+            for block in page.blocks
+            if not (
+                block.edge
+                and not block.text.startswith("## ")
+                and block.text.strip()
+                and (seen[_running_key(block.text)] >= threshold or PAGE_NUMBER.match(block.text.strip()))
+            )
+        ]
+
+
+def _running_key(text: str) -> str:
+    return re.sub(r"\d+", "#", " ".join(text.split()).lower())
+
+
+def _page_text(page: Page) -> str:
+    """The page's blocks as paragraphs; a word broken between two blocks (each line its own box)
+    is joined too."""
+    text = "\n\n".join(_clean(block.text) for block in page.blocks if block.text.strip())
+    return BLOCK_END_HYPHEN.sub(lambda match: "" if match.group(1).islower() else match.group(), text)
+
+
+def _clean(text: str) -> str:
+    """One block: words broken at line ends joined, ligatures and the like normalised, lines of a
+    paragraph joined by spaces; blank lines (paragraph breaks) kept."""
+    text = normalise(join_hyphenated(normalise(text)))
+    paragraphs = re.split(r"\n[ \t]*\n", text)
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs if paragraph.strip())
+
+
+def _describe(error: Exception) -> str:
+    return str(error).strip()[:300] or type(error).__name__
