@@ -1,0 +1,327 @@
+"""Benchmark: how much of the evidence a report carries, on a realistic loopback web.
+
+The world of tests/support/evidence_world.py: ≈ 420 pages on ≈ 47 hosts made of SciFact
+abstracts and XQuAD-ru Wikipedia paragraphs, eleven questions (three in Russian) whose answers
+are facts spread over several pages — all on one host for some, deep inside long digest pages
+for others, recent pages for "in the past 6 months" — with look-alike noise pages, dead links,
+redirects and paywalls; a SearXNG stand-in whose engines skip time ranges they do not support,
+time out and get suspended; an LLM stand-in that makes seeded mistakes (citation numbers that
+do not exist, planted claims no source supports, JSON in prose or cut short, the wrong
+language). Every question runs through the real pipeline in quick mode, in deep mode and in
+quick mode without an LLM (the cache emptied between modes). Prints JSON, per mode:
+
+- fact recall: facts of the answer key in the report (each question's facts count equally);
+- noise facts in the reports (a look-alike page's fact, or an old page's for a dated question);
+- sources and distinct sites per report; citations that resolve to a source;
+- planted unsupported claims in the reports and how many the citation check marked
+  unsupported (precision and recall of catching them), or null with the reason while the
+  pipeline has no citation check;
+- topics failed (every question has relevant pages), wall time, LLM calls;
+- and each topic's figures, with the facts found in the documents read (where a fact was lost).
+
+    nice -n 10 .venv/bin/python bench/evidence.py [--questions N] [--modes quick,deep,no_llm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import add_limit_arguments, limit_settings, setup_django
+
+MODES = ("quick", "deep", "no_llm")
+TARGETS = {
+    "fact_recall_deep": ">= 0.9",
+    "fact_recall_quick": ">= 0.7",
+    "noise_facts": "0",
+    "citations_resolve": "1.0",
+    "detection_precision": ">= 0.9",
+    "detection_recall": ">= 0.8",
+    "topics_failed": "0",
+}
+CITATION = re.compile(r"\[(\d{1,3})\]")
+
+
+def main() -> None:
+    args = parse_args()
+    setup_django("mindsearch_bench_evidence")
+    from django.conf import settings
+    from django.contrib.auth.models import User
+
+    from research.models import CacheEntry
+    from tests.support.evidence_world import evidence_world
+
+    owner, _ = User.objects.get_or_create(username="bench-evidence")
+    limits = limit_settings(args)
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise SystemExit(f"unknown mode(s): {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    runs: dict[str, list[dict[str, Any]]] = {}
+    started = time.perf_counter()
+    with evidence_world(seed=args.seed) as world:
+        questions = world.web.questions[: args.questions] if args.questions else world.web.questions
+        configured = {**world.settings(), **limits}
+        for mode in modes:
+            for name, value in configured.items():
+                setattr(settings, name, value)
+            if mode == "no_llm":
+                settings.AITUNNEL_API_KEY, settings.AITUNNEL_BASE_URL = "", "https://api.aitunnel.ru/v1/"
+            CacheEntry.objects.all().delete()
+            topic_mode = "deep" if mode == "deep" else "quick"
+            runs[mode] = [run_question(owner, topic_mode, question, world) for question in questions]
+        output = {
+            "benchmark": "evidence",
+            "world": {
+                "pages": len(world.web.pages),
+                "hosts": len(world.web.hosts),
+                "questions": len(questions),
+                "facts": sum(len(q.facts) for q in questions),
+                "noise_facts": sum(len(q.noise_facts) for q in questions),
+                "seed": args.seed,
+            },
+            "limits": limits,
+            "settings": {
+                name: getattr(settings, name)
+                for name in (
+                    "RESEARCH_MIN_SCORE",
+                    "RESEARCH_SOURCES_PER_SITE",
+                    "RESEARCH_DEEP_MAX_ROUNDS",
+                    "RESEARCH_DEEP_SOURCES",
+                )
+                if hasattr(settings, name)
+            },
+            "targets": TARGETS,
+            "summary": {mode: summarise(rows) for mode, rows in runs.items()},
+            "wall_seconds": round(time.perf_counter() - started, 1),
+            "runs": runs if args.topics else None,
+        }
+    print(json.dumps(output, indent=2, ensure_ascii=False))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--questions", type=int, default=0, help="only the first N questions (0: all)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--seed", type=int, default=7, help="the world's seed (layout, faults, mistakes)")
+    parser.add_argument("--topics", action="store_true", help="print each topic's figures too")
+    add_limit_arguments(
+        parser, searxng_rpm=0.0, searxng_help="LIMIT_SEARCHXNG_RPM (0: no limit, a loopback world)"
+    )
+    parser.set_defaults(llm_rps=0.0, reader_rps=0.0)
+    return parser.parse_args()
+
+
+def run_question(owner: Any, mode: str, question: Any, world: Any) -> dict[str, Any]:
+    from research.models import Document, LLMCall, Report, Topic
+    from research.pipeline.run import plan_topic, run_topic
+
+    script = world.script
+    marks = (len(script.planted), len(script.bad_citations), len(script.wrong_language))
+    topic = Topic.objects.create(owner=owner, question=question.text, mode=mode, auto_approve=True)
+    started = time.perf_counter()
+    error = ""
+    try:
+        if plan_topic(topic.pk):
+            run_topic(topic.pk)
+    except Exception as exc:  # a crash is a failed topic, and the rest still run
+        error = f"{type(exc).__name__}: {exc}"
+    wall = time.perf_counter() - started
+    topic.refresh_from_db()
+    report = Report.objects.filter(topic=topic).first()
+    body = report_body(report.markdown) if report else ""
+    sources = report.sources if report else []
+    documents = list(Document.objects.filter(topic=topic).values_list("url", "text"))
+    read_text = "\n".join(text for _, text in documents)
+    cited = [int(n) for n in CITATION.findall(body)]
+    planted = [p for p in script.planted[marks[0] :] if p.question == question.text]
+    planted_in_report = [p for p in planted if claim_text(p.sentence) in normalised(body)]
+    detection = detection_figures(report, planted_in_report)
+    calls = LLMCall.objects.filter(topic=topic, cache_hit=False).values_list("stage", flat=True)
+    return {
+        "question": question.id,
+        "layout": question.layout,
+        "status": topic.status,
+        "error": error or topic.error,
+        "wall_seconds": round(wall, 2),
+        "facts": len(question.facts),
+        "facts_in_report": len(question.facts_in(body)),
+        "facts_in_documents_read": len(question.facts_in(read_text)),
+        "noise_facts_in_report": question.noise_in(body),
+        "sources": len(sources),
+        "distinct_sites": len({site(s.get("url") or "") for s in sources}),
+        "relevant_pages_read": sum(1 for url, _ in documents if url in question.relevant_urls),
+        "citations": len(cited),
+        "citations_resolving": sum(1 for n in cited if resolves(n, sources)),
+        "bad_citation_numbers_written": len(script.bad_citations[marks[1] :]),
+        "planted_claims_written": len(planted),
+        "planted_claims_in_report": len(planted_in_report),
+        "detection": detection,
+        "wrong_language_written": len(script.wrong_language[marks[2] :]),
+        "report_language_matches": bool(report) and language_matches(body, question.language),
+        "llm_calls": dict(Counter(calls)),
+        "llm_calls_total": len(calls),
+    }
+
+
+def report_body(markdown: str) -> str:
+    """The report without the sources list the pipeline appends."""
+    return re.split(r"^## (?:Источники|Sources)\s*$", markdown, maxsplit=1, flags=re.M)[0]
+
+
+def normalised(text: str) -> str:
+    from tests.support.evidence_world import normalise
+
+    return normalise(text)
+
+
+def claim_text(sentence: str) -> str:
+    """A planted sentence as it reads in a report: its words without the citation."""
+    return normalised(CITATION.sub("", sentence)).rstrip(". ")
+
+
+def resolves(n: int, sources: list[dict]) -> bool:
+    return any(s.get("n") == n and (s.get("url") or s.get("document_id")) for s in sources)
+
+
+def site(url: str) -> str:
+    from research.pipeline.diversity import site_of_url
+
+    return site_of_url(url) if url else ""
+
+
+def language_matches(body: str, language: str) -> bool:
+    """The report's own words (headings and framing, not quoted source text) in the question's
+    language."""
+    from research.pipeline.parsing import is_russian
+
+    headings = "\n".join(re.findall(r"^#{1,3} (.+)$", body, re.M))
+    return is_russian(headings) == (language == "ru")
+
+
+def detection_figures(report: Any, planted: list[Any]) -> dict[str, Any]:
+    """Which sentences the pipeline's citation check marked unsupported, against the planted ones.
+
+    Reads whatever the check stores for a report: a model with a `verdict` field and a foreign
+    key to the report, or a list of verdicts on the report itself. Null with the reason while
+    there is none.
+    """
+    verdicts = citation_verdicts(report) if report else None
+    if verdicts is None:
+        return {
+            "available": False,
+            "reason": "the pipeline stores no citation verdicts (no citation check yet)",
+        }
+    flagged = [v for v in verdicts if v["verdict"] == "unsupported"]
+    planted_texts = [claim_text(p.sentence) for p in planted]
+    true_positive = sum(1 for v in flagged if any(t in normalised(v["sentence"]) for t in planted_texts))
+    caught = sum(1 for t in planted_texts if any(t in normalised(v["sentence"]) for v in flagged))
+    return {
+        "available": True,
+        "verdicts": len(verdicts),
+        "verdict_counts": dict(Counter(v["verdict"] for v in verdicts)),
+        "flagged_unsupported": len(flagged),
+        "flagged_planted": true_positive,
+        "planted": len(planted_texts),
+        "planted_caught": caught,
+    }
+
+
+def citation_verdicts(report: Any) -> list[dict[str, str]] | None:
+    from django.apps import apps
+
+    for name in ("verdicts", "citation_verdicts", "citations"):
+        stored = getattr(report, name, None)
+        if isinstance(stored, list) and stored and isinstance(stored[0], dict) and "verdict" in stored[0]:
+            return [{"verdict": str(v["verdict"]), "sentence": str(_sentence_of(v))} for v in stored]
+    for model in apps.get_app_config("research").get_models():
+        fields = {f.name: f for f in model._meta.get_fields()}
+        report_field = next(
+            (
+                f
+                for f in fields.values()
+                if getattr(f, "related_model", None) is type(report) and f.many_to_one
+            ),
+            None,
+        )
+        if "verdict" not in fields or report_field is None:
+            continue
+        rows = model.objects.filter(**{report_field.name: report})
+        return [{"verdict": str(row.verdict), "sentence": str(_sentence_of(row))} for row in rows]
+    return None
+
+
+def _sentence_of(verdict: Any) -> str:
+    for name in ("sentence", "claim", "text"):
+        value = verdict.get(name) if isinstance(verdict, dict) else getattr(verdict, name, None)
+        if value:
+            return value
+    return ""
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    completed = [r for r in rows if r["status"] == "completed"]
+    recall = [r["facts_in_report"] / r["facts"] for r in rows if r["facts"]]
+    citations = sum(r["citations"] for r in rows)
+    detections = [r["detection"] for r in rows if r["detection"].get("available")]
+    if detections:
+        flagged = sum(d["flagged_unsupported"] for d in detections)
+        planted = sum(d["planted"] for d in detections)
+        detection: dict[str, Any] = {
+            "precision": round(sum(d["flagged_planted"] for d in detections) / flagged, 3)
+            if flagged
+            else None,
+            "recall": round(sum(d["planted_caught"] for d in detections) / planted, 3) if planted else None,
+            "flagged_unsupported": flagged,
+            "planted_in_reports": planted,
+        }
+    else:
+        detection = {
+            "precision": None,
+            "recall": None,
+            "reason": "the pipeline stores no citation verdicts (no citation check yet)",
+        }
+    return {
+        "topics": len(rows),
+        "topics_failed": [r["question"] for r in rows if r["status"] != "completed"],
+        "fact_recall": round(sum(recall) / len(recall), 3) if recall else None,
+        "fact_recall_of_documents_read": round(
+            sum(r["facts_in_documents_read"] / r["facts"] for r in rows) / len(rows), 3
+        )
+        if rows
+        else None,
+        "noise_facts": sum(len(r["noise_facts_in_report"]) for r in rows),
+        "sources_mean": round(sum(r["sources"] for r in completed) / len(completed), 2)
+        if completed
+        else None,
+        "distinct_sites_mean": round(sum(r["distinct_sites"] for r in completed) / len(completed), 2)
+        if completed
+        else None,
+        "citations": citations,
+        "citations_resolve": round(sum(r["citations_resolving"] for r in rows) / citations, 3)
+        if citations
+        else None,
+        "planted_claims_in_reports": sum(r["planted_claims_in_report"] for r in rows),
+        "detection": detection,
+        "reports_in_question_language": sum(1 for r in rows if r["report_language_matches"]),
+        "wall_seconds": round(sum(r["wall_seconds"] for r in rows), 1),
+        "llm_calls": sum(r["llm_calls_total"] for r in rows),
+        "per_topic": {
+            r["question"]: f"{r['facts_in_report']}/{r['facts']} facts, {r['sources']} sources, {r['status']}"
+            for r in rows
+        },
+    }
+
+
+if __name__ == "__main__":
+    main()
