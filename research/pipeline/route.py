@@ -145,27 +145,29 @@ DOMAIN_TERMS: dict[str, Terms] = {
     Domain.WEATHER: Terms(
         strong=_words(
             r"погод\w*", r"прогноз\w* погод\w*", r"метеопрогноз\w*", r"осадк\w*", r"снегопад\w*",
-            r"заморозк\w*", r"дожд\w*", r"гололед\w*", r"weather\b", r"snowfall\b", r"humidity\b",
-            r"heatwaves?\b", r"rainfall\b", r"precipitation\b",
+            r"заморозк\w*", r"гололед\w*", r"штормов\w* предупрежд\w*", r"weather\b", r"snowfall\b",
+            r"humid\w*", r"heatwaves?\b", r"rainfall\b", r"precipitation\b", r"storm warnings?\b",
         ),
         weak=_words(
-            r"температур\w*", r"ливн\w*", r"гроз[аыу]\b", r"ветер\b", r"ветр\w*", r"forecasts?\b",
-            r"temperatures?\b", r"rain(?:y|ing)?\b", r"storms?\b", r"snow\b", r"wind\b", r"sunny\b",
-            r"градус\w*", r"degrees\b",
+            r"дожд\w*", r"температур\w*", r"ливн\w*", r"гроз[аыу]\b", r"ветер\b", r"ветр\w*", r"снег\w*",
+            r"зонт(?:ик)?(?:а|у|ом)?\b", r"холодн\w*", r"жар[аук]\w*", r"forecasts?\b", r"temperatures?\b",
+            r"rain(?:y|ing|s)?\b", r"storms?\b", r"snow(?:y|ing)?\b", r"wind(?:y)?\b", r"sunny\b",
+            r"umbrella\b", r"coat\b", r"градус\w*", r"degrees\b",
         ),
     ),
     Domain.TRANSPORTATION: Terms(
         strong=_words(
-            r"поезд\w*", r"электричк\w*", r"авиабилет\w*", r"аэропорт\w*", r"вокзал\w*", r"метро\b",
-            r"автобус\w*", r"трамва\w*", r"троллейбус\w*", r"такси\b", r"ржд\b", r"авиарейс\w*",
-            r"flights\b", r"airports?\b", r"airlines?\b", r"timetables?\b", r"railways?\b",
-            r"subway\b", r"commut\w*", r"train (?:tickets?|schedules?|stations?|times)\b",
-            r"bus (?:routes?|schedules?|stops?|tickets?|stations?)\b", r"public transport\w*",
+            r"электричк\w*", r"авиабилет\w*", r"аэропорт\w*", r"метро\b", r"автобус\w*", r"трамва\w*",
+            r"троллейбус\w*", r"такси\b", r"ржд\b", r"авиарейс\w*", r"flights\b", r"airports?\b",
+            r"airlines?\b", r"timetables?\b", r"railways?\b", r"subway\b", r"commut\w*",
+            r"train (?:tickets?|schedules?|stations?|times)\b", r"public transport\w*",
+            r"bus (?:routes?|schedules?|stops?|tickets?|stations?)\b",
         ),
         weak=_words(
-            r"рейс(?:ы|ов|а|ам)?\b", r"маршрут(?:ы|а|ов|у|ом|ах)?\b", r"пробк\w*", r"расписани\w*",
-            r"flight\b", r"trains?\b", r"buse?s?\b", r"trams?\b", r"metro\b", r"routes?\b",
-            r"traffic\b", r"transit\b", r"schedules?\b", r"tickets?\b", r"билет\w*",
+            r"поезд\w*", r"вокзал\w*", r"рейс(?:ы|ов|а|ам)?\b", r"маршрут(?:ы|а|ов|у|ом|ах)?\b", r"пробк\w*",
+            r"расписани\w*", r"билет\w*", r"задерж\w*", r"flight\b", r"trains?\b", r"buse?s?\b",
+            r"trams?\b", r"metro\b", r"routes?\b", r"traffic\b", r"transit\b", r"schedules?\b",
+            r"tickets?\b", r"delay(?:ed|s)?\b", r"cancell?ations?\b",
         ),
     ),
     Domain.FINANCE: Terms(
@@ -174,50 +176,71 @@ DOMAIN_TERMS: dict[str, Terms] = {
             r"инфляци\w*", r"ключев\w+ ставк\w*", r"дивиденд\w*", r"капитализаци\w*", r"облигаци\w*",
             r"биткоин\w*", r"криптовалют\w*", r"ipo\b", r"share prices?\b", r"stock prices?\b",
             r"stock market\b", r"nasdaq\b", r"nyse\b", r"s&p\b", r"market cap\w*", r"dividends?\b",
-            r"interest rates?\b", r"bitcoin\b", r"exchange rates?\b", r"p/e\b", r"мосбирж\w*",
+            r"interest rates?\b", r"mortgage rates?\b", r"bitcoin\b", r"exchange rates?\b", r"p/e\b",
+            r"мосбирж\w*",
         ),
         weak=_words(
-            r"акци[яийею]\b", r"акциям\w*", r"выручк\w*", r"прибыл\w*", r"финанс\w*", r"stocks?\b",
-            r"shares\b", r"earnings\b", r"inflation\b", r"crypto\w*", r"revenue\b", r"bonds?\b",
-            r"financ\w*", r"invest\w*", r"инвест\w*", r"quarterly\b", r"квартал\w*",
+            r"акци[яийею]\b", r"акциям\w*", r"выручк\w*", r"прибыл\w*", r"финанс\w*", r"ставк\w*",
+            r"сто(?:ит|ят|имост\w*)\b", r"цен[аыу]\b", r"золот\w*", r"stocks?\b", r"shares\b",
+            r"earnings\b", r"inflation\b", r"crypto\w*", r"revenue\b", r"bonds?\b", r"financ\w*",
+            r"invest\w*", r"инвест\w*", r"quarterly\b", r"квартал\w*", r"prices?\b", r"gold\b", r"fed\b",
+            r"mortgage\w*", r"rates?\b",
         ),
     ),
     Domain.SPORTS: Terms(
         strong=_words(
-            r"турнир\w*", r"чемпионат\w*", r"футбол\w*", r"хокке\w*", r"баскетбол\w*", r"волейбол\w*",
-            r"теннис\w*", r"нхл\b", r"кхл\b", r"рпл\b", r"nba\b", r"nhl\b", r"nfl\b", r"fifa\b",
-            r"uefa\b", r"premier league\b", r"tournaments?\b", r"championships?\b", r"football\b",
-            r"soccer\b", r"basketball\b", r"tennis\b", r"world cup\b", r"grand prix\b", r"standings\b",
-            r"формул\w* 1\b", r"formula 1\b", r"олимпийск\w* игр\w*", r"olympic games\b",
+            r"чемпионат\w*", r"футбол\w*", r"хокке\w*", r"баскетбол\w*", r"волейбол\w*", r"теннис\w*",
+            r"биатлон\w*", r"нхл\b", r"кхл\b", r"рпл\b", r"нба\b", r"nba\b", r"nhl\b", r"nfl\b", r"fifa\b",
+            r"uefa\b", r"premier league\b", r"champions league\b", r"лиг\w* чемпионов\b",
+            r"championships?\b", r"football\b", r"soccer\b", r"basketball\b", r"tennis\b", r"biathlon\b",
+            r"world cup\b", r"кубк\w* мира\b", r"grand prix\b", r"standings\b", r"формул\w* 1\b",
+            r"formula 1\b", r"олимпийск\w* игр\w*", r"olympic games\b", r"wimbledon\b", r"super bowl\b",
+            r"stanley cup\b", r"tour de france\b", r"roland garros\b", r"ufc\b",
         ),
         weak=_words(
-            r"матч(?:а|е|и|ей|ам|ах|у|ем)?\b", r"лиг[аиуе]\b", r"кубок\w*", r"сборн\w*", r"счет\b",
-            r"match(?:es)?\b", r"leagues?\b", r"olympic\w*", r"rosters?\b", r"scores?\b",
-            r"rankings?\b", r"players?\b", r"игрок\w*", r"команд[аыу]\b", r"teams?\b", r"goals?\b",
+            r"турнир(?:а|е|у|ом|ы|ов|ах|ам)?\b", r"матч(?:а|е|и|ей|ам|ах|у|ем)?\b", r"лиг[аиуе]\b",
+            r"кубок\w*", r"сборн\w*", r"сч[её]т(?:ом|а)?\b", r"tournaments?\b", r"match(?:es)?\b",
+            r"leagues?\b", r"olympic\w*", r"rosters?\b", r"scores?\b", r"rankings?\b", r"players?\b",
+            r"игрок\w*", r"команд[аыу]\b", r"teams?\b", r"goals?\b", r"game\b", r"final\b", r"seeds?\b",
         ),
     ),
     Domain.TEMPORAL_CHANGE: Terms(
         strong=_words(
             r"по годам\b", r"за (?:последние )?(?:\d+ )?(?:годы|лет)\b", r"как (?:менял|изменял|изменил)\w*",
             r"over the (?:years|decades?)\b", r"year over year\b", r"year-on-year\b",
-            r"how (?:has|have|did) .{0,60}chang\w*", r"over time\b",
+            r"how (?:has|have|did) .{0,60}(?:chang|evolv|grow|grew|declin|ris[ei])\w*", r"over time\b",
         ),
         weak=_words(
             r"динамик\w*", r"эволюци\w*", r"тенденци\w*", r"тренд\w*", r"history of\b", r"changed\b",
-            r"trends?\b", r"evolution\b", r"timeline\b", r"изменени\w*",
+            r"trends?\b", r"evolution\b", r"timeline\b", r"изменени\w*", r"compare\w*", r"сравн\w*",
         ),
     ),
     Domain.LOCATION: Terms(
         strong=_words(
             r"как (?:добраться|доехать|дойти|пройти к)\b", r"на карте\b", r"directions to\b",
-            r"near me\b", r"how (?:do i|to|can i) get to\b", r"opening hours\b", r"часы работы\b",
+            r"near me\b", r"how (?:do i|to|can i) get (?:to|from)\b", r"opening hours\b",
+            r"часы работы\b", r"где ближайш\w*",
         ),
         weak=_words(
-            r"где находится\b", r"адрес\w*", r"рядом с\b", r"поблизости\b", r"ближайш\w*",
-            r"address\b", r"located\b", r"nearby\b", r"closest\b", r"nearest\b", r"map\b",
+            r"находится\b", r"адрес\w*", r"рядом с\b", r"поблизости\b", r"ближайш\w*", r"район\w*",
+            r"address\b", r"located\b", r"nearby\b", r"closest\b", r"nearest\b", r"near\b",
+            r"close to\b", r"map\b", r"district\b", r"museum\b", r"restaurants?\b", r"cafes?\b",
+            r"coffee shops?\b", r"pharmac\w*", r"hotels?\b", r"музе\w*", r"галере\w*", r"ресторан\w*",
+            r"кафе\b", r"аптек\w*", r"гостиниц\w*", r"отел\w*", r"банкомат\w*",
         ),
     ),
 }  # fmt: skip
+# Questions for live data are about now: a word of the near past or future ("tomorrow", "на
+# выходных", "right now") is one more piece of weak evidence for the live domains.
+NEAR_TIME = _words(
+    r"сегодня\w*", r"завтра\w*", r"вчера\w*", r"послезавтра\b", r"сейчас\b", r"на выходны[хе]\b",
+    r"на (?:этой|следующей) неделе\b", r"(?:утром|вечером|ночью)\b",
+    r"(?:в|во|на) (?:понедельник|вторник|среду|четверг|пятницу|субботу|воскресенье)\b",
+    r"today\b", r"tomorrow\b", r"tonight\b", r"yesterday\b", r"last night\b", r"right now\b",
+    r"this (?:week|weekend|morning|afternoon|evening)\b", r"next (?:week|weekend|few days)\b",
+    r"on (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
+)  # fmt: skip
+_LIVE = (Domain.WEATHER, Domain.TRANSPORTATION, Domain.FINANCE, Domain.SPORTS)
 # Ties go to the more specific domain.
 _DOMAIN_ORDER = (
     Domain.WEATHER,
@@ -235,11 +258,15 @@ def classify_by_keywords(question: str, period: timeparse.Period | None = None) 
 
     A strong term counts 2, a weak one 1, and a domain needs 2: "What hardware is needed to
     train a model" has one weak transport word and stays general; "train tickets to Kazan" or
-    "trains … timetable" do not. A span of two or more years is strong evidence of change over
-    time (the seed's "QS ranking 2015–2023").
+    "trains … timetable" do not. A word of the near past or future counts once more for a live
+    domain already suggested ("rain" + "this weekend"). A span of two or more years is strong
+    evidence of change over time (the seed's "QS ranking 2015–2023").
     """
     text = _normal(question)
     counts = {domain: _evidence(DOMAIN_TERMS[domain], text) for domain in _DOMAIN_ORDER}
+    if any(word.search(text) for word in NEAR_TIME):
+        for domain in _LIVE:
+            counts[domain] += WEAK if counts[domain] else 0
     if period is not None and len(period.years) >= 2:
         counts[Domain.TEMPORAL_CHANGE] += STRONG
     best = max(_DOMAIN_ORDER, key=lambda domain: counts[domain])

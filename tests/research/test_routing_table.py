@@ -6,11 +6,17 @@ measure is the precision of the domains it does pick (≥ 0.9), and the question
 another sense ("train" a model, "where is … used", "temperature" of sampling, an IP "address")
 must stay general. The seed's examples are included (QS ranking 2015–2023; share price, P/E and
 market cap; scores, rankings and NBA).
+
+Besides the table below (written with the rules), two tables written by someone who saw neither
+the rules nor this file (data/route_questions_a.tsv, 120 questions; _b.tsv, 100): the rules were
+refined once on table a (precision 0.85 → 1.0, recall 0.37 → 0.97); table b was held out and
+measured once after that: precision 0.946, recall 0.70. Do not tune on b.
 """
 
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +67,7 @@ TABLE: list[tuple[str, str]] = [
     ("Year over year growth of cloud computing spending", D.TEMPORAL_CHANGE),
     # location
     ("Где находится Эрмитаж и как добраться от вокзала", D.LOCATION),
-    ("Как доехать до Третьяковской галереи на метро?", D.TRANSPORTATION),
+    ("Как доехать до Третьяковской галереи на метро?", D.LOCATION),
     ("Directions to the nearest pharmacy near me", D.LOCATION),
     ("How do I get to the Louvre from Gare du Nord?", D.LOCATION),
     ("Часы работы и адрес ближайшего МФЦ", D.LOCATION),
@@ -98,6 +104,23 @@ TABLE: list[tuple[str, str]] = [
 ]
 
 SEED_PERIOD_EXAMPLE = "QS ranking of CUHK 2015–2023"
+DATA = Path(__file__).parent / "data"
+TODAY = date(2026, 11, 23)
+
+
+def outside_table(name: str) -> list[tuple[str, str]]:
+    lines = (DATA / name).read_text(encoding="utf-8").splitlines()
+    return [(question, domain) for question, domain in (line.split("\t") for line in lines if line.strip())]
+
+
+def precision_and_recall(table: list[tuple[str, str]]) -> tuple[float, float, list[tuple[str, str, str]]]:
+    """As the route stage calls it: with the period the question names."""
+    picked = [(q, classify_by_keywords(q, parse_period(q, TODAY)), want) for q, want in table]
+    decided = [(q, got, want) for q, got, want in picked if got != G]
+    wrong = [(q, got, want) for q, got, want in decided if got != want]
+    wanted = [(q, got, want) for q, got, want in picked if want != G]
+    found = sum(1 for _, got, want in wanted if got == want)
+    return 1 - len(wrong) / len(decided), found / len(wanted), wrong
 
 
 def test_the_table_is_large_and_bilingual() -> None:
@@ -106,16 +129,16 @@ def test_the_table_is_large_and_bilingual() -> None:
     assert 20 <= len(russian) <= len(TABLE) - 20
 
 
-def test_precision_of_the_domains_it_picks() -> None:
-    picked = [(question, classify_by_keywords(question), expected) for question, expected in TABLE]
-    decided = [(q, got, want) for q, got, want in picked if got != G]
-    wrong = [(q, got, want) for q, got, want in decided if got != want]
-    precision = 1 - len(wrong) / len(decided)
+@pytest.mark.parametrize(
+    ("name", "min_recall"), [("ours", 0.8), ("route_questions_a.tsv", 0.8), ("route_questions_b.tsv", 0.6)]
+)
+def test_precision_of_the_domains_it_picks(name: str, min_recall: float) -> None:
+    table = TABLE if name == "ours" else outside_table(name)
+    assert len(table) >= 60
+    precision, recall, wrong = precision_and_recall(table)
     assert precision >= 0.9, wrong
     # And it still finds most of them: a fallback that always says "general" is not the aim.
-    domain_questions = [(q, want) for q, want in TABLE if want != G]
-    found = sum(1 for q, want in domain_questions if classify_by_keywords(q) == want)
-    assert found / len(domain_questions) >= 0.8
+    assert recall >= min_recall
 
 
 @pytest.mark.parametrize("question", [q for q, want in TABLE if want == G])
