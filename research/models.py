@@ -384,7 +384,11 @@ class Citation(models.Model):
     method = models.CharField(max_length=10, choices=Method.choices)
     score = models.FloatField(help_text=_("The local score of the best passage, 0–1."))
     coverage = models.FloatField(default=0.0, help_text=_("Share of the sentence's words in that passage."))
-    similarity = models.FloatField(null=True, blank=True, help_text=_("Embedding cosine with that passage."))
+    similarity = models.FloatField(
+        null=True,
+        blank=True,
+        help_text=_("Embedding similarity with that passage, 0 (unrelated) to 1 (restated)."),
+    )
     passage = models.TextField(
         blank=True, default="", help_text=_("The source's passage most like the sentence.")
     )
