@@ -25,9 +25,11 @@ class RateLimitGrant(models.Model):
     """One reserved request slot of an outside service (see `mindsearch.clients.ratelimit`).
 
     `granted_at` may lie in the future: a caller reserves its slot, then sleeps until it.
+    `owner` is whom the call is for (a user id, or "-" for nobody): each holds one future slot.
     """
 
     name = models.CharField(max_length=100)
+    owner = models.CharField(max_length=40, default="-")
     granted_at = models.DateTimeField()
 
     class Meta:

@@ -84,9 +84,13 @@ def is_configured() -> bool:
 
 
 async def complete(
-    messages: list[dict[str, str]], *, max_tokens: int | None = None, temperature: float = 0.2
+    messages: list[dict[str, str]],
+    *,
+    max_tokens: int | None = None,
+    temperature: float = 0.2,
+    user: int | None = None,
 ) -> Completion:
-    """One chat completion, retried on transient failures."""
+    """One chat completion, retried on transient failures; `user` is whose share of the limit it takes."""
     if not is_configured():
         raise LLMNotConfigured(
             "No LLM is configured: set AITUNNEL_MODEL and AITUNNEL_API_KEY (or AITUNNEL_BASE_URL)"
@@ -96,7 +100,7 @@ async def complete(
         request["max_tokens"] = max_tokens
     started = time.monotonic()
     async with _client() as client:
-        return await _with_retries(client, request, started)
+        return await _with_retries(client, request, started, user)
 
 
 def _client() -> openai.AsyncOpenAI:
@@ -116,11 +120,13 @@ def _tls_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context()
 
 
-async def _with_retries(client: openai.AsyncOpenAI, request: dict[str, Any], started: float) -> Completion:
+async def _with_retries(
+    client: openai.AsyncOpenAI, request: dict[str, Any], started: float, user: int | None
+) -> Completion:
     attempt = 1
     while True:
         try:
-            return await _attempt(client, request, attempt, started)
+            return await _attempt(client, request, attempt, started, user)
         except _Transient as failure:
             if attempt == MAX_ATTEMPTS:
                 message = f"{failure} (gave up after {attempt} attempts)"
@@ -133,9 +139,9 @@ async def _with_retries(client: openai.AsyncOpenAI, request: dict[str, Any], sta
 
 
 async def _attempt(
-    client: openai.AsyncOpenAI, request: dict[str, Any], attempt: int, started: float
+    client: openai.AsyncOpenAI, request: dict[str, Any], attempt: int, started: float, user: int | None
 ) -> Completion:
-    await ratelimit.acquire_llm()
+    await ratelimit.acquire_llm(user=user)
     try:
         response = await client.chat.completions.create(**request)
     except openai.APIStatusError as exc:

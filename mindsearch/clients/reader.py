@@ -37,14 +37,14 @@ def parse_reader_text(text: str) -> tuple[str, str]:
     return found.group("title").strip(), found.group("body").strip()
 
 
-async def read(url: str) -> Page:
-    """Read `url` through the reader.
+async def read(url: str, *, user: int | None = None) -> Page:
+    """Read `url` through the reader, in `user`'s share of the limit.
 
     The target is checked first (fetch.UnsafeURL when refused): a self-hosted reader would
     otherwise fetch private and metadata addresses for us.
     """
     await asyncio.to_thread(fetch.check_url, url)
-    await ratelimit.acquire_reader()
+    await ratelimit.acquire_reader(user=user)
     response = await _get(settings.JINA_READER_URL + url)
     _raise_for_status(response.status_code)
     title, markdown = parse_reader_text(response.text)

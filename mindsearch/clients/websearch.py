@@ -60,18 +60,24 @@ def is_configured() -> bool:
 
 
 async def search(
-    query: str, *, language: str, time_range: str = "", pageno: int = 1, categories: str = ""
+    query: str,
+    *,
+    language: str,
+    time_range: str = "",
+    pageno: int = 1,
+    categories: str = "",
+    user: int | None = None,
 ) -> SearchResponse:
     """Run one SearXNG search: one retry on a timeout, connection error or 5xx; an answer whose
     engines all failed is asked again with backoff and then raised as `EnginesDown`. Every try
-    waits for its turn under the global limit."""
+    waits for its turn, in `user`'s share, under the global limit."""
     if not is_configured():
         raise SearchError("SearXNG is not configured: set SEARXNG_URL")
     params = search_params(
         query, language=language, time_range=time_range, pageno=pageno, categories=categories
     )
     for attempt in range(ENGINES_DOWN_ATTEMPTS):
-        response = await _search_retrying(params)
+        response = await _search_retrying(params, user)
         if response.results or not response.unresponsive_engines:
             return response
         if attempt < ENGINES_DOWN_ATTEMPTS - 1:
@@ -79,17 +85,17 @@ async def search(
     raise EnginesDown(response.unresponsive_engines)
 
 
-async def _search_retrying(params: dict[str, Any]) -> SearchResponse:
+async def _search_retrying(params: dict[str, Any], user: int | None) -> SearchResponse:
     for _retry in range(ATTEMPTS - 1):
         try:
-            return await _search_once(params)
+            return await _search_once(params, user)
         except _Retryable:
             pass
-    return await _search_once(params)
+    return await _search_once(params, user)
 
 
-async def _search_once(params: dict[str, Any]) -> SearchResponse:
-    await ratelimit.acquire_search()
+async def _search_once(params: dict[str, Any], user: int | None) -> SearchResponse:
+    await ratelimit.acquire_search(user=user)
     return parse_response(await _get(params))
 
 

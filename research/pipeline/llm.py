@@ -59,7 +59,7 @@ async def ask(
         return cached["text"]
     messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
     try:
-        completion = await llm_client.complete(messages, max_tokens=max_tokens)
+        completion = await llm_client.complete(messages, max_tokens=max_tokens, user=ctx.owner_id)
     except llm_client.LLMError as exc:
         await db(_record)(
             ctx,

@@ -102,7 +102,7 @@ def _has_document(hit: Hit) -> bool:
 
 async def _read_hit(ctx: RunContext, hit: Hit, summaries: int) -> int:
     try:
-        page = await read_page(hit.url)
+        page = await read_page(hit.url, user=ctx.owner_id)
     except (reader.ReadError, fetch.FetchError) as exc:
         await db(ctx.warn)(
             STAGE, gettext_noop("Could not read %(url)s: %(error)s"), args={"url": hit.url, "error": str(exc)}
@@ -113,7 +113,7 @@ async def _read_hit(ctx: RunContext, hit: Hit, summaries: int) -> int:
     return 1
 
 
-async def read_page(url: str) -> dict[str, str]:
+async def read_page(url: str, *, user: int | None = None) -> dict[str, str]:
     """The page as Markdown (cached for everyone: public web data), via the reader or directly."""
     key = cache.make_key("page", url)
     cached = await db(cache.get)(CacheEntry.Kind.DOCS, key)
@@ -122,7 +122,7 @@ async def read_page(url: str) -> dict[str, str]:
     if cached is not None:
         return cached
     try:
-        page = await _reader_then_direct(url)
+        page = await _reader_then_direct(url, user)
     except fetch.FetchError as exc:
         await db(cache.put)(CacheEntry.Kind.DOCS, key, {"error": str(exc)}, description=url, ttl=FAILURE_TTL)
         raise
@@ -136,9 +136,9 @@ async def read_page(url: str) -> dict[str, str]:
     return payload
 
 
-async def _reader_then_direct(url: str) -> fetch.Page:
+async def _reader_then_direct(url: str, user: int | None) -> fetch.Page:
     try:
-        return await reader.read(url)
+        return await reader.read(url, user=user)
     except fetch.UnsafeURL:
         raise
     except reader.ReadError as exc:

@@ -184,7 +184,12 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
     if cached is not None:
         return {**cached, "time_range": time_range}
     response = await websearch.search(
-        query.text, language=query.language, time_range=time_range, pageno=pageno, categories=categories
+        query.text,
+        language=query.language,
+        time_range=time_range,
+        pageno=pageno,
+        categories=categories,
+        user=ctx.owner_id,
     )
     payload = {
         "results": [_as_payload(result) for result in response.results[:RESULTS_PER_QUERY]],

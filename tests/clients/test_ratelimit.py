@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -30,13 +31,15 @@ def most_in_any_window(times: list[float], window: float) -> int:
 
 
 def simulate(arrivals: list[float], limit: float, per_seconds: float) -> list[float]:
-    """Run the reservation algorithm over an in-memory log, as the stores do."""
+    """Run the reservation algorithm over an in-memory log, as the stores do (one user)."""
     grants, window = window_of(limit, per_seconds)
     margin = margin_for(window)
     log: list[float] = []
     for now in sorted(arrivals):
         recent = sorted(log, reverse=True)
-        log.append(next_slot(now, recent[grants - 1] if len(recent) >= grants else None, window, margin))
+        kth = recent[grants - 1] if len(recent) >= grants else None
+        last = recent[0] if recent else None
+        log.append(next_slot(now, kth, window, margin, last=last, spacing=window / grants))
     return log
 
 
@@ -67,10 +70,17 @@ def test_next_slot() -> None:
     assert next_slot(100.0, 90.0, 1.0, 0.05) == 100.0
 
 
-def test_a_burst_is_spread_so_no_window_holds_more_than_the_limit() -> None:
+def test_next_slot_spaces_grants_evenly() -> None:
+    assert next_slot(100.0, None, 1.0, 0.05, last=99.9, spacing=0.5) == pytest.approx(100.4)
+    assert next_slot(100.0, 99.5, 1.0, 0.05, last=99.9, spacing=0.5) == pytest.approx(100.55)
+    assert next_slot(100.0, None, 1.0, 0.05, last=99.0, spacing=0.5) == 100.0
+
+
+def test_a_burst_is_spread_evenly_so_no_window_holds_more_than_the_limit() -> None:
     slots = simulate([0.0] * 10, 3, 1.0)
     assert most_in_any_window(slots, 1.0) == 3
-    assert slots[:3] == [0.0, 0.0, 0.0]
+    # Evenly spaced, not three at once: a provider sees one call every third of a second.
+    assert slots[:3] == pytest.approx([0.0, 1 / 3, 2 / 3])
     assert slots[3] == pytest.approx(1.05)
     assert max(slots) == pytest.approx(3.15)
 
@@ -80,6 +90,7 @@ def test_no_burst_then_refill_inside_one_window() -> None:
     slots = simulate([0.9, 0.9, 0.9, 1.0, 1.0, 1.0], 3, 1.0)
     assert most_in_any_window(slots, 1.0) == 3
     assert min(slots[3:]) >= 0.9 + 1.0
+    assert min(b - a for a, b in itertools.pairwise(slots)) >= 1 / 3 - 1e-9
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -103,13 +114,13 @@ def test_fractional_limit_never_exceeds_the_rate_over_a_second() -> None:
 
 
 def test_unlimited_returns_at_once() -> None:
-    assert asyncio.run(ratelimit.acquire("anything", 0, 1.0)) == 0.0
-    assert asyncio.run(ratelimit.acquire("anything", -1, 1.0)) == 0.0
+    assert asyncio.run(ratelimit.acquire("anything", 0, 1.0, user=1)) == 0.0
+    assert asyncio.run(ratelimit.acquire("anything", -1, 1.0, user=None)) == 0.0
 
 
-async def _acquire_many(name: str, count: int, limit: float, per: float) -> list[float]:
+async def _acquire_many(name: str, count: int, limit: float, per: float, user: int | None = 1) -> list[float]:
     async def one() -> float:
-        await ratelimit.acquire(name, limit, per)
+        await ratelimit.acquire(name, limit, per, user=user)
         return time.monotonic()
 
     return list(await asyncio.gather(*(one() for _ in range(count))))
@@ -129,7 +140,7 @@ def test_postgres_prunes_grants_older_than_the_window() -> None:
     name = f"test-{uuid.uuid4().hex}"
     asyncio.run(_acquire_many(name, 2, 2, 0.2))
     time.sleep(0.4)
-    asyncio.run(ratelimit.acquire(name, 2, 0.2))
+    asyncio.run(ratelimit.acquire(name, 2, 0.2, user=1))
     assert RateLimitGrant.objects.filter(name=name).count() == 1
 
 
@@ -138,12 +149,13 @@ def test_convenience_functions_read_the_settings(settings) -> None:
     settings.LIMIT_AITUNNEL_RPS, settings.LIMIT_SEARCHXNG_RPM, settings.LIMIT_JINA_RPS = 50, 600, 0
 
     async def all_three() -> None:
-        await ratelimit.acquire_llm()
-        await ratelimit.acquire_search()
-        await ratelimit.acquire_reader()
+        await ratelimit.acquire_llm(user=7)
+        await ratelimit.acquire_search(user=None)
+        await ratelimit.acquire_reader(user=7)
 
     asyncio.run(all_three())
-    assert sorted(RateLimitGrant.objects.values_list("name", flat=True)) == ["llm", "searxng"]
+    rows = sorted(RateLimitGrant.objects.values_list("name", "owner"))
+    assert rows == [("llm", "7"), ("searxng", ratelimit.NO_USER)]
 
 
 @pytest.fixture
@@ -166,6 +178,99 @@ def test_redis_spreads_concurrent_callers(settings, redis_db14) -> None:
     assert redis_db14.pttl(ratelimit.REDIS_PREFIX + name) > 0
 
 
+# --- Fair between users, and leaving at the grant time -----------------------------------------
+
+
+async def _backlog_then_newcomer(name: str, limit: float, backlog: int, newcomer_after: float) -> dict:
+    """User 1 queues `backlog` calls; user 2 asks for one call `newcomer_after` s later."""
+    loop_started = time.monotonic()
+    granted: dict[int, list[float]] = {1: [], 2: []}
+
+    async def call(user: int) -> None:
+        await ratelimit.acquire(name, limit, 1.0, user=user)
+        granted[user].append(time.monotonic() - loop_started)
+
+    async def newcomer() -> float:
+        await asyncio.sleep(newcomer_after)
+        asked = time.monotonic() - loop_started
+        await call(2)
+        return asked
+
+    results = await asyncio.gather(newcomer(), *(call(1) for _ in range(backlog)))
+    return {"asked": results[0], "granted": granted}
+
+
+def assert_newcomer_served_within_one_turn(outcome: dict, limit: float) -> None:
+    spacing = 1.0 / limit
+    asked, (newcomer,) = outcome["asked"], outcome["granted"][2]
+    backlog = outcome["granted"][1]
+    # The backlog was still long when the newcomer asked...
+    assert sum(1 for t in backlog if t > newcomer) >= 5, outcome
+    # ...yet only the slot it already held went before the newcomer's, and one more when the
+    # newcomer's reservation reached the store just as that slot came (the store's round trip).
+    before = [t for t in backlog if asked < t < newcomer]
+    assert len(before) <= 2, outcome
+    assert newcomer - asked <= 2 * spacing + 0.15, outcome
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgres_one_users_backlog_delays_another_by_one_turn_at_most() -> None:
+    outcome = asyncio.run(_backlog_then_newcomer(f"test-{uuid.uuid4().hex}", 10, 20, 0.35))
+    assert_newcomer_served_within_one_turn(outcome, 10)
+
+
+def test_redis_one_users_backlog_delays_another_by_one_turn_at_most(settings, redis_db14) -> None:
+    settings.REDIS_URL = REDIS_TEST_URL
+    outcome = asyncio.run(_backlog_then_newcomer(f"test-{uuid.uuid4().hex}", 10, 20, 0.35))
+    assert_newcomer_served_within_one_turn(outcome, 10)
+
+
+async def _two_backlogs(name: str, limit: float, each: int) -> list[tuple[float, int]]:
+    order: list[tuple[float, int]] = []
+
+    async def call(user: int | None) -> None:
+        await ratelimit.acquire(name, limit, 1.0, user=user)
+        order.append((time.monotonic(), user))
+
+    await asyncio.gather(*(call(user) for user in (1, None) for _ in range(each)))
+    return sorted(order)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_backlogs_take_turns_and_calls_for_nobody_have_a_share() -> None:
+    order = asyncio.run(_two_backlogs(f"test-{uuid.uuid4().hex}", 10, 8))
+    users = [user for _, user in order]
+    # While both have calls waiting, neither gets two grants in a row.
+    both_waiting = users[: 2 * min(users.count(1), users.count(None)) - 1]
+    assert all(a != b for a, b in itertools.pairwise(both_waiting)), users
+    assert most_in_any_window([t for t, _ in order], 1.0) <= 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_woken_late_takes_a_new_slot_instead_of_crowding_the_next() -> None:
+    """A busy event loop wakes sleepers late; they must not all leave together."""
+    name = f"test-{uuid.uuid4().hex}"
+
+    async def scenario() -> list[float]:
+        left: list[float] = []
+
+        async def call() -> None:
+            await ratelimit.acquire(name, 1, 0.2, user=1)
+            left.append(time.monotonic())
+
+        async def hog() -> None:
+            await asyncio.sleep(0.1)
+            time.sleep(0.6)  # the loop is blocked past the second and third slots
+
+        await asyncio.gather(hog(), *(call() for _ in range(4)))
+        return left
+
+    left = asyncio.run(scenario())
+    assert len(left) == 4
+    # One per 0.2 s at the receiver, even though two sleepers woke at the same late moment.
+    assert most_in_any_window(left, 0.2) <= 1, [round(t - min(left), 3) for t in sorted(left)]
+
+
 # --- Across real OS processes ------------------------------------------------------------------
 
 WORKER = """
@@ -178,7 +283,7 @@ from mindsearch.clients import ratelimit
 name, count, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 async def one(client):
-    await ratelimit.acquire(name, 3, 1.0)
+    await ratelimit.acquire(name, 3, 1.0, user=None)
     granted = time.time()
     await client.get(url + "hit")
     return granted
@@ -186,7 +291,7 @@ async def one(client):
 async def main():
     async with httpx.AsyncClient() as client:
         # Warm up the database connection and the HTTP pool, so the first grants are not late.
-        await ratelimit.acquire(name + "-warm-up", 1000, 1.0)
+        await ratelimit.acquire(name + "-warm-up", 1000, 1.0, user=None)
         await client.get(url + "warm-up")
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
@@ -233,8 +338,8 @@ def assert_limit_held(grants: list[float], arrivals: list[float], total: int) ->
     assert len(grants) == len(arrivals) == total
     base = min(grants)
     assert most_in_any_window(grants, 1.0) <= 3, [round(t - base, 3) for t in sorted(grants)]
-    # Dense packing: total / 3 windows of 1.05 s, the first starting at once.
-    ideal = (total / 3 - 1) * 1.05
+    # Dense packing: total / 3 windows of 1.05 s, three evenly spaced grants in each.
+    ideal = (total / 3 - 1) * 1.05 + 2 / 3
     assert max(grants) - min(grants) == pytest.approx(ideal, abs=0.3)
     # The server sees the same spacing, give or take the HTTP round trip's jitter.
     assert most_in_any_window(arrivals, 0.9) <= 3
