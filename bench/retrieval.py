@@ -1,22 +1,35 @@
-"""Benchmark: private-document retrieval on SciFact, ingestion speed, and HNSW at scale.
+"""Benchmark: private-document retrieval on BEIR-format collections, and HNSW at scale.
 
-Loads SciFact's 5,183 abstracts for a bench user through retrieval.ingest's chunk → embed →
-store path (one document per abstract, "# title" then the abstract), in a database of its own,
-then prints one JSON object:
+By default two collections, each loaded for a bench user of its own through retrieval.ingest's
+chunk → embed → store path (one document per corpus row, "# title" then the text), in a
+database of its own: SciFact (5,183 English abstracts, English claims) and XQuAD-ru (240
+Wikipedia paragraphs in Russian beside their 240 English originals, Russian questions; both
+versions relevant). `--corpus/--queries/--qrels` measure any other BEIR-format collection
+instead. Prints one JSON object with, per collection:
 
-- quality: nDCG@10 and recall@100 of the dense, keyword (BM25) and hybrid searches, per
-  document (a document scores as its best chunk), on the judgments given (train by default);
-- fusion: the hybrid's dense weight swept over 0…1, and RRF, on the same judgments — tune on
-  train only; the hybrid row above always uses the weight in retrieval/search.py;
-- ingestion: chunks/s through the ingestion path against the raw model's `encode` of the same
-  texts (alternating runs on a sample, so load from other processes hits both alike);
-- latency: hybrid_search p50/p95 at the SciFact scale, and HNSW recall@10 against exact search;
-- scale: 200,000 synthetic vectors (interpolations between neighbouring SciFact embeddings,
-  plus noise) bulk-loaded with COPY for two owners (180k and 20k chunks), the HNSW index
-  rebuilt, then recall@10 against exact search and latency per ef_search.
+- quality: nDCG@10 and recall@100 of the dense leg, the keyword leg (BM25), plain convex fusion
+  and the hybrid as retrieval/search.py runs it (fusion per language), per document (a document
+  scores as its best chunk), on the judgments given; and per language of the relevant
+  documents, the share of them each ranking puts in its top 10;
+- fusion: nDCG@10 over a grid of the dense weight and the other-language weight, and RRF —
+  tune on training judgments only; the hybrid row always uses the weights in search.py;
+- floor: the relevance floor's calibration. Every query of the other collection is asked of
+  this one, where it has nothing to find: for each floor, the share of those "absent" queries
+  left with no passage, and the share of this collection's queries whose best relevant
+  document is still in the top 10;
+- latency: hybrid_search p50/p95, HNSW recall@10 against exact search, and the first search
+  of a new process right after the model is preloaded (as web and worker do at start);
+- ingestion: chunks/s of the load; with --throughput-docs N, the ingestion path against the
+  bare model on N documents;
+- scale (SciFact only, unless --skip-scale): 200,000 synthetic vectors (interpolations between
+  neighbouring embeddings, plus noise) for two owners (180k and 20k chunks), the HNSW index
+  rebuilt, recall@10 against exact search and latency per ef_search.
 
-    nice -n 19 .venv/bin/python bench/retrieval.py [--qrels PATH] [--queries-subset N|FILE]
-        [--skip-scale] [--reuse]
+    nice -n 10 .venv/bin/python bench/retrieval.py [--skip-scale] [--reuse]
+        [--corpus PATH --queries PATH --qrels PATH] [--queries-subset N|FILE]
+
+--reuse keeps the bench database and loads only what is missing (an interrupted load goes on
+where it stopped; documents embedded with another model are loaded again).
 """
 
 from __future__ import annotations
@@ -28,10 +41,12 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -43,64 +58,116 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import ROOT, setup_django
 
 DATABASE = "mindsearch_bench_retrieval"
-SCIFACT = ROOT.parent / "shared" / "benchmarks" / "scifact"
-BENCH_USER = "bench-retrieval"
+BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 EVALUATION_DEPTH = 200  # chunks per leg; more than 100 documents survive the max-per-document
-INGEST_BATCH = 256  # documents per index_documents call
+INGEST_BATCH = 64  # documents per index_documents call (each call is one transaction)
 SCALE_OWNERS = {"bench-scale-a": 180_000, "bench-scale-b": 20_000}
 SCALE_QUERIES = 100
 EF_SEARCH_SWEEP = (40, 64, 100, 200, 400)
 HYBRID_CANDIDATES = 100  # hybrid_search's default
+DENSE_WEIGHTS = [round(value, 2) for value in np.linspace(0, 1, 11)]
+OTHER_LANGUAGE_WEIGHTS = (0.6, 0.7, 0.8, 0.9, 1.0, 1.1)
+FLOORS = [round(value, 3) for value in np.arange(0.70, 0.90, 0.005)]
 Qrels = dict[str, dict[str, int]]
 Ranked = list[tuple[int, float]]
 Run = dict[str, Ranked]
 
 
+@dataclass
+class Collection:
+    name: str
+    corpus_path: Path
+    queries_path: Path
+    qrels_path: Path
+    corpus: dict[str, str]
+    queries: dict[str, str]
+    qrels: Qrels
+    owner: Any = None
+
+    @property
+    def user(self) -> str:
+        return f"bench-{self.name}"
+
+
 def main() -> None:
     args = parse_args()
-    reused = open_database(args.reuse)
+    setup = open_database(args.reuse)
     from django.contrib.auth.models import User
 
-    corpus = load_corpus(SCIFACT / "corpus.jsonl")
-    qrels = load_qrels(Path(args.qrels))
-    queries = select_queries(load_queries(SCIFACT / "queries.jsonl"), qrels, args.queries_subset)
-    owner, _ = User.objects.get_or_create(username=BENCH_USER)
-    result: dict[str, Any] = {"qrels": str(args.qrels), "queries": len(queries), "corpus": len(corpus)}
-    if not reused:
-        result["ingestion"] = ingest_corpus(owner, corpus)
-        result["ingestion"]["vs_raw_encode"] = throughput(corpus, args.throughput_docs)
-    result.update(evaluate(owner, queries, qrels))
-    result["latency_scifact"] = latency(owner, queries)
-    if not args.skip_scale:
-        result["scale_200k"] = scale_run(owner, queries)
-    print(json.dumps(result, indent=2))
+    collections = load_collections(args)
+    measured = [collection for collection in collections if not args.only or collection.name in args.only]
+    result: dict[str, Any] = {"model": model_name()}
+    for collection in sorted(measured, key=lambda collection: len(collection.corpus)):
+        collection.owner, _ = User.objects.get_or_create(username=collection.user)
+        result[collection.name] = {
+            "judgments": str(collection.qrels_path),
+            "queries": len(collection.queries),
+            "corpus": len(collection.corpus),
+            "ingestion": ingest_corpus(collection.owner, collection.corpus, reuse=setup),
+        }
+    if args.load_only:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return
+    for collection in measured:
+        absent = {
+            f"{other.name}:{query_id}": text
+            for other in collections
+            if other is not collection
+            for query_id, text in other.queries.items()
+        }
+        report = result[collection.name]
+        report.update(evaluate(collection.owner, collection.queries, collection.qrels, absent))
+        report["latency"] = latency(collection.owner, collection.queries)
+        if args.throughput_docs:
+            report["ingestion"]["vs_raw_encode"] = throughput(collection.corpus, args.throughput_docs)
+    result["first_search_after_start"] = first_search(measured[0])
+    if not args.skip_scale and measured[0].name == "scifact":
+        result["scale_200k"] = scale_run(measured[0].owner, measured[0].queries)
+    print(json.dumps(result, indent=2, ensure_ascii=False))
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--qrels", default=str(SCIFACT / "qrels" / "train.tsv"), help="judgments (BEIR tsv)")
+    parser.add_argument("--corpus", help="a BEIR corpus.jsonl (instead of SciFact and XQuAD-ru)")
+    parser.add_argument("--queries", help="its queries.jsonl (default: beside the corpus)")
+    parser.add_argument("--qrels", help="its judgments, BEIR tsv (default: qrels/train.tsv beside it)")
     parser.add_argument(
         "--queries-subset", default="", help="N (the first N judged queries) or a file of query ids"
     )
     parser.add_argument("--skip-scale", action="store_true", help="skip the 200k synthetic-vector run")
     parser.add_argument(
-        "--reuse", action="store_true", help="keep the bench database if SciFact is already loaded in it"
+        "--reuse", action="store_true", help="keep the bench database; load only what is missing"
     )
-    parser.add_argument("--throughput-docs", type=int, default=300, help="abstracts in the speed sample")
+    parser.add_argument(
+        "--throughput-docs", type=int, default=0, help="documents in the ingestion-vs-raw-model sample"
+    )
+    parser.add_argument("--load-only", action="store_true", help="load the collections and stop")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="measure only this collection (repeatable); the others' queries still serve as absent ones",
+    )
     return parser.parse_args()
+
+
+def model_name() -> str:
+    from retrieval.embeddings import model_id
+
+    return model_id()
 
 
 # --- Database and data ---------------------------------------------------------------------------
 
 
 def open_database(reuse: bool) -> bool:
-    """Set Django up on the bench database; True when a loaded one was kept."""
+    """Set Django up on the bench database; True when an existing one was kept."""
     if reuse and not os.environ.get("DATABASE_URL") and (url := _existing_database_url()):
         os.environ["DATABASE_URL"] = url
         setup_django(DATABASE)
-        return _scifact_loaded()
+        return True
     setup_django(DATABASE)
     return False
 
@@ -117,11 +184,35 @@ def _existing_database_url() -> str | None:
     return f"postgres://postgres@{quote(host, safe='')}/{DATABASE}" if found else None
 
 
-def _scifact_loaded() -> bool:
-    from retrieval.models import UploadedDocument
-
-    ready = UploadedDocument.objects.filter(owner__username=BENCH_USER, status="ready").count()
-    return ready == sum(1 for _ in open(SCIFACT / "corpus.jsonl", encoding="utf-8"))
+def load_collections(args: argparse.Namespace) -> list[Collection]:
+    if args.corpus:
+        corpus = Path(args.corpus)
+        paths = [
+            (
+                corpus.parent.name or "custom",
+                corpus,
+                Path(args.queries or corpus.parent / "queries.jsonl"),
+                Path(args.qrels or corpus.parent / "qrels" / "train.tsv"),
+            )
+        ]
+    else:
+        paths = [
+            (
+                name,
+                BENCHMARKS / name / "corpus.jsonl",
+                BENCHMARKS / name / "queries.jsonl",
+                BENCHMARKS / name / "qrels" / "train.tsv",
+            )
+            for name in ("scifact", "xquad-ru")
+        ]
+    collections = []
+    for name, corpus_path, queries_path, qrels_path in paths:
+        qrels = load_qrels(qrels_path)
+        queries = select_queries(load_queries(queries_path), qrels, args.queries_subset)
+        collections.append(
+            Collection(name, corpus_path, queries_path, qrels_path, load_corpus(corpus_path), queries, qrels)
+        )
+    return collections
 
 
 def load_corpus(path: Path) -> dict[str, str]:
@@ -129,7 +220,9 @@ def load_corpus(path: Path) -> dict[str, str]:
     with path.open(encoding="utf-8") as lines:
         for line in lines:
             row = json.loads(line)
-            corpus[row["_id"]] = f"# {row['title'].strip()}\n\n{row['text'].strip()}"
+            title = row.get("title", "").strip().replace("_", " ")
+            text = row["text"].strip().lstrip("\ufeff")
+            corpus[row["_id"]] = f"# {title}\n\n{text}" if title else text
     return corpus
 
 
@@ -160,18 +253,37 @@ def select_queries(queries: dict[str, str], qrels: Qrels, subset: str) -> dict[s
 # --- Ingestion -----------------------------------------------------------------------------------
 
 
-def ingest_corpus(owner: Any, corpus: dict[str, str]) -> dict[str, Any]:
+def ingest_corpus(owner: Any, corpus: dict[str, str], *, reuse: bool) -> dict[str, Any]:
+    """Load the documents not yet loaded with the configured model (all, without --reuse)."""
+    from retrieval.embeddings import model_id
     from retrieval.ingest import index_documents
+    from retrieval.models import Chunk, UploadedDocument
 
-    items = make_uploads(owner, corpus)
+    documents = UploadedDocument.objects.filter(owner=owner)
+    stale = Chunk.objects.filter(owner=owner).exclude(embedding_model=model_id()).values("document_id")
+    documents.filter(pk__in=stale).delete()
+    documents.exclude(status="ready").delete()
+    loaded = set(documents.values_list("original_name", flat=True)) if reuse else set()
+    if not reuse:
+        documents.delete()
+    missing = {doc_id: text for doc_id, text in corpus.items() if doc_id not in loaded}
+    items = make_uploads(owner, missing)
     started = time.perf_counter()
-    chunks = sum(index_documents(batch) for batch in batches(items, INGEST_BATCH))
+    chunks = 0
+    for number, batch in enumerate(batches(items, INGEST_BATCH), start=1):
+        chunks += index_documents(batch)
+        print(
+            f"{owner.username}: {number * INGEST_BATCH} of {len(items)} documents",
+            file=sys.stderr,
+            flush=True,
+        )
     elapsed = time.perf_counter() - started
     return {
-        "documents": len(items),
-        "chunks": chunks,
+        "documents_loaded_now": len(items),
+        "chunks_loaded_now": chunks,
         "seconds": round(elapsed, 1),
-        "chunks_per_s": rnd(chunks / elapsed),
+        "chunks_per_s": rnd(chunks / elapsed) if chunks else None,
+        "chunks": Chunk.objects.filter(owner=owner).count(),
     }
 
 
@@ -236,46 +348,183 @@ def timed(work: Callable[[], object]) -> float:
 # --- Quality -------------------------------------------------------------------------------------
 
 
-def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels) -> dict[str, Any]:
+def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str, str]) -> dict[str, Any]:
     from retrieval import search
-    from retrieval.embeddings import embed
+    from retrieval.chunking import language_of
+    from retrieval.embeddings import embed_query
 
     names = chunk_documents(owner)
-    vectors = dict(zip(queries, embed(list(queries.values())), strict=True))
+    languages = chunk_languages(owner)
+    ids, matrix = chunk_matrix(owner)
+    vectors = {query_id: embed_query(text) for query_id, text in queries.items()}
+    query_languages = {query_id: language_of(text) for query_id, text in queries.items()}
     runs: dict[str, Run] = {"dense": {}, "keyword": {}}
     for query_id, text in queries.items():
         runs["dense"][query_id] = search.nearest_chunks(owner.pk, vectors[query_id], EVALUATION_DEPTH)
         runs["keyword"][query_id] = search.bm25_chunks(owner.pk, text, EVALUATION_DEPTH)
+    similarity = {
+        query_id: dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True))
+        for query_id, vector in vectors.items()
+    }
 
-    def fused(fusion: Callable[[Ranked, Ranked], Ranked]) -> Run:
+    def fused(fusion: Callable[[str, Ranked, Ranked], Ranked]) -> Run:
         # As hybrid_search does by default: each leg brings HYBRID_CANDIDATES chunks.
-        legs = {
-            q: (runs["dense"][q][:HYBRID_CANDIDATES], runs["keyword"][q][:HYBRID_CANDIDATES]) for q in queries
+        return {
+            q: fusion(q, runs["dense"][q][:HYBRID_CANDIDATES], runs["keyword"][q][:HYBRID_CANDIDATES])
+            for q in queries
         }
-        return {q: fusion(*legs[q]) for q in queries}
 
-    hybrid = fused(lambda dense, keyword: search.fuse(dense, keyword, search.DENSE_WEIGHT))
+    def by_language(dense_weight: float, other_weight: float) -> Run:
+        return fused(
+            lambda q, d, k: search.fuse_by_language(
+                d, k, languages, query_languages[q], dense_weight, other_weight
+            )
+        )
+
+    floor = search.relevance_floor()
+    hybrid = by_language(search.DENSE_WEIGHT, search.OTHER_LANGUAGE_WEIGHT)
+    hybrid_floored = {q: floored(ranked, similarity[q], floor) for q, ranked in hybrid.items()}
+    convex = fused(lambda q, d, k: search.fuse(d, k, search.DENSE_WEIGHT))
+    doc_languages = document_languages(names, languages)
     quality = {
         "dense": metrics(runs["dense"], names, qrels),
         "keyword_bm25": metrics(runs["keyword"], names, qrels),
-        "hybrid": {**metrics(hybrid, names, qrels), "dense_weight": search.DENSE_WEIGHT},
+        "convex_fusion": {**metrics(convex, names, qrels), "dense_weight": search.DENSE_WEIGHT},
+        "hybrid": {
+            **metrics(hybrid_floored, names, qrels),
+            "dense_weight": search.DENSE_WEIGHT,
+            "other_language_weight": search.OTHER_LANGUAGE_WEIGHT,
+            "floor": floor,
+            "ndcg@10_without_floor": metrics(hybrid, names, qrels)["ndcg@10"],
+        },
         "keyword_ts_rank": metrics(ts_rank_run(owner, queries), names, qrels),
     }
     best_leg = max(("dense", "keyword"), key=lambda leg: statistics.mean(ndcgs(runs[leg], names, qrels)))
     quality["hybrid_minus_best_leg"] = paired_difference(
-        ndcgs(hybrid, names, qrels), ndcgs(runs[best_leg], names, qrels)
+        ndcgs(hybrid_floored, names, qrels), ndcgs(runs[best_leg], names, qrels)
     )
-    sweep = {
-        f"{weight:.2f}": metrics(fused(lambda d, k, w=weight: search.fuse(d, k, w)), names, qrels)["ndcg@10"]
-        for weight in np.linspace(0, 1, 21)
+    runs_by_name = {
+        "dense": runs["dense"],
+        "keyword_bm25": runs["keyword"],
+        "convex_fusion": convex,
+        "hybrid": hybrid_floored,
+    }
+    per_language = {
+        name: relevant_in_top10_by_language(run, names, qrels, doc_languages)
+        for name, run in runs_by_name.items()
+    }
+    grid = {
+        f"dense {weight:.2f}, other {other:.2f}": metrics(by_language(weight, other), names, qrels)["ndcg@10"]
+        for weight in DENSE_WEIGHTS
+        for other in OTHER_LANGUAGE_WEIGHTS
     }
     fusion = {
-        "convex_ndcg@10_by_dense_weight": sweep,
-        "best_dense_weight": float(max(sweep, key=sweep.get)),
-        "rrf_k60": metrics(fused(search.reciprocal_rank_fusion), names, qrels),
+        "by_language_ndcg@10": grid,
+        "best": max(grid, key=grid.get),
+        "rrf_k60": metrics(fused(lambda q, d, k: search.reciprocal_rank_fusion(d, k)), names, qrels),
         "bm25": {"k1": search.BM25_K1, "b": search.BM25_B},
     }
-    return {"quality": quality, "fusion": fusion, "chunks": len(names)}
+    return {
+        "quality": quality,
+        "relevant_in_top10_by_language": per_language,
+        "fusion": fusion,
+        "floor": calibrate_floor(hybrid, similarity, names, qrels, absent, ids, matrix),
+        "chunks": len(names),
+    }
+
+
+def floored(ranked: Ranked, similarity: dict[int, float], floor: float | None) -> Ranked:
+    if floor is None:
+        return ranked
+    return [(chunk_id, score) for chunk_id, score in ranked if similarity[chunk_id] >= floor]
+
+
+def calibrate_floor(
+    hybrid: Run,
+    similarity: dict[str, dict[int, float]],
+    names: dict[int, str],
+    qrels: Qrels,
+    absent: dict[str, str],
+    ids: list[int],
+    matrix: np.ndarray,
+) -> dict[str, Any]:
+    """Per floor: the share of queries whose best relevant document in the hybrid top 10 stays
+    (its best chunk there reaches the floor), and the share of absent queries (another
+    collection's) that get no passage at all (no chunk reaches the floor)."""
+    from retrieval.embeddings import embed_query
+
+    relevant_best = []
+    for query_id, ranked in hybrid.items():
+        top = best_per_document_with_chunk(ranked, names)[:10]
+        values = [similarity[query_id][chunk_id] for doc, chunk_id in top if doc in qrels[query_id]]
+        relevant_best.append(max(values) if values else None)
+    answerable = [value for value in relevant_best if value is not None]
+    absent_best = [
+        float((matrix @ np.asarray(embed_query(text), dtype=np.float32)).max()) for text in absent.values()
+    ]
+    table = {
+        f"{floor:.3f}": {
+            "relevant_kept": rnd(sum(value >= floor for value in answerable) / max(len(answerable), 1), 4),
+            "absent_answered_nothing": rnd(
+                sum(value < floor for value in absent_best) / max(len(absent_best), 1), 4
+            ),
+        }
+        for floor in FLOORS
+    }
+    return {
+        "queries_with_a_relevant_document_in_top10": len(answerable),
+        "absent_queries": len(absent_best),
+        "relevant_best_similarity_percentiles": similarity_percentiles(answerable),
+        "absent_best_similarity_percentiles": similarity_percentiles(absent_best),
+        "by_floor": table,
+    }
+
+
+def similarity_percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {f"p{p}": rnd(float(np.percentile(values, p)), 4) for p in (1, 5, 50, 95, 99)}
+
+
+def best_per_document_with_chunk(ranked: Ranked, names: dict[int, str]) -> list[tuple[str, int]]:
+    seen: dict[str, int] = {}
+    for chunk_id, _ in ranked:
+        seen.setdefault(names[chunk_id], chunk_id)
+    return list(seen.items())
+
+
+def relevant_in_top10_by_language(
+    run: Run, names: dict[int, str], qrels: Qrels, doc_languages: dict[str, str]
+) -> dict[str, float]:
+    found: dict[str, list[int]] = defaultdict(list)
+    for query_id, ranked in run.items():
+        top = set(best_per_document(ranked, names)[:10])
+        for doc in qrels[query_id]:
+            found[doc_languages.get(doc, "")].append(int(doc in top))
+    return {language or "unknown": rnd(statistics.mean(hits), 4) for language, hits in sorted(found.items())}
+
+
+def chunk_languages(owner: Any) -> dict[int, str]:
+    from retrieval.models import Chunk
+
+    return dict(Chunk.objects.filter(owner=owner).values_list("id", "language"))
+
+
+def document_languages(names: dict[int, str], languages: dict[int, str]) -> dict[str, str]:
+    """A document's language: the most common of its chunks'."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for chunk_id, doc in names.items():
+        counts[doc][languages.get(chunk_id, "")] += 1
+    return {doc: max(by_language, key=by_language.get) for doc, by_language in counts.items()}
+
+
+def chunk_matrix(owner: Any) -> tuple[list[int], np.ndarray]:
+    from retrieval.embeddings import model_id
+    from retrieval.models import Chunk
+
+    rows = Chunk.objects.filter(owner=owner, embedding_model=model_id()).values_list("id", "embedding")
+    ids = [chunk_id for chunk_id, _ in rows]
+    return ids, np.asarray([np.asarray(vector, dtype=np.float32) for _, vector in rows])
 
 
 def paired_difference(ours: list[float], theirs: list[float]) -> dict[str, float]:
@@ -384,6 +633,31 @@ def latency(owner: Any, queries: dict[str, str]) -> dict[str, Any]:
         "hnsw_recall@10_vs_exact": rnd(statistics.mean(recall), 4),
         "ef_search": search.EF_SEARCH,
     }
+
+
+def first_search(collection: Collection) -> dict[str, Any]:
+    """A new process: the model preloaded as web and worker do at start, then one search timed."""
+    query = next(iter(collection.queries.values()))
+    code = f"""
+import json, os, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mindsearch.settings")
+import django
+django.setup()
+from django.contrib.auth.models import User
+from retrieval import embeddings, search
+user = User.objects.get(username={collection.user!r})
+preload = embeddings.preload()
+started = time.perf_counter()
+found = search.hybrid_search(user, {query!r}, k=10)
+elapsed = time.perf_counter() - started
+print(json.dumps({{"preload_s": round(preload, 2), "first_search_ms": round(1000 * elapsed),
+                  "passages": len(found)}}))
+"""
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ.copy()
+    )
+    return {"collection": collection.name, **json.loads(output.stdout.strip().splitlines()[-1])}
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:

@@ -21,11 +21,14 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from mindsearch.bodylimit import GuardedApp, install_daphne_guard  # noqa: E402
 from research.routing import websocket_urlpatterns  # noqa: E402
+from retrieval.apps import preload_in_background  # noqa: E402
 
 # Bodies over their route's limit are refused before they are read, and forwarded headers are
 # believed only from TRUSTED_PROXIES (mindsearch/bodylimit.py); under daphne also in its own
 # request object, which would otherwise buffer a whole body first.
 install_daphne_guard()
+# The embedding model loads now, beside serving, so the first search does not wait for it.
+preload_in_background()
 application = GuardedApp(
     ProtocolTypeRouter(
         {

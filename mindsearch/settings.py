@@ -14,20 +14,23 @@ from django.utils.translation import gettext_lazy as _
 
 from mindsearch import embedded_db
 from mindsearch.env import env_bool, env_float, env_int, env_list, env_prices, env_str, load_env_file
+from mindsearch.local_key import local_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_env_file(BASE_DIR / ".env")
 
 DEBUG = env_bool("DEBUG", False)
+MINDSEARCH_DATA_DIR = Path(env_str("MINDSEARCH_DATA_DIR") or BASE_DIR / "var").resolve()
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if not DEBUG:
+    # Production says DEBUG=0 and must bring its key. Development (DEBUG on, unset, or empty as
+    # in .env.example) gets one generated into the data directory, so `manage.py …` just works.
+    if not DEBUG and env_str("DEBUG"):
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-    SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production"  # noqa: S105
+    SECRET_KEY = local_secret_key(MINDSEARCH_DATA_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
-MINDSEARCH_DATA_DIR = Path(env_str("MINDSEARCH_DATA_DIR") or BASE_DIR / "var").resolve()
 MEDIA_ROOT = MINDSEARCH_DATA_DIR / "media"
 
 INSTALLED_APPS = [
@@ -42,10 +45,11 @@ INSTALLED_APPS = [
     "django_htmx",
     "channels",
     "channels_postgres",
+    # Before django_q: its `qcluster` command is this app's (clean stops, heartbeat watcher).
+    "mindsearch",
     "django_q",
     # Listed so that the API docs serve Swagger UI from ninja's own static files, not a CDN.
     "ninja",
-    "mindsearch",
     "research",
     "retrieval",
 ]
@@ -58,6 +62,8 @@ MIDDLEWARE = [
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    # NUL and control characters in a query or form field: 400, never a server error.
+    "mindsearch.inputs.ControlCharacterMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -189,6 +195,12 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_THROTTLE_ATTEMPTS = env_int("LOGIN_THROTTLE_ATTEMPTS", 5)
 LOGIN_THROTTLE_WINDOW_SECONDS = env_int("LOGIN_THROTTLE_WINDOW_SECONDS", 900)
+# Who may create an account: open (anyone), invite (with a link made in the admin), closed.
+SIGNUP = (env_str("SIGNUP") or "open").lower()
+if SIGNUP not in {"open", "invite", "closed"}:
+    raise ImproperlyConfigured(f"SIGNUP must be 'open', 'invite' or 'closed', got {SIGNUP!r}")
+# New accounts per client address and hour (0 = no limit).
+SIGNUP_RATE_PER_HOUR = env_int("SIGNUP_RATE_PER_HOUR", 5)
 # Past the free failures, each attempt waits a doubling delay up to this (mindsearch/throttle.py).
 LOGIN_THROTTLE_MAX_DELAY_SECONDS = env_int("LOGIN_THROTTLE_MAX_DELAY_SECONDS", 60)
 
@@ -245,8 +257,7 @@ CACHE_TTL_DAYS = env_int("CACHE_TTL_DAYS", 30)
 EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND") or "local"
 if EMBEDDING_BACKEND not in {"local", "sentence-transformers", "openai"}:
     raise ImproperlyConfigured(
-        "EMBEDDING_BACKEND must be 'local', 'sentence-transformers' or 'openai',"
-        f" got {EMBEDDING_BACKEND!r}"
+        f"EMBEDDING_BACKEND must be 'local', 'sentence-transformers' or 'openai', got {EMBEDDING_BACKEND!r}"
     )
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL") or "intfloat/multilingual-e5-small"
 # A passage whose cosine similarity to the query is below this is not shown (nothing matches);
@@ -260,9 +271,13 @@ RETRIEVAL_RELEVANCE_FLOOR = (
 RETRIEVAL_BINARY_QUANTIZATION = env_bool("RETRIEVAL_BINARY_QUANTIZATION", False)
 MINDSEARCH_ALLOW_PRIVATE_URLS = env_bool("MINDSEARCH_ALLOW_PRIVATE_URLS", False)
 # A running topic whose worker died (no lock held) and that has been silent this long is resumed.
-RESUME_STALLED_AFTER_SECONDS = env_int("RESUME_STALLED_AFTER_SECONDS", 60)
+# A live run refreshes its heartbeat every 2 s (research/tasks.py); each worker looks every 2 s.
+RESUME_STALLED_AFTER_SECONDS = env_int("RESUME_STALLED_AFTER_SECONDS", 6)
 # How long the status page waits for each outside service before calling it unreachable.
 STATUS_CHECK_TIMEOUT = env_float("STATUS_CHECK_TIMEOUT", 3.0)
+# The status checks' results are reused this long: viewing the page asks the services at most
+# once per this many seconds.
+STATUS_CACHE_SECONDS = env_int("STATUS_CACHE_SECONDS", 60)
 # daphne processes that `manage.py serve` starts on one shared listening socket.
 WEB_PROCESSES = env_int("WEB_PROCESSES", 1)
 
@@ -283,11 +298,17 @@ RESEARCH_DEEP_SOURCES = env_int("RESEARCH_DEEP_SOURCES", 10)
 RESEARCH_MIN_SCORE = env_float("RESEARCH_MIN_SCORE", 5.0)
 RESEARCH_SOURCES_PER_SITE = env_int("RESEARCH_SOURCES_PER_SITE", 1)
 RESEARCH_MMR_LAMBDA = env_float("RESEARCH_MMR_LAMBDA", 0.7)
+# Fair use (research/workflow.py): sub-queries a plan may have, and topics one user may have
+# planning, queued or running at once (0 = no limit).
+RESEARCH_MAX_SUBQUERIES = env_int("RESEARCH_MAX_SUBQUERIES", 20)
+RESEARCH_MAX_ACTIVE_TOPICS = env_int("RESEARCH_MAX_ACTIVE_TOPICS", 5)
 
 # --- Private documents (uploads) -----------------------------------------------------------------
 UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_BYTES", 20 * 1024 * 1024)
 UPLOAD_MAX_FILES = env_int("UPLOAD_MAX_FILES", 20)
 UPLOAD_MAX_DOCUMENTS = env_int("UPLOAD_MAX_DOCUMENTS", 500)
+# All of one user's files together (0 = no limit); the documents page shows the use.
+UPLOAD_MAX_STORAGE_BYTES = env_int("UPLOAD_MAX_STORAGE_BYTES", 1024 * 1024 * 1024)
 # Files above this size stream to a temporary file, not memory (Django's default, spelled out).
 # DATA_UPLOAD_MAX_MEMORY_SIZE counts form fields only, never file contents, so it stays as it is.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440

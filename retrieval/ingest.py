@@ -12,8 +12,8 @@ import logging
 from django.db import connection, transaction
 from django.utils import timezone
 
-from retrieval.chunking import ChunkSpan, chunk
-from retrieval.embeddings import EmbeddingError, count_tokens, embed
+from retrieval.chunking import ChunkSpan, chunk, language_of
+from retrieval.embeddings import EmbeddingError, count_tokens, embed, max_tokens, model_id
 from retrieval.models import Chunk, UploadedDocument
 from retrieval.parsing import ParsedDocument, ParseError, parse
 
@@ -42,10 +42,15 @@ def ingest(upload_id: int) -> None:
 
 def index_documents(items: list[tuple[UploadedDocument, ParsedDocument]]) -> int:
     """Chunk, embed (in batches across all the documents) and store; returns the chunk count."""
-    spans = [chunk(parsed.text, parsed.pages, count_tokens=count_tokens) for _, parsed in items]
+    spans = [chunk_document(parsed) for _, parsed in items]
     vectors = embed([embedding_text(span) for document_spans in spans for span in document_spans])
     store(items, spans, vectors)
     return len(vectors)
+
+
+def chunk_document(parsed: ParsedDocument) -> list[ChunkSpan]:
+    """The document's chunks, each within what the configured model reads whole."""
+    return chunk(parsed.text, parsed.pages, count_tokens=count_tokens, max_tokens=max_tokens())
 
 
 def embedding_text(span: ChunkSpan) -> str:
@@ -63,8 +68,9 @@ def store(
     A document deleted while it was being embedded is skipped.
     """
     vector_iter = iter(vectors)
+    model = model_id()
     rows = [
-        _chunk_row(upload, position, span, next(vector_iter))
+        _chunk_row(upload, position, span, next(vector_iter), model)
         for (upload, _), document_spans in zip(items, spans, strict=True)
         for position, span in enumerate(document_spans)
     ]
@@ -101,7 +107,9 @@ def _read(upload: UploadedDocument) -> bytes:
         return handle.read()
 
 
-def _chunk_row(upload: UploadedDocument, position: int, span: ChunkSpan, vector: list[float]) -> Chunk:
+def _chunk_row(
+    upload: UploadedDocument, position: int, span: ChunkSpan, vector: list[float], model: str
+) -> Chunk:
     return Chunk(
         document=upload,
         owner_id=upload.owner_id,
@@ -112,6 +120,8 @@ def _chunk_row(upload: UploadedDocument, position: int, span: ChunkSpan, vector:
         page=span.page,
         heading=span.heading[:1000],
         embedding=vector,
+        embedding_model=model,
+        language=language_of(span.text),
     )
 
 

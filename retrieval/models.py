@@ -14,6 +14,15 @@ from mindsearch.querysets import OwnedQuerySet
 
 EMBEDDING_DIMENSIONS = 384
 KEYWORD_CONFIG = "mindsearch_stem"
+# What chunks embedded before models were recorded (migration 0003) were embedded with.
+LEGACY_EMBEDDING_MODEL = "local:all-MiniLM-L6-v2"
+
+
+def current_embedding_model() -> str:
+    """The configured model's name as chunks store it (retrieval.embeddings.model_id)."""
+    from retrieval.embeddings import model_id
+
+    return model_id()
 
 
 def upload_path(instance: UploadedDocument, filename: str) -> str:
@@ -113,6 +122,12 @@ class Chunk(models.Model):
     page = models.PositiveIntegerField(null=True, blank=True)
     heading = models.TextField(blank=True, default="")
     embedding = VectorField(dimensions=EMBEDDING_DIMENSIONS, null=True, blank=True)
+    # The model the embedding came from: a query is compared only with chunks of its own model,
+    # and `manage.py reembed` moves the others.
+    embedding_model = models.CharField(max_length=200, default=current_embedding_model)
+    # "ru" (mostly Cyrillic letters), "en" (mostly Latin) or "" (neither): fusion weighs the
+    # keyword leg, which matches only the query's language, per language (retrieval/search.py).
+    language = models.CharField(max_length=8, blank=True, default="")
     # 'simple' keeps Russian and English words alike: no language-specific stemming.
     search_vector = models.GeneratedField(
         expression=SearchVector("text", config="simple"),
@@ -143,6 +158,7 @@ class Chunk(models.Model):
             ),
             GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
             models.Index(fields=["owner", "document"]),
+            models.Index(fields=["owner", "embedding_model"], name="chunk_owner_model"),
         ]
 
     def __str__(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
+from retrieval.embeddings import model_id
 from retrieval.models import EMBEDDING_DIMENSIONS
 
 INDEX_NAME = "chunk_embedding_binary_hnsw"
@@ -49,14 +50,22 @@ def drop_index(*, concurrently: bool = True) -> None:
 
 
 def nearest_chunks_binary(
-    owner_id: int, literal: str, limit: int, *, rescore: int = RESCORE, ef_search: int = EF_SEARCH
+    owner_id: int,
+    literal: str,
+    limit: int,
+    *,
+    rescore: int = RESCORE,
+    ef_search: int = EF_SEARCH,
+    model: str | None = None,
 ) -> list[tuple[int, float]]:
-    """The owner's `limit` chunks nearest to the vector `literal`, as (id, cosine similarity).
+    """The owner's `limit` chunks of `model` (the configured one by default) nearest to the
+    vector `literal`, as (id, cosine similarity).
 
     The bit-string index brings `rescore` × `limit` candidates by Hamming distance (with an
     iterative scan, so the owner filter cannot starve it); their float vectors decide.
     """
     candidates = max(limit * rescore, limit)
+    model = model or model_id()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT set_config('hnsw.ef_search', %s, true),"
@@ -67,13 +76,13 @@ def nearest_chunks_binary(
             f"""
             WITH candidates AS MATERIALIZED (
                 SELECT id, embedding FROM retrieval_chunk
-                WHERE owner_id = %(owner)s AND embedding IS NOT NULL
+                WHERE owner_id = %(owner)s AND embedding_model = %(model)s AND embedding IS NOT NULL
                 ORDER BY {_BITS} <~> binary_quantize(%(vector)s::vector)
                 LIMIT %(candidates)s
             )
             SELECT id, 1 - (embedding <=> %(vector)s::vector) AS similarity FROM candidates
             ORDER BY embedding <=> %(vector)s::vector, id LIMIT %(limit)s
             """,  # noqa: S608 — only constants are formatted in
-            {"vector": literal, "owner": owner_id, "candidates": candidates, "limit": limit},
+            {"vector": literal, "owner": owner_id, "model": model, "candidates": candidates, "limit": limit},
         )
         return cursor.fetchall()

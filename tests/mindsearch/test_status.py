@@ -91,5 +91,5 @@ def test_searxng_that_is_not_searxng(alice_client: Client, settings: object) -> 
 
 def test_embedding_model_is_bundled(alice_client: Client) -> None:
     embedding = row(alice_client.get("/status/").content.decode(), "Embedding model")
-    assert "all-MiniLM-L6-v2" in embedding
+    assert "multilingual-e5-small (4-bit), local" in embedding
     assert "badge ok" in embedding
