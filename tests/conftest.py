@@ -89,6 +89,15 @@ def _is_ip_literal(name: str) -> bool:
     return True
 
 
+@pytest.fixture(scope="session")
+def redis_base() -> Iterator[str]:
+    """A Redis URL without a database number (tests/support/redis_server.py)."""
+    from tests.support.redis_server import redis_base_url
+
+    with redis_base_url() as url:
+        yield url
+
+
 @pytest.fixture
 def loopback(settings: Any) -> Iterator[World]:
     """The scripted loopback world (tests/support/world.py), with settings pointed at it."""
