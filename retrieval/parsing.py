@@ -50,7 +50,15 @@ RTF_DELETED = re.compile(r"\{\\deleted\b[^{}]*\}")
 RTF_NOTE = re.compile(r"\{\\\*?\\footnote\b")
 
 UNSUPPORTED = "not a PDF, DOCX, HTML, Markdown or text file"
-KIND_LABELS = {"pdf": "PDF", "docx": "DOCX", "html": "HTML page", "rtf": "RTF document", "text": "text file"}
+KIND_LABELS = {
+    "pdf": "PDF",
+    "docx": "DOCX",
+    "html": "HTML page",
+    "rtf": "RTF document",
+    "text": "text file",
+    "markdown": "Markdown file",
+}
+MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger(__name__)
@@ -77,6 +85,8 @@ def parse(
     """
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
     kind = signature_kind(data)
+    if kind == "text" and Path(filename).suffix.lower() in MARKDOWN_SUFFIXES:
+        kind = "markdown"  # Markdown may start with HTML (a centred logo); it is still Markdown
     answer = _run_child([kind], data, timeout)
     if "ocr" in answer:
         pages: list[int] = answer["ocr"]
@@ -182,7 +192,7 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
     if kind == "pdf":
         answer = _read_pdf(data, ocr=True)
         return ParsedDocument(answer["text"], [tuple(page) for page in answer["pages"]], answer["title"])  # type: ignore[misc]
-    parsers = {"docx": _parse_docx, "rtf": _parse_rtf, "text": _parse_text}
+    parsers = {"docx": _parse_docx, "rtf": _parse_rtf, "text": _parse_text, "markdown": _parse_markdown}
     parsed = parsers[kind](data)
     if not parsed.text.strip():
         raise ParseError(f"no text found in the {KIND_LABELS[kind]}")
@@ -324,6 +334,9 @@ def _parse_html(text: str) -> ParsedDocument:
     from lxml import html as lxml_html
 
     text = re.sub(r"\A\s*<\?xml[^>]*>", "", text)
+    if not re.search(r"<html[\s>]", text, re.IGNORECASE):
+        # A fragment: trafilatura reads only what looks like a page.
+        text = f"<html><body>{text}</body></html>"
     markdown = trafilatura.extract(
         text, output_format="markdown", include_tables=True, include_comments=False, favor_recall=True
     )
@@ -360,12 +373,24 @@ def _parse_rtf(data: bytes) -> ParsedDocument:
 
 
 def _parse_text(data: bytes) -> ParsedDocument:
-    try:
-        text = decode(data)
-    except NotText:
-        raise ParseError(UNSUPPORTED) from None
+    text = _decode(data)
     if looks_like_html(text):
         return _parse_html(text)
+    return _plain(text)
+
+
+def _parse_markdown(data: bytes) -> ParsedDocument:
+    return _plain(_decode(data))
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return decode(data)
+    except NotText:
+        raise ParseError(UNSUPPORTED) from None
+
+
+def _plain(text: str) -> ParsedDocument:
     text = _clean(text)
     return ParsedDocument(text, [], _markdown_title(text) or _first_line(text))
 

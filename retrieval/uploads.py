@@ -19,13 +19,12 @@ from django.utils.translation import gettext as _
 
 from retrieval import tasks
 from retrieval.models import CONTENT_TYPES, TYPE_LABELS, UploadedDocument
-from retrieval.parsing import UNSUPPORTED, ParseError, sniff_kind
+from retrieval.parsing import MARKDOWN_SUFFIXES, UNSUPPORTED, ParseError, sniff_kind
 from retrieval.sizes import sizes_that_differ
 
 log = logging.getLogger(__name__)
 
 NAME_MAX_CHARS = 255
-MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
 # Names that promise a format with a signature of its own: content of another kind under such a
 # name is most likely not the document the user meant (a login page saved as paper.pdf).
 CLAIMED_BY_SUFFIX = {".pdf": "pdf", ".docx": "docx"}
@@ -118,7 +117,8 @@ def check_type(name: str, uploaded_file: UploadedFile) -> str:
             _("%(name)s is named like a %(claimed)s file, but its content is %(actual)s.")
             % {"name": name, "claimed": TYPE_LABELS[CONTENT_TYPES[claimed]], "actual": _content_phrase(kind)}
         )
-    if kind == "text" and suffix in MARKDOWN_SUFFIXES:
+    # Markdown may hold HTML (a centred logo at the top); named so, it is Markdown all the same.
+    if kind in ("text", "html") and suffix in MARKDOWN_SUFFIXES:
         return "markdown"
     return kind
 

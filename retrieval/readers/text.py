@@ -8,8 +8,10 @@ people here write in, then among all it knows. The upload check and the worker b
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from typing import Any
 
 import charset_normalizer
 
@@ -32,24 +34,34 @@ USUAL_ENCODINGS = [
     "latin_1",
     "iso8859_15",
 ]
+CYRILLIC_ENCODINGS = {"cp1251", "koi8_r", "koi8_u", "cp866", "mac_cyrillic", "iso8859_5"}
+# Words of bytes above 127 only (a Cyrillic word in a one-byte encoding), and words that mix them
+# with ASCII letters (an accented Western word).
+NON_ASCII_WORD = re.compile(rb"(?<![A-Za-z\x80-\xff])[\x80-\xff]{2,}(?![A-Za-z\x80-\xff])")
+MIXED_WORD = re.compile(rb"[A-Za-z\x80-\xff]*(?:[A-Za-z][\x80-\xff]|[\x80-\xff][A-Za-z])[A-Za-z\x80-\xff]*")
+TIE_CHAOS = 0.02
+NON_ASCII_LINE = re.compile(rb"[^\n]*[\x80-\xff][^\n]*")
+SAMPLE_BYTES = 256 * 1024
+# A file no encoding reads whole is still read when at most this share is unreadable.
+MAX_REPLACED_SHARE = 0.001
 # Share of control characters (other than tab, newlines and form feed) above which bytes are
 # taken for binary data rather than text.
 MAX_CONTROL_SHARE = 0.01
+CONTROL = re.compile(r"[\x01-\x08\x0e-\x1f]")
 KNOWN_TAGS = (
     "html|head|body|title|meta|link|script|style|div|span|p|a|br|hr|img|ul|ol|li|table|thead|tbody"
     "|tr|td|th|h[1-6]|article|section|nav|header|footer|main|aside|form|input|button|strong|em|b|i"
     "|blockquote|pre|code|figure|figcaption|dl|dt|dd|sup|sub|small|label|select|option|iframe"
 )
-OPENING_TAG = re.compile(rf"<({KNOWN_TAGS})(?=[\s/>])[^<>]*>", re.IGNORECASE)
 DOCUMENT_START = re.compile(
     rf"\A(?:\ufeff)?\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*(?:<!doctype\s+html|<(?:{KNOWN_TAGS})[\s/>])",
     re.IGNORECASE | re.DOTALL,
 )
-ANY_TAG = re.compile(r"<[^<>]{0,2000}>")
-# A page of text with a few inline tags is Markdown; with this share of its characters in tags
-# (and at least MIN_TAGS known ones), it is HTML whatever its first bytes are.
-HTML_MARKUP_SHARE = 0.15
-MIN_TAGS = 3
+# Closing tags of blocks: a fragment of HTML has several, Markdown with a few inline tags none.
+BLOCK_CLOSE = re.compile(
+    r"</(?:p|div|li|td|tr|th|h[1-6]|table|ul|ol|section|article|body|html)\s*>", re.IGNORECASE
+)
+MIN_BLOCK_CLOSES = 3
 HTML_SNIFF_CHARS = 256 * 1024
 # A word broken at the end of a line by a hyphen: letter, hyphen, newline, lower-case letter.
 LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])[-\u2010\u00ad][ \t]*\n[ \t]*(?=([^\W\d_]))")
@@ -60,18 +72,70 @@ class NotText(Exception):
 
 
 def decode(data: bytes) -> str:
-    """The text of `data` in the encoding charset-normalizer finds over the whole file."""
+    """The text of `data` in the encoding charset-normalizer finds over the whole file.
+
+    Bytes below 128 read the same in every encoding tried (apart from UTF-16 and UTF-32, which
+    have NULs), so what decides is every line with a byte above 127, wherever it is in the file;
+    charset-normalizer judges those lines (spread evenly over the file when they are many), and
+    the whole file is then decoded with the first encoding that takes all of it.
+    """
     if not data:
         return ""
-    match = charset_normalizer.from_bytes(data, cp_isolation=USUAL_ENCODINGS).best()
-    if match is None:
-        match = charset_normalizer.from_bytes(data).best()
-    if match is None:
+    if b"\x00" not in data:
+        try:  # valid UTF-8 beyond ASCII is, in practice, never anything else
+            return _checked(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    # With NULs: UTF-16 or UTF-32 (or binary), told apart by a start of the file at a character
+    # boundary; the whole file is still decoded strictly below.
+    sample = data[: SAMPLE_BYTES - SAMPLE_BYTES % 4] if b"\x00" in data else _non_ascii_lines(data)
+    matches = list(charset_normalizer.from_bytes(sample, cp_isolation=USUAL_ENCODINGS))
+    if not matches:
+        matches = list(charset_normalizer.from_bytes(sample))
+    if not matches:
         raise NotText
-    try:
-        text = data.decode(match.encoding)
-    except (UnicodeDecodeError, LookupError):
-        raise NotText from None
+    matches = _cyrillic_first_if_words_are(matches, sample)
+    for match in matches:
+        try:
+            return _checked(data.decode(match.encoding))
+        except (UnicodeDecodeError, LookupError):
+            continue
+    # No encoding takes every byte (a stray byte, two encodings in one file): the best one,
+    # with what it cannot read marked, if that is little.
+    text = data.decode(matches[0].encoding, errors="replace")
+    if text.count("\ufffd") > len(text) * MAX_REPLACED_SHARE:
+        raise NotText
+    return _checked(text)
+
+
+def _cyrillic_first_if_words_are(matches: list[Any], sample: bytes) -> list[Any]:
+    """Among readings as good as the best, a Cyrillic one first when whole words are made of
+    bytes above 127: Western languages have a few accented letters in mostly ASCII words, Russian
+    has whole words of them (which a short text leaves charset-normalizer unsure of)."""
+    words = NON_ASCII_WORD.findall(sample)
+    mixed = MIXED_WORD.findall(sample)
+    if sum(map(len, words)) <= sum(map(len, mixed)):
+        return matches
+    best = matches[0].chaos
+    tied = [match for match in matches if match.chaos <= best + TIE_CHAOS]
+    cyrillic = [match for match in tied if match.encoding in CYRILLIC_ENCODINGS]
+    return cyrillic + [match for match in matches if match not in cyrillic]
+
+
+def _non_ascii_lines(data: bytes) -> bytes:
+    """The lines holding bytes above 127, at most SAMPLE_BYTES of them spread over the file."""
+    total = count = 0
+    for match in NON_ASCII_LINE.finditer(data):
+        total += match.end() - match.start() + 1
+        count += 1
+    if not count:
+        return b""
+    step = max(1, math.ceil(total / SAMPLE_BYTES))
+    lines = [match.group() for index, match in enumerate(NON_ASCII_LINE.finditer(data)) if index % step == 0]
+    return b"\n".join(lines)
+
+
+def _checked(text: str) -> str:
     text = text.removeprefix("\ufeff")
     if looks_binary(text):
         raise NotText
@@ -82,21 +146,16 @@ def looks_binary(text: str) -> bool:
     """NUL bytes, or more control characters than text ever has."""
     if "\x00" in text:
         return True
-    controls = sum(1 for char in text if char < " " and char not in "\t\n\r\f\x0b")
-    return controls > len(text) * MAX_CONTROL_SHARE
+    return len(CONTROL.findall(text)) > len(text) * MAX_CONTROL_SHARE
 
 
 def looks_like_html(text: str) -> bool:
-    """HTML by its tags: a document or fragment that starts with one, or text that is mostly markup."""
+    """HTML by its tags: a document or fragment that starts with one, or text with several
+    closed blocks (paragraphs, list items, cells) wherever they are."""
     sample = text[:HTML_SNIFF_CHARS]
     if DOCUMENT_START.match(sample):
         return True
-    known = OPENING_TAG.findall(sample)
-    if len(known) < MIN_TAGS:
-        return False
-    markup = sum(len(tag) for tag in ANY_TAG.findall(sample))
-    visible = len("".join(sample.split())) or 1
-    return markup / visible >= HTML_MARKUP_SHARE
+    return len(BLOCK_CLOSE.findall(sample)) >= MIN_BLOCK_CLOSES
 
 
 def normalise(text: str) -> str:

@@ -1,14 +1,23 @@
-"""Parsing real files in the child process: PDF, DOCX, HTML, Markdown, and the ways they go wrong."""
+"""Parsing real files in the child process: PDF, DOCX, RTF, HTML, Markdown, text in any encoding,
+and the ways they go wrong."""
 
 from __future__ import annotations
 
+import difflib
 import io
+import re
+import unicodedata
 import zipfile
+from collections import Counter
+from pathlib import Path
 
 import docx
 import pytest
 
 from retrieval.parsing import UNSUPPORTED, ParseError, detect_kind, parse
+from retrieval.readers import pdf as pdf_reader
+from retrieval.readers import quality
+from retrieval.readers.text import join_hyphenated, normalise
 
 
 def pdf_bytes(pages: list[str], title: str = "") -> bytes:
@@ -192,3 +201,229 @@ def test_latin1_text_is_read_in_its_encoding():
 def test_parser_that_runs_too_long_is_stopped():
     with pytest.raises(ParseError, match=r"took longer than 0\.001 s"):
         parse(pdf_bytes(["Slow enough"]), filename="slow.pdf", timeout=0.001)
+
+
+# --- Real files (tests/data/documents, made by its make.py) -----------------------------------------
+
+DOCUMENTS = Path(__file__).resolve().parents[1] / "data" / "documents"
+WORD = re.compile(r"\w+")
+
+
+def fixture(name: str) -> bytes:
+    return (DOCUMENTS / name).read_bytes()
+
+
+def known_text(name: str) -> str:
+    return (DOCUMENTS / name).with_suffix(".txt").read_text(encoding="utf-8")
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(unicodedata.normalize("NFKC", text).lower())
+
+
+def recall(name: str, text: str) -> float:
+    expected = words(known_text(name))
+    return sum((Counter(expected) & Counter(words(text))).values()) / len(expected)
+
+
+def without_ocr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MINDSEARCH_TESSERACT", "tesseract-not-installed")
+
+
+def test_ligatures_are_letters_and_line_end_hyphens_are_joined():
+    parsed = parse(fixture("ligatures.pdf"), filename="ligatures.pdf")
+    assert "\ufb01" not in parsed.text and "\ufb03" not in parsed.text
+    found = set(words(parsed.text))
+    assert {"difficult", "difficulty", "efficient", "office", "offline", "typesetting", "paragraph"} <= found
+    assert recall("ligatures.pdf", parsed.text) == 1.0
+
+
+def test_three_columns_are_read_column_by_column():
+    text = parse(fixture("three-columns.pdf"), filename="columns.pdf").text
+    one, two, three = (text.index(f"Column {number}") for number in ("one", "two", "three"))
+    assert one < two < three
+    expected = words(known_text("three-columns.pdf"))
+    assert difflib.SequenceMatcher(None, expected, words(text), autojunk=False).ratio() > 0.95
+
+
+def test_running_headers_and_page_numbers_are_dropped_and_headings_kept():
+    parsed = parse(fixture("report-headers.pdf"), filename="report.pdf")
+    assert len(parsed.pages) == 8
+    assert "ACME Research" not in parsed.text
+    assert not re.search(r"Page \d+ of", parsed.text)
+    assert "## Section 1: Findings" in parsed.text and "## Section 4: Методы" in parsed.text
+    assert recall("report-headers.pdf", parsed.text) == 1.0
+    # Each heading opens its page's text, so chunks of that page carry it.
+    _number, start, end = parsed.pages[3]
+    assert parsed.text[start:end].startswith("## Section 4: Методы")
+
+
+def test_a_pdf_that_pdfminer_and_pypdf_call_damaged_is_read_by_pdfium():
+    data = fixture("damaged.pdf")
+    pages, _title, error = pdf_reader._pdfminer_pages(data)
+    assert pages == [] and error
+    parsed = parse(data, filename="damaged.pdf")
+    assert recall("damaged.pdf", parsed.text) >= 0.95
+
+
+def test_a_glyph_code_text_layer_is_read_by_ocr():
+    parsed = parse(fixture("glyph-codes.pdf"), filename="glyph-codes.pdf")
+    assert "(cid:" not in parsed.text and not re.search(r"/g\d+", parsed.text)
+    assert recall("glyph-codes.pdf", parsed.text) >= 0.95
+
+
+def test_a_glyph_code_text_layer_without_ocr_is_refused_saying_why_and_what_helps(monkeypatch):
+    without_ocr(monkeypatch)
+    with pytest.raises(ParseError) as raised:
+        parse(fixture("glyph-codes.pdf"), filename="glyph-codes.pdf")
+    message = str(raised.value)
+    assert "text layer is unreadable (glyph codes instead of letters) on every page" in message
+    assert "scripts/ensure-tesseract" in message and "tesseract-ocr-rus" in message
+
+
+@pytest.mark.parametrize("name", ["scan-ru.pdf", "scan-en.pdf"])
+def test_scanned_pages_are_read_by_ocr(name):
+    parsed = parse(fixture(name), filename=name)
+    assert [number for number, _, _ in parsed.pages] == [1]
+    assert recall(name, parsed.text) >= 0.95
+
+
+def test_a_scan_without_ocr_says_how_to_add_it(monkeypatch):
+    without_ocr(monkeypatch)
+    with pytest.raises(ParseError, match=r"^no text found in the PDF \(a scan\?\); OCR is not installed"):
+        parse(fixture("scan-ru.pdf"), filename="scan.pdf")
+
+
+@pytest.mark.parametrize("name", ["tracked-changes.docx", "main-part-renamed.docx"])
+def test_docx_keeps_insertions_notes_and_content_controls_and_drops_deletions(name):
+    parsed = parse(fixture(name), filename=name)
+    assert "This sentence was inserted with tracking on." in parsed.text
+    assert "deleted" not in parsed.text
+    assert "# Отчёт о чтении документов" in parsed.text and "## Details" in parsed.text
+    assert "Сноска: данные собраны в 2025 году." in parsed.text
+    assert "Endnote: see the appendix for the method." in parsed.text
+    assert "Старые файлы часто сохранены" in parsed.text  # inside a content control
+    assert recall(name, parsed.text) == 1.0
+
+
+def test_docx_keeps_moved_text_once_at_its_new_place():
+    with zipfile.ZipFile(io.BytesIO(docx_bytes())) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    moved = (
+        f'<w:p {w}><w:moveFrom w:id="1" w:author="A"><w:r><w:t>Moved sentence.</w:t></w:r></w:moveFrom>'
+        "<w:r><w:t>Staying sentence. </w:t></w:r>"
+        '<w:moveTo w:id="2" w:author="A"><w:r><w:t>Moved sentence.</w:t></w:r></w:moveTo></w:p>'
+    ).encode()
+    members["word/document.xml"] = members["word/document.xml"].replace(b"<w:sectPr", moved + b"<w:sectPr", 1)
+    text = parse(zip_bytes(members), filename="moved.docx").text
+    assert "Staying sentence. Moved sentence." in text
+    assert text.count("Moved sentence.") == 1
+
+
+def test_a_zip_whose_main_part_is_a_spreadsheet_is_unsupported():
+    members = {
+        "[Content_Types].xml": b'<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        b'<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument'
+        b'.spreadsheetml.sheet.main+xml"/></Types>',
+        "_rels/.rels": b'<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        b'<Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
+        b'officeDocument" Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": b"<workbook/>",
+    }
+    with pytest.raises(ParseError, match=UNSUPPORTED):
+        parse(zip_bytes(members), filename="sheet.docx")
+
+
+def test_rtf_is_converted_without_control_words_or_deletions():
+    parsed = parse(fixture("tracked-changes.rtf"), filename="notes.rtf")
+    assert detect_kind(fixture("tracked-changes.rtf")) == "rtf"
+    assert "\\" not in parsed.text and "{" not in parsed.text
+    assert "Отчёт о чтении документов" in parsed.text
+    assert "deleted" not in parsed.text
+    assert recall("tracked-changes.rtf", parsed.text) == 1.0
+
+
+@pytest.mark.parametrize(
+    "name", ["cp1251.text", "koi8-r.text", "ibm866.text", "utf-16le-no-bom.text", "latin-1.text"]
+)
+def test_legacy_encodings_are_decoded(name):
+    parsed = parse(fixture(name), filename=name)
+    assert parsed.text == known_text(name).strip().replace("\r\n", "\n")
+
+
+def test_an_html_fragment_is_sniffed_by_its_tags_and_loses_scripts_and_styles():
+    data = fixture("fragment.html")
+    assert detect_kind(data) == "html"
+    parsed = parse(data, filename="fragment.txt")
+    assert "Съешь же ещё этих мягких французских булок" in parsed.text
+    assert "tracking" not in parsed.text and "color" not in parsed.text and "<" not in parsed.text
+    assert recall("fragment.html", parsed.text) == 1.0
+
+
+def test_html_whose_tag_comes_late_in_a_legacy_encoding_is_html():
+    data = fixture("late-html-cp1251.htm")
+    assert b"<html" not in data[:2048]
+    parsed = parse(data, filename="page.htm")
+    assert parsed.title == "Отчёт"
+    assert "var x" not in parsed.text and "font-family" not in parsed.text
+    assert recall("late-html-cp1251.htm", parsed.text) == 1.0
+
+
+def test_markdown_with_a_few_inline_tags_stays_text():
+    note = b"# Notes\n\nLine one<br>\nSome <b>bold</b> words and <i>more</i> prose than markup in this note."
+    assert detect_kind(note) == "text"
+    assert parse(note, filename="note").text.startswith("# Notes")
+
+
+def test_a_fragment_that_starts_with_text_is_html_by_its_closed_blocks():
+    fragment = b"Saved from a forum:\n<div><p>First post.</p><p>Second post.</p><ul><li>One</li></ul></div>"
+    assert detect_kind(fragment) == "html"
+    text = parse(fragment, filename="posts.txt").text
+    assert "Second post." in text and "<" not in text
+
+
+def test_a_markdown_file_that_starts_with_html_is_markdown_by_its_name():
+    readme = b'<p align="center"><img src="logo.png"></p>\n\n# Quokkas\n\nThey smile.\n'
+    assert detect_kind(readme) == "html"
+    parsed = parse(readme, filename="README.md")
+    assert "# Quokkas" in parsed.text and parsed.title == "Quokkas"
+
+
+# --- Cleaning and the quality check -------------------------------------------------------------------
+
+
+def test_nfkc_and_soft_hyphens():
+    assert normalise("e\ufb03cient of\u00adfice\r\nＡＢＣ") == "efficient office\nABC"
+
+
+def test_line_end_hyphens_join_only_before_a_lower_case_letter():
+    assert join_hyphenated("diffi-\ncult раз-\nбор") == "difficult разбор"
+    assert join_hyphenated("Rus-\nSia 1990-\n2000") == "Rus-\nSia 1990-\n2000"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("/g18/g152/g33/g44 " * 20, "glyph codes"),
+        ("(cid:12)(cid:33) (cid:5)" * 20, "glyph codes"),
+        ("\ue000\ue001\ue002 " * 30, "private-use"),
+        ("ÐœÐ¸Ñ€ ÐºÐ°Ðº Ð²Ð¾Ð»Ñ Ð¸ Ð¿Ñ€ÐµÐ´ÑÑ‚Ð°Ð²Ð»ÐµÐ½Ð¸Ðµ " * 5, "mojibake"),
+        ("ÆüËÜ¸ì¤Î¥Æ¥¥¹¥È¤Ç¤¹¡£ ¤³¤ì¤Ï¥Æ¥¹¥È " * 5, "mojibake"),
+        ("\x01\x02\x03 text " * 20, "control"),
+        ("•·—–•·—– ...,,,;;; " * 10, "too few letters"),
+    ],
+)
+def test_garbage_fails_the_quality_check(text, reason):
+    verdict = quality.judge(text)
+    assert not verdict.ok and reason in verdict.reason
+
+
+@pytest.mark.parametrize("name", ["three-columns.txt", "cp1251.txt", "report-headers.txt"])
+def test_prose_passes_the_quality_check(name):
+    assert quality.judge((DOCUMENTS / name).read_text(encoding="utf-8")).ok
+
+
+def test_formulas_and_tables_pass_the_quality_check():
+    assert quality.judge("∀x ∈ ℝ: ∫₀¹ f(x) dx ≤ ‖f‖₂, α β γ δ → ∞; Σ Π ≈ ≠ " * 5).ok
+    assert quality.judge("2019 2020 2021 12.5 13.7 14.9 1 234 567 89 0.05 0.01 " * 5).ok

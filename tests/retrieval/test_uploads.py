@@ -12,6 +12,7 @@ from django_q.models import OrmQ
 from retrieval.ingest import ingest
 from retrieval.models import Chunk, KeywordStats, TermStat, UploadedDocument
 from retrieval.parsing import SNIFF_BYTES
+from retrieval.search import keyword_search
 from retrieval.uploads import (
     UploadRejected,
     accept_upload,
@@ -20,7 +21,7 @@ from retrieval.uploads import (
     display_name,
     index_again,
 )
-from tests.retrieval.test_parsing import docx_bytes, pdf_bytes, zip_bytes
+from tests.retrieval.test_parsing import DOCUMENTS, docx_bytes, known_text, pdf_bytes, zip_bytes
 
 NOTES = b"# Quokkas\n\nQuokkas live on Rottnest Island and smile at visitors.\n"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -224,7 +225,6 @@ def test_too_many_files_at_once_are_refused(settings):
             zip_bytes({"xl/workbook.xml": b"<workbook/>"}),
             "sheet.docx is not a PDF, DOCX, Markdown, text or HTML file.",
         ),
-        ("notes.txt", "Quokkas in Latin-1: caf\xe9".encode("latin-1"), None),
         ("program.md", b"\x7fELF\x02\x01\x01" + bytes(600), None),
     ],
 )
@@ -282,3 +282,70 @@ def test_a_failed_document_can_be_queued_again(alice, django_capture_on_commit_c
     document.refresh_from_db()
     assert (document.status, document.error) == (UploadedDocument.Status.PENDING, "")
     assert queued_ids() == [document.pk]
+
+
+# --- Real files through the upload check and the worker alike ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "content_type"),
+    [
+        ("cp1251.text", "text/plain"),
+        ("koi8-r.text", "text/plain"),
+        ("ibm866.text", "text/plain"),
+        ("utf-16le-no-bom.text", "text/plain"),
+        ("latin-1.text", "text/plain"),
+        ("late-html-cp1251.htm", "text/html"),
+        ("fragment.html", "text/html"),
+        ("tracked-changes.rtf", "text/plain"),
+        ("main-part-renamed.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+    ],
+)
+def test_a_real_file_is_accepted_by_the_check_and_read_by_the_worker(
+    alice, django_capture_on_commit_callbacks, name, content_type
+):
+    document, _ = accept(alice, name, (DOCUMENTS / name).read_bytes(), django_capture_on_commit_callbacks)
+    assert document.content_type == content_type
+    ingest(document.pk)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.READY, document.error
+    stored = " ".join(" ".join(document.chunks.order_by("position").values_list("text", flat=True)).split())
+    last_paragraph = known_text(name).strip().split("\n\n")[-1]
+    assert " ".join(last_paragraph.split()) in stored
+
+
+def test_text_that_turns_legacy_after_the_first_kilobytes_is_read_not_refused_later(
+    alice, django_capture_on_commit_callbacks
+):
+    data = b"Plain ASCII notes. " * 200 + "Отчёт о поиске по документам, часть вторая.".encode("cp1251")
+    assert data[:SNIFF_BYTES].isascii()
+    document, _ = accept(alice, "notes.txt", data, django_capture_on_commit_callbacks)
+    ingest(document.pk)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.READY, document.error
+    assert document.chunks.filter(text__contains="Отчёт о поиске").exists()
+
+
+def test_text_that_turns_binary_after_the_first_kilobytes_is_refused_at_the_upload(alice):
+    data = b"Plain ASCII notes. " * 200 + bytes(range(256)) * 16
+    assert rejection(alice, "notes.txt", data) == "notes.txt is not a PDF, DOCX, Markdown, text or HTML file."
+
+
+def test_a_ligature_pdf_is_found_by_keyword_search_for_difficult(alice, django_capture_on_commit_callbacks):
+    data = (DOCUMENTS / "ligatures.pdf").read_bytes()
+    document, _ = accept(alice, "paper.pdf", data, django_capture_on_commit_callbacks)
+    ingest(document.pk)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.READY, document.error
+    for word in ("difficult", "efficient", "offline"):
+        assert [passage.document_id for passage in keyword_search(alice, word)] == [document.pk], word
+
+
+def test_a_markdown_file_that_starts_with_html_is_stored_as_markdown(
+    alice, django_capture_on_commit_callbacks
+):
+    readme = (
+        b'<p align="center"><img src="logo.png"></p>\n\n# Quokkas\n\n<p>They</p><p>smile</p><p>a lot.</p>\n'
+    )
+    document, _ = accept(alice, "README.md", readme, django_capture_on_commit_callbacks)
+    assert document.content_type == "text/markdown"
