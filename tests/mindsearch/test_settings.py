@@ -160,3 +160,29 @@ def test_env_helpers_are_strict(monkeypatch: pytest.MonkeyPatch) -> None:
         env_int("X_INT", 1)
     monkeypatch.setenv("X_LIST", " a.example, ,b.example ")
     assert env_list("X_LIST", []) == ["a.example", "b.example"]
+
+
+PRINT_SECRET_KEY = "from django.conf import settings; print(settings.SECRET_KEY)"
+
+
+@pytest.mark.processes
+@pytest.mark.django_db
+@pytest.mark.parametrize("debug", [None, "", "1"], ids=["unset", "empty", "on"])
+def test_development_generates_a_secret_key_into_the_data_directory(
+    tmp_path: Path, debug: str | None
+) -> None:
+    """`manage.py createsuperuser` in a fresh clone (DEBUG unset, or empty as .env.example has it)."""
+    env = processes.process_env(SECRET_KEY="", MINDSEARCH_DATA_DIR=str(tmp_path))
+    env.pop("DEBUG")
+    if debug is not None:
+        env["DEBUG"] = debug
+    first = processes.manage("shell", "-v", "0", "-c", PRINT_SECRET_KEY, env=env)
+    assert first.returncode == 0, first.stderr
+    stored = tmp_path / "secret_key"
+    key = stored.read_text().strip()
+    assert len(key) >= 50
+    assert first.stdout.strip() == key
+    assert stored.stat().st_mode & 0o777 == 0o600
+    again = processes.manage("shell", "-v", "0", "-c", PRINT_SECRET_KEY, env=env)
+    assert again.stdout.strip() == key  # sessions and signed links survive a restart
+    assert [path.name for path in tmp_path.iterdir() if "secret" in path.name] == ["secret_key"]
