@@ -7,6 +7,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
+# Where `make run` / `make web` listen: `make run PORT=8001 HOST=0.0.0.0`.
+HOST ?= 127.0.0.1
+PORT ?= 8000
 # `make run` and friends start in development mode unless DEBUG is already in the environment.
 DEV := DEBUG=$${DEBUG-1}
 # The machine's pip configuration may list package folders that do not exist; say nothing of them.
@@ -27,10 +30,10 @@ migrate: install
 	$(DEV) $(PY) manage.py migrate --noinput
 
 run: migrate
-	$(DEV) $(PY) manage.py serve
+	$(DEV) $(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 web: migrate
-	$(DEV) $(PY) -m daphne -b 127.0.0.1 -p 8000 mindsearch.asgi:application
+	$(DEV) $(PY) -m daphne -b $(HOST) -p $(PORT) mindsearch.asgi:application
 
 worker: migrate
 	$(DEV) $(PY) manage.py qcluster
