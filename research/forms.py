@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
+from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from research.models import SubQuery, Topic
@@ -30,6 +33,18 @@ class TopicForm(forms.ModelForm):
             "sources": forms.RadioSelect,
             "mode": forms.RadioSelect,
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not settings.SEARXNG_URL:
+            # A first run has no SearXNG: say so where the source is chosen, and start from the
+            # source that works without it.
+            self.fields["sources"].initial = Topic.Sources.DOCS
+            self.fields["sources"].help_text = _(
+                "Web search is not configured on this server (SEARXNG_URL is empty), so <em>Web</em> "
+                "will fail; <em>My documents</em> works now, and <em>Web and my documents</em> "
+                "searches your documents only."
+            )
 
     def clean_question(self) -> str:
         question = " ".join(self.cleaned_data["question"].split())

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Callable
 from datetime import timedelta
+from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.cache import caches
@@ -71,7 +74,7 @@ def topic_rows(context: dict[str, Any]) -> SafeString:
 def blank_form_fields() -> SafeString:
     """The new-topic form's fields before anything was typed: the same for everyone."""
     fragments = caches["fragments"]
-    key = f"topic-form:{get_language()}"
+    key = f"topic-form:{get_language()}:{bool(settings.SEARXNG_URL)}"
     html = fragments.get(key)
     if html is None:
         html = str(render_to_string("_form_fields.html", {"form": TopicForm()}))
@@ -108,13 +111,32 @@ def topic_detail(request: HttpRequest, topic_id: int) -> HttpResponse:
 # --- Plan review ---------------------------------------------------------------------------------
 
 
-def _plan_response(request: HttpRequest, topic: Topic, form: SubQueryForm | None = None) -> HttpResponse:
+def _plan_response(
+    request: HttpRequest,
+    topic: Topic,
+    *,
+    typed: list[SubQuery] | None = None,
+    form: SubQueryForm | None = None,
+    error: str = "",
+    keep_new: bool = True,
+) -> HttpResponse:
+    """The plan panel (htmx) or the page. With `typed`, `form` or `error`, the plan as it was
+    sent back with its errors beside the fields, answered 400 and nothing of it lost."""
+    failed = error or (form is not None and form.errors) or any(sq.errors for sq in typed or [])
+    context = {"plan_form": form or SubQueryForm(), "plan_error": error}
+    # What was typed into *Add* and not added yet stays in its field whatever was clicked.
+    context["new_text"] = request.POST.get("text", "") if keep_new or failed else ""
     if request.htmx:
-        context = {**panel_context(topic, {"plan"}), "plan_form": form or SubQueryForm()}
-        return render(request, "research/_plan.html", context, status=400 if form and form.errors else 200)
-    if form and form.errors:
-        messages.error(request, " ".join(form.errors.get("text", [])))
-    return redirect(reverse("topic_detail", args=[topic.pk]) + "#plan")
+        context.update(panel_context(topic, {"plan"}))
+        if typed is not None:
+            context["subqueries"] = typed
+        return render(request, "research/_plan.html", context, status=400 if failed else 200)
+    if not failed:
+        return redirect(reverse("topic_detail", args=[topic.pk]) + "#plan")
+    context = {**topic_page_context(topic), **context}
+    if typed is not None:
+        context["subqueries"] = typed
+    return render(request, "research/topic_detail.html", context, status=400)
 
 
 def _reviewable(request: HttpRequest, topic_id: int) -> Topic:
@@ -124,36 +146,86 @@ def _reviewable(request: HttpRequest, topic_id: int) -> Topic:
     return topic
 
 
+def _typed_plan(request: HttpRequest, topic: Topic) -> list[SubQuery]:
+    """The plan in its order with what the page's fields held (`text-<id>`), checked: each
+    sub-query's `text` is what was typed, `stored` what is saved, `errors` what is wrong."""
+    subqueries = list(topic.subqueries.order_by("round", "position", "id"))
+    for subquery in subqueries:
+        subquery.stored, subquery.errors = subquery.text, []
+        sent = request.POST.get(f"text-{subquery.pk}")
+        if sent is None:  # added in another tab after this page was loaded
+            continue
+        form = SubQueryForm({"text": sent})
+        if form.is_valid():
+            subquery.text = form.cleaned_data["text"]
+        else:
+            subquery.text, subquery.errors = sent, form.errors["text"]
+    return subqueries
+
+
+def _save_typed(topic: Topic, typed: list[SubQuery]) -> None:
+    """Save every field whose text differs from the stored one (it becomes the user's own)."""
+    if any(sq.text != sq.stored for sq in typed):
+        workflow.replace_plan(topic, [(sq.pk, sq.text) for sq in typed])
+
+
+def _with_typed_saved(request: HttpRequest, topic: Topic) -> HttpResponse | None:
+    """First of every plan action: save what was typed. The error answer when it cannot be."""
+    typed = _typed_plan(request, topic)
+    if any(sq.errors for sq in typed):
+        form = SubQueryForm(request.POST) if request.POST.get("text", "").strip() else None
+        if form is not None:
+            form.is_valid()
+        return _plan_response(request, topic, typed=typed, form=form)
+    try:
+        _save_typed(topic, typed)
+    except workflow.Refused as refused:  # approved meanwhile, in another tab
+        raise Http404(refused.message) from None
+    return None
+
+
 @require_POST
 def subquery_add(request: HttpRequest, topic_id: int) -> HttpResponse:
     topic = _reviewable(request, topic_id)
+    if (failed := _with_typed_saved(request, topic)) is not None:
+        return failed
     form = SubQueryForm(request.POST)
     if not form.is_valid():
-        return _plan_response(request, topic, form)
+        return _plan_response(request, topic, form=form)
     try:
         workflow.add_subquery(topic, form.cleaned_data["text"])
     except workflow.Refused as refused:  # approved meanwhile, in another tab
         raise Http404(refused.message) from None
-    return _plan_response(request, topic)
+    return _plan_response(request, topic, keep_new=False)
 
 
 @require_POST
 def subquery_update(request: HttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
+    """Save: every field of the plan form is saved, this one included. A lone `text` field (an
+    older page, a script) still edits this sub-query."""
     topic = _reviewable(request, topic_id)
     subquery = get_object_or_404(topic.subqueries, pk=subquery_id)
+    if f"text-{subquery.pk}" in request.POST:
+        return _with_typed_saved(request, topic) or _plan_response(request, topic)
     form = SubQueryForm(request.POST, instance=subquery)
     if not form.is_valid():
-        return _plan_response(request, topic, form)
+        return _plan_response(request, topic, form=form)
     subquery = form.save(commit=False)
     subquery.origin = SubQuery.Origin.USER
     subquery.save(update_fields=["text", "origin"])
-    return _plan_response(request, topic)
+    return _plan_response(request, topic, keep_new=False)
 
 
 @require_POST
 def subquery_delete(request: HttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
     topic = _reviewable(request, topic_id)
-    get_object_or_404(topic.subqueries, pk=subquery_id).delete()
+    subquery = get_object_or_404(topic.subqueries, pk=subquery_id)
+    # The row being deleted may be empty or wrong: its field is not checked.
+    request.POST = request.POST.copy()
+    request.POST.pop(f"text-{subquery.pk}", None)
+    if (failed := _with_typed_saved(request, topic)) is not None:
+        return failed
+    subquery.delete()
     return _plan_response(request, topic)
 
 
@@ -161,6 +233,8 @@ def subquery_delete(request: HttpRequest, topic_id: int, subquery_id: int) -> Ht
 def subquery_move(request: HttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
     """Swap a sub-query with its neighbour above or below, then renumber 0…n."""
     topic = _reviewable(request, topic_id)
+    if (failed := _with_typed_saved(request, topic)) is not None:
+        return failed
     ordered = list(topic.subqueries.order_by("position", "id"))
     index = next((i for i, sq in enumerate(ordered) if sq.pk == subquery_id), None)
     if index is None:
@@ -175,12 +249,23 @@ def subquery_move(request: HttpRequest, topic_id: int, subquery_id: int) -> Http
 
 @require_POST
 def plan_approve(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """Approve exactly what the page shows: typed edits and a typed, not yet added sub-query too."""
     topic = _reviewable(request, topic_id)
+    if (failed := _with_typed_saved(request, topic)) is not None:
+        return failed
+    if request.POST.get("text", "").strip():
+        form = SubQueryForm(request.POST)
+        try:
+            if form.is_valid():
+                workflow.add_subquery(topic, form.cleaned_data["text"])
+        except workflow.Refused as refused:  # the plan is full, or was approved in another tab
+            form.add_error("text", refused.message)
+        if form.errors:
+            return _plan_response(request, topic, form=form)
     try:
         workflow.approve_plan(topic)
-    except workflow.Refused as refused:
-        messages.error(request, refused.message)
-        return redirect(reverse("topic_detail", args=[topic.pk]) + "#plan")
+    except workflow.Refused as refused:  # an empty plan, or too many topics running
+        return _plan_response(request, topic, error=refused.message, keep_new=False)
     return redirect("topic_detail", topic_id=topic.pk)
 
 
@@ -252,27 +337,42 @@ def _reported(topic: Topic) -> Topic:
     return topic
 
 
+class ShareGone(Exception):
+    """A share link that is unknown, revoked or expired (or whose report is gone)."""
+
+
 def _shared(token: str) -> Topic:
     link = ShareLink.objects.find(token)
     if link is None or not hasattr(link.topic, "report"):
-        raise Http404
+        raise ShareGone
     return link.topic
 
 
-@login_not_required
-@require_GET
-def shared_report(request: HttpRequest, token: str) -> HttpResponse:
-    topic = _shared(token)
+def shared(view: Callable[[HttpRequest, Topic, str], HttpResponse]) -> Callable[..., HttpResponse]:
+    """A page behind a share token: anyone may open it; a dead link gets the styled 404 page
+    that says so (also with DEBUG on, which would otherwise list the site's URLs)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, token: str) -> HttpResponse:
+        try:
+            topic = _shared(token)
+        except ShareGone:
+            return render(request, "research/share_gone.html", status=404)
+        return view(request, topic, token)
+
+    return login_not_required(require_GET(wrapper))
+
+
+@shared
+def shared_report(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
     return render(request, "research/shared_report.html", topic_context(topic, shared_token=token))
 
 
-@login_not_required
-@require_GET
-def shared_report_markdown(request: HttpRequest, token: str) -> HttpResponse:
-    return export.markdown_response(_shared(token))
+@shared
+def shared_report_markdown(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
+    return export.markdown_response(topic)
 
 
-@login_not_required
-@require_GET
-def shared_report_pdf(request: HttpRequest, token: str) -> HttpResponse:
-    return export.pdf_response(request, _shared(token))
+@shared
+def shared_report_pdf(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
+    return export.pdf_response(request, topic)
