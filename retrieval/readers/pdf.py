@@ -17,6 +17,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,9 +25,11 @@ from dataclasses import dataclass, field
 from retrieval.readers import quality
 from retrieval.readers.text import join_hyphenated, normalise
 
-# A block whose top is within this share of the page's height from its top or bottom edge is in
-# the margin, where running headers, footers and page numbers live.
+# A block wholly within this share of the page's height from its top or bottom edge is in the
+# margin, where running headers, footers and page numbers live.
 MARGIN_SHARE = 0.08
+# Longer than this, a block is text, however often it repeats.
+RUNNING_MAX_CHARS = 200
 # A margin line seen (digits aside) on at least this share of the pages is a running header.
 REPEATED_SHARE = 0.5
 # A block this much larger than the body text, and short, is a heading.
@@ -38,6 +41,8 @@ PAGE_NUMBER = re.compile(
     re.IGNORECASE,
 )
 BLOCK_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n\n(?=([^\W\d_]))")
+# pdfminer's share of the parse timeout (60 s); pages after it are read by pdfium.
+PDFMINER_SECONDS = 30.0
 # OCR: 300 dpi is what tesseract is trained on.
 OCR_SCALE = 300 / 72
 OCR_LANGUAGES = "rus+eng"
@@ -84,10 +89,10 @@ class PdfText:
 
 def read(data: bytes) -> PdfText:
     """Read every page with the engines in turn; scans and garbage are marked, not guessed at."""
-    pages, title, first_error = _pdfminer_pages(data)
+    pages, title, first_error, complete = _pdfminer_pages(data)
     for page in pages:
         page.verdict = quality.judge(page.text)
-    if not pages or any(not page.verdict.ok or not page.text.strip() for page in pages):
+    if not complete or any(not page.verdict.ok or not page.text.strip() for page in pages):
         pdfium_pages, pdfium_error = _pdfium_pages(data)
         if not pages and pdfium_pages is None:
             password = any(
@@ -158,29 +163,33 @@ def _tesseract(png: bytes) -> str:
 # --- pdfminer ---------------------------------------------------------------------------------
 
 
-def _pdfminer_pages(data: bytes) -> tuple[list[Page], str, str]:
-    """(pages, title, error): pages empty with the error when pdfminer cannot read the file."""
+def _pdfminer_pages(data: bytes) -> tuple[list[Page], str, str, bool]:
+    """(pages, title, error, complete): no pages and the error when pdfminer cannot read the
+    file; not complete when its time ran out (pdfminer is pure Python: pdfium reads the rest)."""
     from pdfminer.high_level import extract_pages
     from pdfminer.layout import LAParams, LTFigure, LTImage, LTTextBox
 
     pages: list[Page] = []
+    deadline = time.monotonic() + PDFMINER_SECONDS
     try:
         for layout in extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True)):
+            if time.monotonic() > deadline:
+                return pages, _pdfminer_title(data), "", False
             height = layout.height or 1.0
             page = Page()
             for element in layout:
                 if isinstance(element, LTTextBox):
                     edge = (
-                        element.y1 > layout.y1 - height * MARGIN_SHARE
-                        or element.y0 < layout.y0 + height * MARGIN_SHARE
+                        element.y0 >= layout.y1 - height * MARGIN_SHARE
+                        or element.y1 <= layout.y0 + height * MARGIN_SHARE
                     )
                     page.blocks.append(Block(element.get_text(), _font_size(element), edge))
                 elif isinstance(element, LTImage | LTFigure):
                     page.has_images = True
             pages.append(page)
     except Exception as error:  # pdfminer raises many kinds on a damaged file
-        return [], "", _describe(error)
-    return pages, _pdfminer_title(data), ""
+        return [], "", _describe(error), False
+    return pages, _pdfminer_title(data), "", True
 
 
 def _font_size(box: object) -> float:
@@ -259,6 +268,7 @@ def _second_reading(pages: list[Page], second: list[Page]) -> list[Page]:
         page.verdict = quality.judge(page.text)
     if not pages:
         return second
+    pages = pages + second[len(pages) :]  # pages pdfminer had no time for
     for index, page in enumerate(pages[: len(second)]):
         other = second[index]
         page.has_images = page.has_images or other.has_images
@@ -309,6 +319,7 @@ def _drop_running_lines(pages: list[Page]) -> None:
             for block in page.blocks
             if not (
                 block.edge
+                and len(block.text) <= RUNNING_MAX_CHARS
                 and not block.text.startswith("## ")
                 and block.text.strip()
                 and (seen[_running_key(block.text)] >= threshold or PAGE_NUMBER.match(block.text.strip()))

@@ -260,10 +260,23 @@ def test_running_headers_and_page_numbers_are_dropped_and_headings_kept():
 
 def test_a_pdf_that_pdfminer_and_pypdf_call_damaged_is_read_by_pdfium():
     data = fixture("damaged.pdf")
-    pages, _title, error = pdf_reader._pdfminer_pages(data)
+    pages, _title, error, _complete = pdf_reader._pdfminer_pages(data)
     assert pages == [] and error
     parsed = parse(data, filename="damaged.pdf")
     assert recall("damaged.pdf", parsed.text) >= 0.95
+
+
+def test_text_near_the_top_repeated_on_every_page_is_kept_when_it_is_not_in_the_margin():
+    parsed = parse(pdf_bytes(["The same paragraph on every page of a form."] * 3), filename="form.pdf")
+    assert parsed.text.count("The same paragraph on every page of a form.") == 3
+
+
+def test_pages_pdfminer_has_no_time_for_are_read_by_pdfium(monkeypatch):
+    monkeypatch.setattr(pdf_reader, "PDFMINER_SECONDS", 0.0)
+    read = pdf_reader.read(fixture("report-headers.pdf"))
+    assert len(read.pages) == 8 and all(read.pages)
+    assert "ACME Research" not in " ".join(read.pages)
+    assert recall("report-headers.pdf", "\n".join(read.pages)) >= 0.95
 
 
 def test_a_glyph_code_text_layer_is_read_by_ocr():
