@@ -26,7 +26,7 @@ from research.models import CacheEntry, Citation, Document, Hit, Report, Topic
 from research.pipeline import citecheck, diversity, extractive, passages
 from research.pipeline.context import RunContext, StageError
 from research.pipeline.llm import ask, data_block, load_prompt
-from research.pipeline.parsing import is_russian
+from research.pipeline.parsing import is_russian, language_of
 
 STAGE = "answer"
 CHECK_STAGE = "citecheck"
@@ -204,7 +204,10 @@ def _request(question: str, documents: list[Document], excerpts: dict[int, str])
         f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{excerpts[n]}"
         for n, document in enumerate(documents, 1)
     ]
-    return f"Исходный запрос: {question}\n\nИсточники:\n" + data_block("\n\n---\n\n".join(blocks))
+    return (
+        f"Исходный запрос: {question}\nЯзык ответа: {language_of(question)}\n\nИсточники:\n"
+        + data_block("\n\n---\n\n".join(blocks))
+    )
 
 
 def _extractive(

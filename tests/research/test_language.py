@@ -55,3 +55,20 @@ def test_english_questions_are_still_searched_in_russian_and_english(alice: User
     topic = research(alice, question="What hardware is needed to train Mixture of Tokens models?")
     languages = set(SearchQuery.objects.filter(subquery__topic=topic).values_list("language", flat=True))
     assert languages == {"ru", "en"}
+
+
+def answer_requests(world: World) -> list[str]:
+    bodies = [json.loads(r.body) for r in world.llm.requests_to("/v1/chat/completions")]
+    return [
+        b["messages"][-1]["content"] for b in bodies if prompt_kind(b["messages"][0]["content"]) == "answer"
+    ]
+
+
+def test_the_report_is_asked_for_in_the_questions_language(alice: User, loopback: World) -> None:
+    from tests.reliability.runs import research
+
+    topic = research(alice, question="What hardware is needed to train Mixture of Tokens models?")
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    requests = answer_requests(loopback)
+    assert requests and all("Язык ответа: английский (English)" in r for r in requests)
+    assert "на языке исходного запроса." not in load_prompt("answer").text
