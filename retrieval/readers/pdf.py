@@ -40,6 +40,8 @@ PAGE_NUMBER = re.compile(
     r"(?:\d{1,4}|[ivxlcdm]{1,6})(?:\s*(?:of|из|/)\s*\d{1,4})?[\W_]*$",
     re.IGNORECASE,
 )
+# pdfminer's stand-in for a glyph its font maps to no character (a symbol in a formula, say).
+UNMAPPED_GLYPH = re.compile(r"\(cid:\d+\)")
 BLOCK_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n\n(?=([^\W\d_]))")
 # pdfminer's share of the parse timeout (60 s); pages after it are read by pdfium.
 PDFMINER_SECONDS = 30.0
@@ -341,7 +343,7 @@ def _page_text(page: Page) -> str:
 def _clean(text: str) -> str:
     """One block: words broken at line ends joined, ligatures and the like normalised, lines of a
     paragraph joined by spaces; blank lines (paragraph breaks) kept."""
-    text = normalise(join_hyphenated(normalise(text)))
+    text = normalise(join_hyphenated(normalise(UNMAPPED_GLYPH.sub("", text))))
     paragraphs = re.split(r"\n[ \t]*\n", text)
     return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs if paragraph.strip())
 

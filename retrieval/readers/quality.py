@@ -41,10 +41,13 @@ def judge(text: str) -> Verdict:
     visible = "".join(text.split())
     if len(visible) < MIN_CHARS:
         return GOOD
-    total = len(visible)
-    glyph_chars = sum(len(match) for match in GLYPH_CODES.findall(visible))
-    if glyph_chars / total > MAX_GLYPH_CODE_SHARE:
+    # Each glyph code stands for one character: a formula's few unmapped symbols in a page of
+    # prose are a small share, a text layer made of codes nearly all of it.
+    codes = GLYPH_CODES.findall(visible)
+    code_chars = sum(map(len, codes))
+    if len(codes) / (len(visible) - code_chars + len(codes)) > MAX_GLYPH_CODE_SHARE:
         return Verdict(False, "glyph codes instead of letters")
+    total = len(visible)
     if sum(1 for char in visible if _private_use(char)) / total > MAX_PRIVATE_USE_SHARE:
         return Verdict(False, "private-use characters instead of letters")
     if sum(1 for char in visible if char < " " or "\x7f" <= char < "\xa0") / total > MAX_CONTROL_SHARE:

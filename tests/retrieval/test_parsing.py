@@ -437,6 +437,11 @@ def test_prose_passes_the_quality_check(name):
     assert quality.judge((DOCUMENTS / name).read_text(encoding="utf-8")).ok
 
 
+def test_a_page_of_prose_with_a_few_unmapped_formula_symbols_passes():
+    page = "The mechanism satisfies (cid:2)-differential privacy for any data set D. " * 30
+    assert quality.judge(page).ok
+
+
 def test_formulas_and_tables_pass_the_quality_check():
     assert quality.judge("∀x ∈ ℝ: ∫₀¹ f(x) dx ≤ ‖f‖₂, α β γ δ → ∞; Σ Π ≈ ≠ " * 5).ok
     assert quality.judge("2019 2020 2021 12.5 13.7 14.9 1 234 567 89 0.05 0.01 " * 5).ok
