@@ -1,16 +1,22 @@
 """Personal API tokens for staff: who has which, when each was last used, and revoking a
-leaked one. Only hashes are stored, so there is no token to show or edit."""
+leaked one. Only hashes are stored, so there is no token to show or edit. Invite links for
+SIGNUP=invite, and the admin's sign-in behind the login guard."""
 
 from __future__ import annotations
 
+import secrets
+from typing import Any
+
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth.decorators import login_not_required
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch.forms import ThrottledAdminAuthenticationForm
-from mindsearch.models import ApiToken
+from mindsearch.models import ApiToken, Invite, hash_api_token
 
 # The admin's door shares the sign-in page's guard (mindsearch/throttle.py).
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -44,3 +50,37 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset:
             token.revoke()
         self.message_user(request, _("%d tokens revoked.") % queryset.count(), messages.SUCCESS)
+
+
+@admin.register(Invite)
+class InviteAdmin(admin.ModelAdmin):
+    """Invite links for SIGNUP=invite: add one, copy its link from the message (shown once; only
+    its hash is kept), send it to the person; it signs up one account."""
+
+    list_display = ("__str__", "created_by", "created_at", "expires_at", "used_at", "used_by")
+    list_filter = (("used_at", admin.EmptyFieldListFilter), "created_at")
+    search_fields = ("note", "used_by__username")
+    fields = ("note", "expires_at", "created_by", "created_at", "used_at", "used_by")
+    readonly_fields = ("created_by", "created_at", "used_at", "used_by")
+
+    def save_model(self, request: HttpRequest, obj: Invite, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        token = secrets.token_urlsafe(24)
+        obj.token_hash = hash_api_token(token)
+        obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+        link = request.build_absolute_uri(f"{reverse('signup')}?invite={token}")
+        self.message_user(
+            request,
+            _("The invite link, shown this once: %(link)s") % {"link": link},
+            messages.WARNING if settings.SIGNUP != "invite" else messages.SUCCESS,
+        )
+        if settings.SIGNUP != "invite":
+            self.message_user(
+                request,
+                _("Sign-up is %(mode)s, so the link is only needed with SIGNUP=invite.")
+                % {"mode": settings.SIGNUP},
+                messages.WARNING,
+            )

@@ -22,6 +22,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
 from mindsearch.models import ApiToken
+from research import workflow
 from research.api import router as research_router
 from retrieval.api import router as retrieval_router
 
@@ -141,6 +142,17 @@ def too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     detail = f"The request body is too large: at most {limit} bytes (files are uploaded as multipart)."
     return api.create_response(request, {"detail": detail}, status=413)
+
+
+@api.exception_handler(workflow.OverLimit)
+def over_limit(request: HttpRequest, exc: workflow.OverLimit) -> HttpResponse:
+    """A fair-use limit (too many topics at once, too many sub-queries): 429."""
+    return api.create_response(request, {"detail": exc.message}, status=429)
+
+
+@api.exception_handler(workflow.Refused)
+def refused(request: HttpRequest, exc: workflow.Refused) -> HttpResponse:
+    return api.create_response(request, {"detail": exc.message}, status=409)
 
 
 @api.exception_handler(SuspiciousOperation)

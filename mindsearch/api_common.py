@@ -42,8 +42,15 @@ class ValidationErrorOut(Schema):
 
 def errors(*codes: int) -> dict[int, type[Schema]]:
     """The error answers of an operation: its own `codes`, plus those any operation may give
-    (400 unreadable body, 401 not authenticated, 403 forbidden or CSRF, 422 invalid input)."""
-    found: dict[int, type[Schema]] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 422: ValidationErrorOut}
+    (400 unreadable body, 401 not authenticated, 403 forbidden or CSRF, 422 invalid input,
+    429 a fair-use limit of the account: topics at once, plan size, daily LLM budget)."""
+    found: dict[int, type[Schema]] = {
+        400: ErrorOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        422: ValidationErrorOut,
+        429: ErrorOut,
+    }
     found.update(dict.fromkeys(codes, ErrorOut))
     return found
 

@@ -100,3 +100,49 @@ class ApiToken(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
+
+
+class InviteQuerySet(models.QuerySet):
+    def usable(self) -> InviteQuerySet:
+        return self.filter(used_at__isnull=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+        )
+
+    def find(self, token: str) -> Invite | None:
+        """The unused, unexpired invite a sign-up link carries, or None; only hashes are stored."""
+        return self.usable().filter(token_hash=hash_api_token(token)).first() if token else None
+
+
+class Invite(models.Model):
+    """A single-use sign-up link the operator makes in the admin (with SIGNUP=invite)."""
+
+    token_hash = models.CharField(max_length=64, unique=True)
+    note = models.CharField(_("note"), max_length=200, blank=True, default="", help_text=_("Who it is for."))
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    objects = InviteQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.note or f"Invite {self.pk}"
+
+    @classmethod
+    def issue(
+        cls, created_by: Any, note: str = "", expires_in: timedelta | None = None
+    ) -> tuple[Invite, str]:
+        token = secrets.token_urlsafe(24)
+        expires_at = timezone.now() + expires_in if expires_in else None
+        invite = cls.objects.create(
+            token_hash=hash_api_token(token), note=note, created_by=created_by, expires_at=expires_at
+        )
+        return invite, token

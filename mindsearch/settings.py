@@ -286,6 +286,15 @@ LLM_PRICE_INPUT_PER_1K = env_float("LLM_PRICE_INPUT_PER_1K", 0.0)
 LLM_PRICE_OUTPUT_PER_1K = env_float("LLM_PRICE_OUTPUT_PER_1K", 0.0)
 LLM_MODEL_PRICES = env_prices("LLM_MODEL_PRICES")
 LLM_PRICE_CURRENCY = env_str("LLM_PRICE_CURRENCY") or "USD"
+# Optional daily budgets per user (0 = none): tokens, and cost in LLM_PRICE_CURRENCY. Past one,
+# that user's runs finish without the LLM and say why (research/budget.py).
+LLM_DAILY_TOKEN_BUDGET = env_int("LLM_DAILY_TOKEN_BUDGET", 0)
+LLM_DAILY_COST_BUDGET = env_float("LLM_DAILY_COST_BUDGET", 0.0)
+# LLM answers cached for everyone (shared: cheaper; anyone can learn that a question was asked
+# recently from a fast answer) or for each user alone (user). See RELIABILITY.md.
+LLM_CACHE_SCOPE = (env_str("LLM_CACHE_SCOPE") or "shared").lower()
+if LLM_CACHE_SCOPE not in {"shared", "user"}:
+    raise ImproperlyConfigured(f"LLM_CACHE_SCOPE must be 'shared' or 'user', got {LLM_CACHE_SCOPE!r}")
 
 # --- Research: deep rounds, source selection (seeds 001, 002) ----------------------------------
 # Deep mode stops when a round's relevant new documents / relevant documents already known falls

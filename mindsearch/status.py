@@ -1,4 +1,10 @@
-"""What is configured and reachable, checked for real each time the status page is shown."""
+"""What is configured and reachable, checked for real.
+
+The outside services are asked at most once a minute (`STATUS_CACHE_SECONDS`; the result is
+kept per language in Django's cache, shared by every web process), so viewing the page cannot
+be turned into a stream of outbound requests. Staff see every detail; other users see each
+component's state only — service addresses, versions, host names and paths are the operator's.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,11 @@ import httpx
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 from django_q.status import Stat
 
 OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
@@ -225,5 +233,27 @@ async def _outside_checks() -> list[Check]:
 
 
 def run_checks() -> list[Check]:
-    channel, llm, searxng, reader = async_to_sync(_outside_checks)()
-    return [check_database(), check_worker(), channel, llm, searxng, reader, check_embeddings()]
+    """Every check, from the cache when they were run within the last minute."""
+    key = f"status-checks:{translation.get_language()}"
+    checks = cache.get(key)
+    if checks is None:
+        channel, llm, searxng, reader = async_to_sync(_outside_checks)()
+        checks = [check_database(), check_worker(), channel, llm, searxng, reader, check_embeddings()]
+        cache.set(key, checks, settings.STATUS_CACHE_SECONDS)
+    return checks
+
+
+PUBLIC_SUMMARIES = {
+    OK: _lazy("Working"),
+    WARN: _lazy("Working, with a warning for the administrator"),
+    OFF: _lazy("Not configured"),
+    ERROR: _lazy("Unavailable; the administrator can see why"),
+}
+
+
+def checks_for(user: object) -> list[Check]:
+    """What this user may see: everything for staff, each component's state for the others."""
+    checks = run_checks()
+    if getattr(user, "is_staff", False):
+        return checks
+    return [Check(check.name, check.state, str(PUBLIC_SUMMARIES[check.state])) for check in checks]

@@ -2,40 +2,71 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import AdminSite
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import LoginView
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from mindsearch import throttle
+from mindsearch import signup_rate, throttle
 from mindsearch.forms import ApiTokenForm, SignUpForm, ThrottledAuthenticationForm
-from mindsearch.models import ApiToken
-from mindsearch.status import run_checks
+from mindsearch.models import ApiToken, Invite
+from mindsearch.status import checks_for
 
 
 def status(request: HttpRequest) -> HttpResponse:
     """What is configured and reachable; also where a new user lands before any topic exists."""
-    return render(request, "status.html", {"checks": run_checks()})
+    return render(request, "status.html", {"checks": checks_for(request.user)})
 
 
 @login_not_required
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
+    """Joining, as the operator allows it (SIGNUP): open to anyone, by invite link only, or
+    closed; and at most SIGNUP_RATE_PER_HOUR new accounts an hour from one address."""
     if request.user.is_authenticated:
         return redirect("home")
+    mode = settings.SIGNUP
+    token = request.POST.get("invite") or request.GET.get("invite") or ""
+    invite = Invite.objects.find(token) if mode == "invite" else None
+    if mode == "closed" or (mode == "invite" and invite is None):
+        reason = (
+            _("Sign-up is closed on this server. Ask its operator for an account.")
+            if mode == "closed"
+            else _("Sign-up on this server is by invitation: open the invite link you were sent.")
+            if not token
+            else _("This invite link is unknown, expired or already used. Ask the operator for a new one.")
+        )
+        return render(request, "registration/signup.html", {"closed_reason": reason}, status=403)
     form = SignUpForm(request.POST or None)
+    context = {"form": form, "invite": token if invite else ""}
     if request.method == "POST" and form.is_valid():
-        user = form.save()
+        if not signup_rate.allow(request):
+            form.add_error(None, _("Too many accounts were created from your address; try again in an hour."))
+            return render(request, "registration/signup.html", context, status=429)
+        with transaction.atomic():
+            if invite is not None:
+                # The invite is used once: a second tab with the same link finds it taken.
+                claimed = Invite.objects.usable().filter(pk=invite.pk).update(used_at=timezone.now())
+                if not claimed:
+                    form.add_error(None, _("This invite link was used meanwhile."))
+                    return render(request, "registration/signup.html", context, status=403)
+            user = form.save()
+            if invite is not None:
+                Invite.objects.filter(pk=invite.pk).update(used_by=user)
+        signup_rate.record(request)
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, _("Welcome to MindSearch, %s.") % user.username)
         return redirect("home")
-    return render(request, "registration/signup.html", {"form": form})
+    return render(request, "registration/signup.html", context)
 
 
 def guarded_response(request: HttpRequest, response: HttpResponse, form: object) -> HttpResponse:

@@ -15,6 +15,7 @@ import json
 import logging
 import zipfile
 import zlib
+from collections.abc import Callable
 from datetime import date
 from typing import IO, Any
 
@@ -178,28 +179,37 @@ def import_archive(upload: IO[bytes], owner: AbstractBaseUser) -> Topic:
     return import_topic(read_archive(upload), owner)
 
 
-def import_topic(data: dict[str, Any], owner: AbstractBaseUser) -> Topic:
-    """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved."""
+Progress = Callable[[int, int], None]
+
+
+def import_topic(data: dict[str, Any], owner: AbstractBaseUser, progress: Progress | None = None) -> Topic:
+    """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved.
+    `progress(done, total)` hears of the rows saved so far (the import job's page shows it)."""
     checked = check(data)
     citations = archive_citations.check(data, checked.report)
     try:
         with transaction.atomic():
-            return _create(checked, owner, citations)
+            return _create(checked, owner, citations, progress or (lambda done, total: None))
     except DatabaseError:
         # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.
         log.exception("a checked topic archive could not be saved")
         raise ArchiveError(_("The archive holds data the database refuses.")) from None
 
 
-def _create(checked: Checked, owner: AbstractBaseUser, citations: list[dict[str, Any]]) -> Topic:
+def _create(
+    checked: Checked, owner: AbstractBaseUser, citations: list[dict[str, Any]], progress: Progress
+) -> Topic:
     fields = dict(checked.topic)
     events = checked.tables["run_events"]
     fields["last_event_seq"] = max([fields["last_event_seq"], *(event["seq"] for event in events)])
     topic = Topic.objects.create(owner=owner, **fields)
     _restore_created_at(Topic, [topic], [checked.topic])
     new_ids: dict[str, dict[int, int]] = {}
+    total, done = sum(len(rows) for rows in checked.tables.values()), 0
     for table in TABLES:
+        progress(done, total)
         rows = checked.tables[table.name]
+        done += len(rows)
         objects = [table.model(**_values(table, row, topic, owner, new_ids)) for row in rows]
         created = table.model.objects.bulk_create(objects, batch_size=500)
         if "created_at" in table.fields:

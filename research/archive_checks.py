@@ -202,6 +202,7 @@ def check(data: dict[str, Any]) -> Checked:
     for table in TABLES:
         tables[table.name] = _check_table(table, data.get(table.name, []), tables)
     _check_like_live_data(tables)
+    _check_plan_size(tables["subqueries"])
     report = None
     if data.get("report") is not None:
         report = _check_row(Report, REPORT_FIELDS, data["report"], "report")
@@ -223,6 +224,16 @@ def _check_like_live_data(tables: dict[str, list[dict[str, Any]]]) -> None:
         if len(row["message"]) > MAX_EVENT_MESSAGE_CHARS or not _event_data_ok(row["data"]):
             message = _("In the archive, %(row)s is not a progress line MindSearch writes.")
             raise ArchiveError(message % {"row": where})
+
+
+def _check_plan_size(subqueries: list[dict[str, Any]]) -> None:
+    """The plan meets the same cap as one made on the page, so resuming it cannot cost more."""
+    from research import workflow  # the workflow imports the pipeline; only needed here
+
+    try:
+        workflow.check_plan_size(sum(1 for row in subqueries if row["round"] == 1))
+    except workflow.OverLimit as over:
+        raise ArchiveError(over.message) from None
 
 
 def _check_url(url: Any, where: str) -> None:

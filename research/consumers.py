@@ -9,6 +9,7 @@ research/feeds.py renders both once per process for all the topic's watchers.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,6 +22,19 @@ from django.utils.translation.trans_real import parse_accept_lang_header
 from research import feeds
 from research.models import Topic
 from research.progress import topic_group
+
+# Event numbers are 32-bit in PostgreSQL.
+MAX_SEQ = 2**31 - 1
+
+
+def valid_since(value: object) -> int:
+    """An event number from a client: a whole number from 0 up, at most MAX_SEQ; ValueError for
+    anything else (1e999, NaN, "3", true, a list …)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("since must be a number")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError("since must be a whole number")
+    return min(max(0, int(value)), MAX_SEQ)
 
 
 class TopicProgressConsumer(AsyncWebsocketConsumer):
@@ -49,9 +63,9 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
-            since = int(json.loads(text_data or "{}").get("since", 0))
-        except (ValueError, TypeError, AttributeError):
-            return
+            since = valid_since(json.loads(text_data or "{}").get("since", 0))
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            return  # not a number of an event: ignored, the socket stays as it was
         await self._catch_up(max(since, self.last_seq or 0))
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -73,7 +87,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         if "since" not in query:
             return None
         try:
-            return max(0, int(query["since"][0]))
+            return valid_since(int(query["since"][0]))
         except ValueError:
             return 0
 

@@ -1,9 +1,26 @@
-"""A report as a file: Markdown as written, or a PDF rendered from the same sanitised HTML."""
+"""A report as a file: Markdown as written, or a PDF rendered from the same sanitised HTML.
+
+A PDF takes WeasyPrint seconds to a minute to render, and a share link lets anyone ask for it:
+each is rendered once per version of what it shows (the hash of its HTML, which holds the
+report, its sources and the reader's language), kept under MEDIA_ROOT/pdf/<topic>/, and served
+from there; requests for one that is being rendered wait for that render instead of starting
+their own.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+from django.conf import settings
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.utils.text import slugify
@@ -41,13 +58,47 @@ def markdown_response(topic: Topic) -> HttpResponse:
     return response
 
 
+PDF_LOCK_NAMESPACE = 7_302  # first key of pg_advisory_lock(int, int): "PDF of a topic"
+
+
 def report_pdf(topic: Topic) -> bytes:
+    html = render_to_string("research/report_pdf.html", topic_context(topic))
+    folder = Path(settings.MEDIA_ROOT) / "pdf" / str(topic.pk)
+    path = folder / f"{hashlib.sha256(html.encode()).hexdigest()[:32]}.pdf"
+    if path.is_file():
+        return path.read_bytes()
+    with _render_lock(topic.pk):
+        if path.is_file():  # rendered by the request this one waited for
+            return path.read_bytes()
+        pdf = render_pdf(html)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(pdf)
+        os.replace(partial, path)
+        for older in folder.glob("*.pdf"):  # earlier versions of the report
+            if older != path:
+                older.unlink(missing_ok=True)
+    return pdf
+
+
+def render_pdf(html: str) -> bytes:
     # Imported here: WeasyPrint loads the system's pango when imported.
     from weasyprint import HTML
 
-    html = render_to_string("research/report_pdf.html", topic_context(topic))
     # No base_url: the report may not make WeasyPrint fetch anything, local or remote.
     return HTML(string=html, url_fetcher=_refuse_fetch).write_pdf()
+
+
+@contextmanager
+def _render_lock(topic_id: int) -> Iterator[None]:
+    """One render of a topic's PDF at a time, across every web process."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [PDF_LOCK_NAMESPACE, topic_id])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [PDF_LOCK_NAMESPACE, topic_id])
 
 
 def _refuse_fetch(url: str, *args: object, **kwargs: object) -> dict:
@@ -63,4 +114,145 @@ def pdf_response(request: HttpRequest, topic: Topic) -> HttpResponse:
         return HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
     response = HttpResponse(pdf, content_type="application/pdf")
     response["Content-Disposition"] = f'attachment; filename="{filename(topic, "pdf")}"'
+    return response
+
+
+# --- DOCX ------------------------------------------------------------------------------------------
+# Made from the same Markdown as the .md download (its header, sub-queries, report, citations
+# and sources list), through the sanitised HTML the page shows, so nothing the page would refuse
+# reaches the document either.
+
+DOCX_CONTENT_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+HYPERLINK_RELATION = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/hyperlink"
+MONOSPACE = "Courier New"
+
+
+def report_docx(topic: Topic) -> bytes:
+    from docx import Document  # imported here: only this download needs it
+    from lxml import html as lxml_html
+
+    from research.rendering import render_markdown
+
+    document = Document()
+    document.core_properties.title = topic.question[:250]
+    html = str(render_markdown(report_markdown(topic)))
+    root = lxml_html.fragment_fromstring(html or "<p></p>", create_parent="div")
+    for element in root:
+        _docx_block(document, element)
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def _docx_block(document: Any, element: Any, *, depth: int = 0) -> None:
+    tag = element.tag if isinstance(element.tag, str) else ""
+    if tag in {"h1", "h2", "h3", "h4", "h5", "h6"}:
+        _docx_inline(document.add_heading(level=min(int(tag[1]), 4)), element)
+    elif tag in {"ul", "ol"}:
+        style = "List Bullet" if tag == "ul" else "List Number"
+        if depth:
+            style += f" {min(depth + 1, 3)}"
+        for item in element:
+            if getattr(item, "tag", "") != "li":
+                continue
+            paragraph = document.add_paragraph(style=style)
+            _docx_inline(paragraph, item, skip={"ul", "ol"})
+            for child in item:
+                if child.tag in {"ul", "ol"}:
+                    _docx_block(document, child, depth=depth + 1)
+    elif tag == "blockquote":
+        for child in element:
+            if child.tag == "p":
+                _docx_inline(document.add_paragraph(style="Quote"), child)
+            else:
+                _docx_block(document, child, depth=depth)
+    elif tag == "pre":
+        paragraph = document.add_paragraph()
+        paragraph.add_run(element.text_content()).font.name = MONOSPACE
+    elif tag == "table":
+        _docx_table(document, element)
+    elif tag == "hr":
+        document.add_paragraph()
+    else:  # p, and anything else as a paragraph of its text
+        _docx_inline(document.add_paragraph(), element)
+
+
+def _docx_inline(
+    paragraph: Any, element: Any, *, skip: set[str] | frozenset[str] = frozenset(), **style: bool
+) -> None:
+    """The text of `element` with bold, italic, code and links, as runs of `paragraph`."""
+    if element.text:
+        _docx_run(paragraph, element.text, **style)
+    for child in element:
+        tag = child.tag if isinstance(child.tag, str) else ""
+        if tag in skip:
+            pass
+        elif tag == "br":
+            paragraph.add_run().add_break()
+        elif tag == "a" and (child.get("href") or "").startswith(("http://", "https://", "mailto:")):
+            _docx_link(paragraph, child.get("href"), child.text_content())
+        else:
+            child_style = dict(style)
+            if tag in {"strong", "b"}:
+                child_style["bold"] = True
+            elif tag in {"em", "i"}:
+                child_style["italic"] = True
+            elif tag == "code":
+                child_style["code"] = True
+            _docx_inline(paragraph, child, skip=skip, **child_style)
+        if child.tail:
+            _docx_run(paragraph, child.tail, **style)
+
+
+def _docx_run(
+    paragraph: Any, text: str, *, bold: bool = False, italic: bool = False, code: bool = False
+) -> None:
+    run = paragraph.add_run(re.sub(r"\s+", " ", text))  # whitespace as HTML shows it
+    run.bold, run.italic = bold or None, italic or None
+    if code:
+        run.font.name = MONOSPACE
+
+
+def _docx_link(paragraph: Any, url: str, text: str) -> None:
+    """A real hyperlink (python-docx has no API for one: the run is wrapped in w:hyperlink)."""
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    relation = paragraph.part.relate_to(url, HYPERLINK_RELATION, is_external=True)
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), relation)
+    run = OxmlElement("w:r")
+    properties = OxmlElement("w:rPr")
+    style = OxmlElement("w:rStyle")
+    style.set(qn("w:val"), "Hyperlink")
+    underline = OxmlElement("w:u")
+    underline.set(qn("w:val"), "single")
+    colour = OxmlElement("w:color")
+    colour.set(qn("w:val"), "2C5FD6")
+    properties.extend([style, colour, underline])
+    run.append(properties)
+    content = OxmlElement("w:t")
+    content.text = text
+    content.set(qn("xml:space"), "preserve")
+    run.append(content)
+    link.append(run)
+    paragraph._p.append(link)
+
+
+def _docx_table(document: Any, element: Any) -> None:
+    rows = [row for row in element.iter("tr")]
+    width = max((len([cell for cell in row if cell.tag in {"td", "th"}]) for row in rows), default=0)
+    if not rows or not width:
+        return
+    table = document.add_table(rows=len(rows), cols=width)
+    table.style = "Table Grid"
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(cell for cell in row if cell.tag in {"td", "th"}):
+            paragraph = table.cell(r, c).paragraphs[0]
+            _docx_inline(paragraph, cell, bold=cell.tag == "th")
+
+
+def docx_response(topic: Topic) -> HttpResponse:
+    response = HttpResponse(report_docx(topic), content_type=DOCX_CONTENT_TYPE)
+    response["Content-Disposition"] = f'attachment; filename="{filename(topic, "docx")}"'
     return response

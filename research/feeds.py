@@ -9,11 +9,13 @@ wait for that result.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
 from django.utils import translation
+from django.utils.html import escape
 
 from research import presenters
 from research.models import RunEvent, Topic
@@ -33,7 +35,7 @@ PANELS = {
 }
 # Placeholder for each client's own CSRF token in panels rendered once for everyone.
 CSRF_PLACEHOLDER = "__csrf_token_placeholder__"
-KEEP_EVENTS = 2000
+KEEP_EVENTS = 500
 
 
 @dataclass
@@ -74,7 +76,16 @@ class TopicFeed:
             if key != self.panels_key:
                 self.panels_html = await _render_panels(self.topic_id, stages, language)
                 self.panels_key = key
-            return self.panels_html.replace(CSRF_PLACEHOLDER, csrf_token)
+            return self.panels_html.replace(CSRF_PLACEHOLDER, safe_csrf_token(csrf_token))
+
+
+# What Django's CSRF cookie holds: 32 or 64 letters and digits. Anything else in the cookie
+# (it is the client's to set) is not a token and must not reach the page.
+CSRF_TOKEN = re.compile(r"[A-Za-z0-9]{32}(?:[A-Za-z0-9]{32})?")
+
+
+def safe_csrf_token(value: str) -> str:
+    return escape(value) if CSRF_TOKEN.fullmatch(value or "") else ""
 
 
 _feeds: dict[int, TopicFeed] = {}
@@ -94,7 +105,10 @@ def unwatch(feed: TopicFeed) -> None:
 
 @database_sync_to_async
 def _events_since(topic_id: int, since: int) -> list[RunEvent]:
-    return list(RunEvent.objects.filter(topic_id=topic_id).since(since))
+    """At most the newest KEEP_EVENTS after `since`: a client far behind (or new, on a topic
+    with a huge log) gets the end of the log, as the page shows it, not one giant frame."""
+    newest = RunEvent.objects.filter(topic_id=topic_id, seq__gt=since).order_by("-seq")[:KEEP_EVENTS]
+    return list(newest)[::-1]
 
 
 @database_sync_to_async

@@ -42,11 +42,20 @@ STAGE_LABELS = {
 }
 
 
+# The event log shows the latest lines; the API pages through all of them (`since`, `limit`).
+EVENT_PAGE = 300
+
+
+def recent_events(topic: Topic) -> dict[str, Any]:
+    """The last EVENT_PAGE events, oldest first, and how many earlier ones are not shown."""
+    events = list(topic.events.order_by("-seq")[:EVENT_PAGE])[::-1]
+    hidden = topic.events.filter(seq__lt=events[0].seq).count() if len(events) == EVENT_PAGE else 0
+    return {"events": events, "events_hidden": hidden}
+
+
 def topic_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     context = panel_context(topic, {"status", "plan", "progress", "hits", "documents", "report"})
-    context.update(
-        events=list(topic.events.order_by("seq")), share_links=list(topic.share_links.all()), **extra
-    )
+    context.update(recent_events(topic), share_links=list(topic.share_links.all()), **extra)
     return context
 
 
@@ -79,7 +88,7 @@ def rendered_panels(topic: Topic) -> dict[str, SafeString]:
     panels = fragments.get(key)
     if panels is None:
         context = panel_context(topic, {"progress", "hits", "documents", "report"})
-        context["events"] = list(topic.events.order_by("seq"))
+        context.update(recent_events(topic))
         panels = {name: str(render_to_string(f"research/_{name}.html", context)) for name in CACHED_PANELS}
         fragments.set(key, panels)
     return {name: mark_safe(html) for name, html in panels.items()}  # noqa: S308 — rendered templates

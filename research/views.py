@@ -3,7 +3,6 @@ and export. Every lookup starts from the signed-in user; another user's ids are 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Callable
 from datetime import timedelta
@@ -24,7 +23,7 @@ from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from mindsearch.status import run_checks
+from mindsearch.status import checks_for
 from research import export, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
 from research.models import ShareLink, SubQuery, Topic
@@ -49,7 +48,7 @@ def topic_list(request: HttpRequest) -> HttpResponse:
     if request.htmx and request.htmx.target == "topic-rows":
         return HttpResponse(rows)
     context.update(rows=rows, form_fields=blank_form_fields(), has_any=has_any)
-    context["checks"] = [] if has_any else run_checks()
+    context["checks"] = [] if has_any else checks_for(request.user)
     return render(request, "research/topic_list.html", context)
 
 
@@ -86,13 +85,21 @@ def blank_form_fields() -> SafeString:
 def topic_create(request: HttpRequest) -> HttpResponse:
     form = TopicForm(request.POST)
     if not form.is_valid():
-        topics = Topic.objects.for_user(request.user)
-        page = Paginator(topics.only(*ROW_FIELDS), PAGE_SIZE).get_page(1)
-        context = {"form": form, "page": page, "query": "", "status": "", "has_any": topics.exists()}
-        context.update(statuses=Topic.Status.choices, checks=[], rows=topic_rows(context))
-        return render(request, "research/topic_list.html", context, status=400)
-    topic = workflow.start_topic(form.save(commit=False), request.user)
+        return _topic_list_with_form(request, form, status=400)
+    try:
+        topic = workflow.start_topic(form.save(commit=False), request.user)
+    except workflow.OverLimit as over:
+        form.add_error(None, over.message)
+        return _topic_list_with_form(request, form, status=429)
     return redirect("topic_detail", topic_id=topic.pk)
+
+
+def _topic_list_with_form(request: HttpRequest, form: TopicForm, status: int) -> HttpResponse:
+    topics = Topic.objects.for_user(request.user)
+    page = Paginator(topics.only(*ROW_FIELDS), PAGE_SIZE).get_page(1)
+    context = {"form": form, "page": page, "query": "", "status": "", "has_any": topics.exists()}
+    context.update(statuses=Topic.Status.choices, checks=[], rows=topic_rows(context))
+    return render(request, "research/topic_list.html", context, status=status)
 
 
 def _topic(request: HttpRequest, topic_id: int) -> Topic:
@@ -194,6 +201,9 @@ def subquery_add(request: HttpRequest, topic_id: int) -> HttpResponse:
         return _plan_response(request, topic, form=form)
     try:
         workflow.add_subquery(topic, form.cleaned_data["text"])
+    except workflow.OverLimit as over:
+        form.add_error("text", over.message)
+        return _plan_response(request, topic, form=form)
     except workflow.Refused as refused:  # approved meanwhile, in another tab
         raise Http404(refused.message) from None
     return _plan_response(request, topic, keep_new=False)
@@ -283,8 +293,12 @@ def topic_cancel(request: HttpRequest, topic_id: int) -> HttpResponse:
 @require_POST
 def topic_rerun(request: HttpRequest, topic_id: int) -> HttpResponse:
     topic = _topic(request, topic_id)
-    with contextlib.suppress(workflow.Refused):  # still running: the page shows it as it is
+    try:
         topic = workflow.rerun_topic(topic)
+    except workflow.OverLimit as over:
+        messages.error(request, over.message)
+    except workflow.Refused:  # still running: the page shows it as it is
+        pass
     return redirect("topic_detail", topic_id=topic.pk)
 
 
@@ -329,6 +343,11 @@ def report_markdown(request: HttpRequest, topic_id: int) -> HttpResponse:
 @require_GET
 def report_pdf(request: HttpRequest, topic_id: int) -> HttpResponse:
     return export.pdf_response(request, _reported(_topic(request, topic_id)))
+
+
+@require_GET
+def report_docx(request: HttpRequest, topic_id: int) -> HttpResponse:
+    return export.docx_response(_reported(_topic(request, topic_id)))
 
 
 def _reported(topic: Topic) -> Topic:
@@ -376,3 +395,8 @@ def shared_report_markdown(request: HttpRequest, topic: Topic, token: str) -> Ht
 @shared
 def shared_report_pdf(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
     return export.pdf_response(request, topic)
+
+
+@shared
+def shared_report_docx(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
+    return export.docx_response(topic)

@@ -1,15 +1,16 @@
 """A topic as a file: the owner downloads it as a zip archive, and any user uploads one to get
-their own copy. Another user's topic id is a 404, like everywhere in the workspace."""
+their own copy — imported by the worker, with a page that follows the job (research/imports.py).
+Another user's topic or job id is a 404, like everywhere in the workspace."""
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from research import archive
+from research import archive, imports
 from research.models import Topic
 
 
@@ -36,10 +37,20 @@ def topic_import(request: HttpRequest) -> HttpResponse:
         limit = archive.MAX_ARCHIVE_BYTES // 2**20
         messages.error(request, _("The archive is larger than %(mb)d MB.") % {"mb": limit})
         return redirect("home")
-    try:
-        topic = archive.import_archive(upload, request.user)
-    except archive.ArchiveError as exc:
-        messages.error(request, _("Nothing was imported: %(reason)s") % {"reason": exc})
+    job_id = imports.start(upload, request.user)
+    return redirect("topic_import_status", job_id=job_id)
+
+
+@require_GET
+def topic_import_status(request: HttpRequest, job_id: str) -> HttpResponse:
+    """The import job: its progress while the worker has it, then the topic or the reason."""
+    job = imports.status(job_id, request.user)
+    if job is None:
+        raise Http404("No such import.")
+    if job["state"] == imports.DONE:
+        messages.success(request, _("The topic was imported into your account."))
+        return redirect("topic_detail", topic_id=job["topic"])
+    if job["state"] == imports.FAILED:
+        messages.error(request, _("Nothing was imported: %(reason)s") % {"reason": job["error"]})
         return redirect("home")
-    messages.success(request, _("The topic was imported into your account."))
-    return redirect("topic_detail", topic_id=topic.pk)
+    return render(request, "research/import_status.html", {"job": job})

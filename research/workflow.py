@@ -4,16 +4,23 @@ plan, cancel it, research it again.
 Each step checks the topic's state under a row lock, so two tabs or a page and a script cannot
 approve a plan twice or edit one the worker already runs. A step that the topic's state does not
 allow raises `Refused` with a message for the user.
+
+The fair-use limits live here too, so that the page, the API, the console and an imported
+archive all meet the same ones: a plan has at most `RESEARCH_MAX_SUBQUERIES` sub-queries (to
+edit, to approve, and to run again), and one user has at most `RESEARCH_MAX_ACTIVE_TOPICS`
+topics planning, queued or running at a time (`OverLimit`, a kind of `Refused`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from research import tasks
 from research.models import SubQuery, Topic
@@ -32,11 +39,71 @@ class NotInPlan(Refused):
     """A sub-query id that is not one of this topic's (another topic's, or none at all)."""
 
 
+class OverLimit(Refused):
+    """A fair-use limit: too many sub-queries in a plan, or too many topics running at once."""
+
+
+# --- Fair-use limits ---------------------------------------------------------------------------
+
+
+def max_subqueries() -> int:
+    return settings.RESEARCH_MAX_SUBQUERIES
+
+
+def check_plan_size(count: int) -> None:
+    """A plan of `count` sub-queries may be kept and run; OverLimit otherwise."""
+    limit = max_subqueries()
+    if count > limit:
+        raise OverLimit(
+            ngettext(
+                "A plan may have at most %(limit)d sub-query; this one has %(count)d.",
+                "A plan may have at most %(limit)d sub-queries; this one has %(count)d.",
+                limit,
+            )
+            % {"limit": limit, "count": count}
+        )
+
+
+def planned_count(topic: Topic) -> int:
+    """The sub-queries of the plan the user approved (deep rounds add their own later)."""
+    return topic.subqueries.filter(round=1).count()
+
+
+def check_can_start(owner: Any, exclude: Topic | None = None) -> None:
+    """One more topic of `owner` may be planning, queued or running; OverLimit otherwise."""
+    limit = settings.RESEARCH_MAX_ACTIVE_TOPICS
+    if not limit:
+        return
+    active = Topic.objects.filter(owner=owner).active()
+    if exclude is not None:
+        active = active.exclude(pk=exclude.pk)
+    if active.count() >= limit:
+        raise OverLimit(
+            ngettext(
+                "You already have %(limit)d topic being researched; wait for it to finish or cancel it.",
+                "You already have %(limit)d topics being researched; wait for one to finish or cancel one.",
+                limit,
+            )
+            % {"limit": limit}
+        )
+
+
+def _lock_owner(owner: Any) -> None:
+    """One start at a time per user between counting the active topics and adding one."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('research.start'), %s::integer)", [owner.pk])
+
+
+# --- Steps -------------------------------------------------------------------------------------
+
+
 def start_topic(topic: Topic, owner: Any) -> Topic:
     """Save a new topic (from a validated form) and queue its plan."""
     topic.owner = owner
     topic.language = "ru" if is_russian(topic.question) else "en"
     with transaction.atomic():
+        _lock_owner(owner)
+        check_can_start(owner)
         topic.save()
         tasks.enqueue_plan(topic)
     return topic
@@ -54,6 +121,7 @@ def _lock_reviewable(topic: Topic) -> Topic:
 def add_subquery(topic: Topic, text: str) -> SubQuery:
     with transaction.atomic():
         _lock_reviewable(topic)
+        check_plan_size(planned_count(topic) + 1)
         position = (topic.subqueries.aggregate(Max("position"))["position__max"] or 0) + 1
         return SubQuery.objects.create(topic=topic, text=text, position=position, origin=SubQuery.Origin.USER)
 
@@ -63,6 +131,7 @@ def replace_plan(topic: Topic, items: list[tuple[int | None, str]]) -> None:
 
     Sub-queries left out are deleted; one whose text changed becomes the user's own.
     """
+    check_plan_size(len(items))
     with transaction.atomic():
         _lock_reviewable(topic)
         existing = {subquery.pk: subquery for subquery in topic.subqueries.all()}
@@ -93,6 +162,9 @@ def approve_plan(topic: Topic) -> None:
         locked = _lock_reviewable(topic)
         if not locked.subqueries.exists():
             raise Refused(_("Add at least one sub-query before approving the plan."))
+        check_plan_size(planned_count(locked))
+        _lock_owner(locked.owner)
+        check_can_start(locked.owner, exclude=locked)
         locked.set_status(Topic.Status.QUEUED)
         tasks.enqueue_run(locked)
     topic.status = locked.status
@@ -119,6 +191,9 @@ def rerun_topic(topic: Topic) -> Topic:
         locked = Topic.objects.select_for_update().get(pk=topic.pk)
         if not locked.is_finished:
             raise Refused(_("Only a finished, failed or cancelled topic can be researched again."))
+        check_plan_size(planned_count(locked))
+        _lock_owner(locked.owner)
+        check_can_start(locked.owner)
         if locked.status == Topic.Status.COMPLETED:
             return _copy_with_plan(locked)
         _resume(locked)

@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
+from django.db.models import Count, Sum
 from django.utils.translation import gettext as _
 
 from retrieval import tasks
@@ -57,6 +58,7 @@ def accept_upload(owner: Any, uploaded_file: UploadedFile) -> tuple[UploadedDocu
         if existing is not None:
             return existing, False
         check_document_count(owner)
+        check_storage(owner, uploaded_file.size or 0)
         document = _store(owner, uploaded_file, name, kind, sha256)
         tasks.enqueue_ingest(document)
     return document, True
@@ -132,6 +134,35 @@ def check_document_count(owner: Any) -> None:
             )
             % {"limit": settings.UPLOAD_MAX_DOCUMENTS}
         )
+
+
+def check_storage(owner: Any, size: int) -> None:
+    """The owner's files together stay within UPLOAD_MAX_STORAGE_BYTES (0 = no limit)."""
+    limit = settings.UPLOAD_MAX_STORAGE_BYTES
+    if not limit:
+        return
+    from django.template.defaultfilters import filesizeformat
+
+    used = quota(owner)["bytes"]
+    if used + size > limit:
+        raise UploadRejected(
+            _(
+                "Your documents take %(used)s of the %(limit)s one account may store."
+                " Delete some to upload more."
+            )
+            % {"used": filesizeformat(used), "limit": filesizeformat(limit)}
+        )
+
+
+def quota(owner: Any) -> dict[str, int]:
+    """What the owner keeps against the account's limits (the documents page shows it)."""
+    totals = UploadedDocument.objects.for_user(owner).aggregate(count=Count("id"), size=Sum("size_bytes"))
+    return {
+        "documents": totals["count"] or 0,
+        "max_documents": settings.UPLOAD_MAX_DOCUMENTS,
+        "bytes": totals["size"] or 0,
+        "max_bytes": settings.UPLOAD_MAX_STORAGE_BYTES,
+    }
 
 
 def check_file_count(count: int) -> None:

@@ -29,6 +29,7 @@ from retrieval.uploads import (
     delete_document,
     display_name,
     index_again,
+    quota,
 )
 
 SEARCH_RESULTS = 10
@@ -79,6 +80,7 @@ def document_list(request: HttpRequest) -> HttpResponse:
         embeddings=_embedding_problem(),
         upload_max_bytes=settings.UPLOAD_MAX_BYTES,
         upload_max_files=settings.UPLOAD_MAX_FILES,
+        quota=quota(request.user),
     )
     return render(request, "retrieval/document_list.html", context)
 

@@ -12,7 +12,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 from mindsearch.clients import llm as llm_client
+from research import budget
 from research.models import LLMCall
 from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext, db
@@ -50,8 +53,11 @@ async def ask(
     private: bool = False,
     max_tokens: int | None = None,
 ) -> str:
-    """The answer text, from the cache when this exact question was asked of this model before."""
-    owner_id = ctx.owner_id if private else None
+    """The answer text, from the cache when this exact question was asked of this model before.
+
+    Private text is cached for its owner alone; with LLM_CACHE_SCOPE=user every answer is (no
+    user can then tell from a fast answer that someone else asked the same recently)."""
+    owner_id = ctx.owner_id if private or settings.LLM_CACHE_SCOPE == "user" else None
     key = result_cache.make_key("llm", stage, prompt.version, ctx.model, user_content)
     cached = await db(result_cache.get)(kind, key, owner_id)
     if cached is not None:
@@ -59,6 +65,7 @@ async def ask(
         return cached["text"]
     messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
     try:
+        await db(budget.check)(ctx.owner_id)
         completion = await llm_client.complete(messages, max_tokens=max_tokens, user=ctx.owner_id)
     except llm_client.LLMError as exc:
         await db(_record)(

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 
 from tests.support.fakes import FakeService, Response, openai_models, searxng_config
+
+
+@pytest.fixture(autouse=True)
+def staff_viewer_of_fresh_checks(alice: User, settings: Any) -> None:
+    """These tests read the details, which only staff see, of checks run for each request
+    (the page's one-minute cache is tested in reliability/test_small_inputs.py)."""
+    alice.is_staff = True
+    alice.save(update_fields=["is_staff"])
+    settings.STATUS_CACHE_SECONDS = 0
 
 
 def row(html: str, name: str) -> str:

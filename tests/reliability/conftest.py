@@ -30,6 +30,7 @@ class Estate:
     share_token: str
     document: Any
     api_token: ApiToken
+    import_job: str = ""
 
     def params(self) -> dict[str, object]:
         """A value for every URL parameter the project uses, pointing at Alice's things."""
@@ -46,6 +47,7 @@ class Estate:
             "app_label": "research",
             "url": "no-such-admin-page/",
             "rest": "no/such/operation",
+            "job_id": self.import_job,
         }
 
 
@@ -69,6 +71,7 @@ def _finished_topic(owner: User) -> Topic:
 
 @pytest.fixture
 def estate(alice: User, settings: Any, tmp_path: Any) -> Estate:
+    from research import imports
     from retrieval.uploads import accept_upload
 
     settings.MEDIA_ROOT = tmp_path
@@ -79,7 +82,8 @@ def estate(alice: User, settings: Any, tmp_path: Any) -> Estate:
     upload = SimpleUploadedFile(f"{SECRET}.md", f"# {SECRET}\n\nPrivate notes on {SECRET}.\n".encode())
     document, _ = accept_upload(alice, upload)
     api_token, _plain = ApiToken.issue(alice, f"{SECRET} script")
-    return Estate(alice, topic, plan, subquery, link, share_token, document, api_token)
+    job = imports.start(SimpleUploadedFile("topic.zip", b"PK not really"), alice)
+    return Estate(alice, topic, plan, subquery, link, share_token, document, api_token, job)
 
 
 def snapshot() -> dict[str, list]:

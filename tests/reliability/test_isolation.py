@@ -52,6 +52,7 @@ ACCESS = {
     "home": ACCOUNT,
     "topic_create": ACCOUNT,
     "topic_import": ACCOUNT,
+    "topic_import_status": OWNED,
     "topic_detail": OWNED,
     "subquery_add": OWNED,
     "subquery_update": OWNED,

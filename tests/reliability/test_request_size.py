@@ -13,10 +13,11 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 from django.test import override_settings
 
 from mindsearch import bodylimit
-from tests.support.processes import daphne, process_env
+from tests.support.processes import ROOT, daphne, process_env
 
 SMALL = 64 * 1024
 UPLOADS = 512 * 1024
@@ -154,3 +155,36 @@ def test_forwarded_headers_count_only_from_trusted_proxies() -> None:
         # The right-most untrusted hop: anything left of it may be the client's own invention.
         assert proxied["client"][0] == "198.51.100.1"
         assert proxied["scheme"] == "https"
+
+
+# --- The reverse proxy in docker-compose ---------------------------------------------------------
+
+
+def nginx_limits() -> dict[str, int]:
+    """client_max_body_size per location of deploy/nginx/mindsearch.conf, in bytes."""
+    text = (ROOT / "deploy/nginx/mindsearch.conf").read_text()
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    limits, location = {}, "default"
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("location "):
+            location = line.split()[-2]
+        elif line.startswith("client_max_body_size"):
+            value = line.split()[1].rstrip(";")
+            limits[location] = int(value[:-1]) * units[value[-1]]
+        elif line == "}":
+            location = "default"
+    return limits
+
+
+def test_the_compose_proxy_refuses_the_same_bodies_and_is_the_only_door(settings: Any) -> None:
+    limits = nginx_limits()
+    assert limits["default"] == settings.REQUEST_MAX_BYTES
+    assert limits["/documents/upload/"] == limits["/api/documents"] == settings.UPLOAD_MAX_REQUEST_BYTES
+    assert limits["/topics/import/"] == settings.IMPORT_MAX_REQUEST_BYTES
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert "ports" not in services["web"]  # daphne is reached through the proxy only
+    assert services["proxy"]["ports"]
+    proxy_address = services["proxy"]["networks"]["default"]["ipv4_address"]
+    assert compose["x-app-env"]["TRUSTED_PROXIES"] == proxy_address

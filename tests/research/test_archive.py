@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 import warnings
 import zipfile
@@ -20,7 +21,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from research import archive, archive_checks
+from research import archive, archive_checks, imports
 from research.models import (
     CacheEntry,
     Document,
@@ -124,8 +125,15 @@ def snapshot(topic: Topic) -> dict[str, Any]:
 
 
 def import_as(client: Client, content: bytes, name: str = "topic.zip") -> Any:
+    """Upload an archive, let the worker's task import it, and return what the job's page
+    answers then (the topic, or home with the reason); a refusal before queueing as it came."""
     upload = SimpleUploadedFile(name, content, content_type="application/zip")
-    return client.post(reverse("topic_import"), {"archive": upload})
+    response = client.post(reverse("topic_import"), {"archive": upload})
+    job = re.fullmatch(r"/topics/import/([0-9a-f]{32})/", response.get("Location", ""))
+    if job:
+        imports.run(job.group(1))
+        response = client.get(response["Location"])
+    return response
 
 
 def zipped(members: dict[str, bytes | str]) -> bytes:

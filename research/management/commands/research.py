@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from research import workflow
 from research.models import RunEvent, SubQuery, Topic
 from research.pipeline.run import plan_topic, run_topic
 
@@ -33,6 +34,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, question: str, user: str, yes: bool, sources: str, **options: Any) -> None:
         owner = self._owner(user)
+        try:
+            workflow.check_can_start(owner)
+        except workflow.OverLimit as over:
+            raise CommandError(over.message) from None
         topic = Topic.objects.create(
             owner=owner,
             question=question,
@@ -97,9 +102,10 @@ class Command(BaseCommand):
         if action == "a":
             text = input("New sub-query: ").strip()
             if text:
-                SubQuery.objects.create(
-                    topic=topic, text=text, position=len(subqueries), origin=SubQuery.Origin.USER
-                )
+                try:
+                    workflow.add_subquery(topic, text)
+                except workflow.Refused as refused:
+                    self.stderr.write(refused.message)
             return
         if not number.isdigit() or not 1 <= int(number) <= len(subqueries):
             self.stderr.write("Unknown choice.")

@@ -1,0 +1,304 @@
+"""Benchmark: what one abusive client or one greedy user can take from everyone else (issue 15).
+
+Two figures, each against a database of its own and real processes:
+
+1. **Bodies.** One daphne with production settings (DEBUG off) and the default request limits.
+   20 clients at once each POST a 100 MB body to ordinary URLs — half declare it
+   (`Content-Length`), half stream it (`Transfer-Encoding: chunked`); half stop sending when an
+   answer comes, half keep pushing regardless. Meanwhile a browser asks for the sign-in page
+   every 0.2 s. Measured: daphne's resident memory (sampled every 50 ms) over its idle size, the
+   answers the 20 got, and the normal page's latency during the flood.
+   Targets: under +100 MB; every page answered within 1 s.
+
+2. **Fair share.** One qcluster with two worker processes and the global LLM limit (2/s, the
+   seed's) against a loopback LLM answering in 1 s. User B's new topic is planned (route + plan,
+   two LLM calls) once with nothing else running, then again while user A's topic of 600
+   sub-queries runs its queries stage (600 LLM calls, five minutes of the limit). A's topic is
+   written to the database directly: the sub-query cap (RESEARCH_MAX_SUBQUERIES) refuses such a
+   plan through every door, but a greedy user can still queue several topics' worth, and the
+   limiter must share its turns whatever the backlog. Measured: B's plan time, unloaded and
+   loaded. Target: loaded ≤ 2 × unloaded. This figure depends on the global limiter
+   (mindsearch/clients/ratelimit.py); the JSON names the commit it was measured at.
+
+Prints JSON; exits 1 when a target is missed.
+
+    nice -n 10 .venv/bin/python bench/abuse.py [--clients 20] [--megabytes 100] [--subqueries 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import select
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, setup_django
+
+DATABASE = "mindsearch_bench_abuse"
+CHUNK = 64 * 1024
+PAGE = "/accounts/login/"
+TARGETS = ["/accounts/login/", "/", "/api/topics", "/no/such/page/", "/admin/login/"]
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    setup_django(DATABASE)
+    report: dict[str, Any] = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    if not args.skip_bodies:
+        report["bodies"] = bodies(args)
+    if not args.skip_fairness:
+        report["fair_share"] = fair_share(args)
+    report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["ok"] = all(part.get("ok", True) for part in report.values() if isinstance(part, dict))
+    print(json.dumps(report, indent=2))
+    if not report["ok"]:
+        sys.exit(1)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--subqueries", type=int, default=600)
+    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (seed default 2)")
+    parser.add_argument("--skip-bodies", action="store_true")
+    parser.add_argument("--skip-fairness", action="store_true")
+    return parser.parse_args()
+
+
+def production_env(**extra: str) -> dict[str, str]:
+    from tests.support.processes import process_env
+
+    production = {"DEBUG": "0", "SECURE_SSL_REDIRECT": "0", "LOG_LEVEL": "WARNING"}
+    return process_env(**production, SECRET_KEY=os.environ["SECRET_KEY"], **extra)
+
+
+@contextmanager
+def daphne(env: dict[str, str]) -> Iterator[tuple[int, subprocess.Popen]]:
+    from mindsearch.management.commands.serve import answers_http
+    from tests.support.processes import free_port, stop, wait_for_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "mindsearch.asgi:application"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=sys.stderr)
+    try:
+        wait_for_port(port, proc, timeout=180)
+        while not answers_http("127.0.0.1", port):
+            time.sleep(0.1)
+        yield port, proc
+    finally:
+        stop(proc)
+
+
+# --- 1. Bodies -------------------------------------------------------------------------------------
+
+
+def bodies(args: argparse.Namespace) -> dict[str, Any]:
+    import psutil
+
+    size = args.megabytes * 2**20
+    with daphne(production_env()) as (port, proc):
+        process = psutil.Process(proc.pid)
+        for _ in range(5):  # warm: the first pages load templates and connections
+            get_page(port)
+        idle = process.memory_info().rss
+        peak = [idle]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], process.memory_info().rss)
+                time.sleep(0.05)
+
+        pages: list[float] = []
+
+        def browse() -> None:
+            while not stop.is_set():
+                pages.append(get_page(port))
+                time.sleep(0.2)
+
+        answers: list[dict[str, Any]] = []
+        senders = [
+            threading.Thread(target=lambda n=n: answers.append(send_body(port, n, size)), daemon=True)
+            for n in range(args.clients)
+        ]
+        watchers = [
+            threading.Thread(target=sample, daemon=True),
+            threading.Thread(target=browse, daemon=True),
+        ]
+        for thread in watchers:
+            thread.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        for thread in senders:
+            thread.start()
+        for thread in senders:
+            thread.join()
+        flood = time.monotonic() - started
+        time.sleep(0.5)
+        stop.set()
+        for thread in watchers:
+            thread.join()
+    grown = (peak[0] - idle) / 2**20
+    statuses = sorted({answer["status"] for answer in answers})
+    latencies = sorted(pages)
+    ok = grown < 100 and bool(latencies) and max(latencies) < 1.0 and statuses == ["413"]
+    return {
+        "clients": args.clients,
+        "body_mb_each": args.megabytes,
+        "answers": statuses,
+        "bytes_the_clients_got_to_send_mb": round(sum(a["sent"] for a in answers) / 2**20, 1),
+        "flood_seconds": round(flood, 1),
+        "daphne_rss_idle_mb": round(idle / 2**20, 1),
+        "daphne_rss_peak_mb": round(peak[0] / 2**20, 1),
+        "daphne_rss_growth_mb": round(grown, 1),
+        "normal_page_during_flood": {
+            "requests": len(latencies),
+            "p50_ms": round(statistics.median(latencies) * 1000) if latencies else None,
+            "max_ms": round(max(latencies) * 1000) if latencies else None,
+            "all_200": all(latency >= 0 for latency in latencies),
+        },
+        "targets": {"rss_growth_mb_under": 100, "page_max_s_under": 1.0},
+        "ok": ok,
+    }
+
+
+def get_page(port: int) -> float:
+    import http.client
+
+    started = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", PAGE)
+        response = conn.getresponse()
+        response.read()
+        return time.monotonic() - started if response.status == 200 else -1.0
+    finally:
+        conn.close()
+
+
+def send_body(port: int, n: int, size: int) -> dict[str, Any]:
+    """One client's 100 MB POST. Even clients declare the length, odd ones stream it chunked;
+    clients n % 4 < 2 stop when an answer arrives, the others push on regardless."""
+    chunked, polite = n % 2 == 1, n % 4 < 2
+    path = TARGETS[n % len(TARGETS)]
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}"
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+        f"{framing}\r\n\r\n"
+    ).encode()
+    piece = b"x" * CHUNK
+    sent, answer = 0, b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        try:
+            while sent < size:
+                data = f"{CHUNK:x}\r\n".encode() + piece + b"\r\n" if chunked else piece
+                sock.sendall(data)
+                sent += CHUNK
+                if polite and select.select([sock], [], [], 0)[0]:
+                    break
+            if chunked and sent >= size:
+                sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # the server stopped listening: its answer is what counts
+        try:
+            while len(answer) < 12 and (data := sock.recv(4096)):
+                answer += data
+        except OSError:
+            pass
+    status = answer[9:12].decode("latin-1") if answer.startswith(b"HTTP/1.1 ") else "none"
+    return {"status": status, "sent": sent}
+
+
+# --- 2. Fair share ---------------------------------------------------------------------------------
+
+
+def fair_share(args: argparse.Namespace) -> dict[str, Any]:
+    from django.contrib.auth.models import User
+    from django_q.tasks import async_task
+
+    from bench.load import ASPECTS, load_world
+    from research.models import SubQuery, Topic
+    from tests.support.processes import stop
+    from tests.support.world import TOPIC
+
+    with ExitStack() as stack:
+        w = stack.enter_context(load_world())
+        env = production_env(
+            **w.env(), LIMIT_AITUNNEL_RPS=str(args.llm_rps), LIMIT_JINA_RPS="5", LIMIT_SEARCHXNG_RPM="30"
+        )
+        env["MINDSEARCH_WORKERS"] = "2"
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=sys.stderr
+        )
+        stack.callback(stop, worker)
+        greedy = User.objects.get_or_create(username="abuse-greedy")[0]
+        other = User.objects.get_or_create(username="abuse-other")[0]
+
+        def plan_time(n: int) -> float:
+            topic = Topic.objects.create(owner=other, question=f"{TOPIC} (тема {n})")
+            started = time.monotonic()
+            async_task("research.tasks.plan", topic.pk, task_name=f"abuse plan {topic.pk}")
+            while Topic.objects.get(pk=topic.pk).status == Topic.Status.PLANNING:
+                if time.monotonic() - started > 600:
+                    raise TimeoutError("the plan never came")
+                time.sleep(0.05)
+            return time.monotonic() - started
+
+        plan_time(1)  # warm the worker processes (imports, connections)
+        unloaded = statistics.median(plan_time(n) for n in (2, 3, 4))
+        big = Topic.objects.create(
+            owner=greedy, question=f"{TOPIC} (тема 500)", status=Topic.Status.QUEUED, auto_approve=True
+        )
+        SubQuery.objects.bulk_create(
+            SubQuery(topic=big, position=i, text=f"{ASPECTS[i % 3][0]} (тема {1000 + i})")
+            for i in range(args.subqueries)
+        )
+        greedy_requests_before = len(w.llm.requests)
+        async_task("research.tasks.run", big.pk, task_name=f"abuse greedy {big.pk}")
+        while len(w.llm.requests) - greedy_requests_before < 20:  # its backlog is building
+            time.sleep(0.2)
+        time.sleep(3)
+        loaded = [plan_time(n) for n in (5, 6, 7)]
+        backlog_calls = len(w.llm.requests) - greedy_requests_before
+        Topic.objects.filter(pk=big.pk).update(status=Topic.Status.CANCELLED)
+    limiter = subprocess.run(
+        ["git", "log", "-1", "--format=%h %cs %s", "--", "mindsearch/clients/ratelimit.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    ratio = statistics.median(loaded) / unloaded
+    return {
+        "llm_limit_per_s": args.llm_rps,
+        "llm_latency_s": 1.0,
+        "greedy_topic_subqueries": args.subqueries,
+        "llm_calls_while_measuring": backlog_calls,
+        "plan_seconds_unloaded_median_of_3": round(unloaded, 2),
+        "plan_seconds_loaded": [round(x, 2) for x in loaded],
+        "loaded_over_unloaded": round(ratio, 2),
+        "target_ratio_at_most": 2.0,
+        "rate_limiter_commit": limiter,
+        "ok": ratio <= 2.0,
+    }
+
+
+if __name__ == "__main__":
+    main()

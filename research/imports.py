@@ -1,0 +1,105 @@
+"""Topic archives are imported by the worker, not inside the web request.
+
+A 32 MB archive of 90,000 events took a web process a minute; now the page stores the upload
+(MEDIA_ROOT/imports/, readable by this account only), queues `run`, and answers at once with a
+page that follows the job: queued, checking, saving rows (n of m), then the new topic or the
+reason nothing was imported. The job's state lives in Django's cache (every web process and
+worker sees it) for a day, and only its owner can see it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.utils import translation
+from django.utils.translation import gettext as _
+from django_q.tasks import async_task
+
+from research import archive
+from research.archive_checks import ArchiveError
+
+log = logging.getLogger(__name__)
+
+JOB_SECONDS = 24 * 3600
+QUEUED, CHECKING, SAVING, DONE, FAILED = "queued", "checking", "saving", "done", "failed"
+
+
+def _key(job_id: str) -> str:
+    return f"topic-import:{job_id}"
+
+
+def _folder() -> Path:
+    folder = Path(settings.MEDIA_ROOT) / "imports"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder
+
+
+def _path(job_id: str) -> Path:
+    return _folder() / f"{job_id}.zip"
+
+
+def start(upload: IO[bytes], owner: Any) -> str:
+    """Store the upload and queue its import; returns the job's id."""
+    job_id = uuid.uuid4().hex
+    path = _path(job_id)
+    with path.open("wb") as out:
+        for block in upload.chunks() if hasattr(upload, "chunks") else iter(lambda: upload.read(2**20), b""):
+            out.write(block)
+    path.chmod(0o600)
+    job = {"owner": owner.pk, "state": QUEUED, "done": 0, "total": 0, "topic": None, "error": ""}
+    job["language"] = translation.get_language() or settings.LANGUAGE_CODE
+    cache.set(_key(job_id), job, JOB_SECONDS)
+    async_task("research.imports.run", job_id, task_name=f"import archive {job_id[:8]}")
+    return job_id
+
+
+def status(job_id: str, owner: Any) -> dict[str, Any] | None:
+    """The job as its owner sees it; None for an unknown id or someone else's."""
+    job = cache.get(_key(job_id))
+    if not isinstance(job, dict) or job.get("owner") != owner.pk:
+        return None
+    return job
+
+
+def _update(job_id: str, job: dict[str, Any], **changes: Any) -> None:
+    job.update(changes)
+    cache.set(_key(job_id), job, JOB_SECONDS)
+
+
+def run(job_id: str) -> str:
+    """The worker's task: check the archive, create the topic, record how it went."""
+    job = cache.get(_key(job_id))
+    path = _path(job_id)
+    if not isinstance(job, dict) or job["state"] in (DONE, FAILED):
+        path.unlink(missing_ok=True)
+        return "gone"
+    owner = get_user_model().objects.filter(pk=job["owner"]).first()
+    try:
+        with translation.override(job.get("language")):
+            if owner is None:
+                raise ArchiveError(_("The account that asked for this import no longer exists."))
+            _update(job_id, job, state=CHECKING)
+            with path.open("rb") as upload:
+                data = archive.read_archive(upload)
+
+            def saved(done: int, total: int) -> None:
+                _update(job_id, job, state=SAVING, done=done, total=total)
+
+            topic = archive.import_topic(data, owner, progress=saved)
+    except ArchiveError as exc:
+        _update(job_id, job, state=FAILED, error=str(exc))
+        return FAILED
+    except FileNotFoundError:
+        _update(job_id, job, state=FAILED, error=_("The uploaded archive is gone; upload it again."))
+        return FAILED
+    finally:
+        path.unlink(missing_ok=True)
+    _update(job_id, job, state=DONE, topic=topic.pk)
+    log.info("imported topic %s for user %s", topic.pk, job["owner"])
+    return DONE

@@ -1,0 +1,123 @@
+"""Fair use between users (issue 15): the sub-query cap holds for the page, the API, the console
+and an imported archive, and one user has at most RESEARCH_MAX_ACTIVE_TOPICS topics at once."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management.base import CommandError
+from django.test import Client
+from django_q.models import OrmQ
+
+from research import archive, archive_checks, workflow
+from research.management.commands.research import Command as ResearchCommand
+from research.models import SubQuery, Topic
+from tests.reliability.conftest import _finished_topic
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def plan_of(owner: User, count: int, status: str = Topic.Status.AWAITING_APPROVAL) -> Topic:
+    topic = Topic.objects.create(owner=owner, question="What is fair?", status=status)
+    SubQuery.objects.bulk_create(SubQuery(topic=topic, text=f"part {n}", position=n) for n in range(count))
+    return topic
+
+
+def queued() -> int:
+    return OrmQ.objects.count()
+
+
+def test_the_page_add_stops_at_the_cap(alice: User, alice_client: Client, settings: Any) -> None:
+    topic = plan_of(alice, settings.RESEARCH_MAX_SUBQUERIES)
+    response = alice_client.post(
+        f"/topics/{topic.pk}/subqueries/", {"text": "one more"}, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 400
+    assert "at most 20 sub-queries" in response.content.decode()
+    assert topic.subqueries.count() == settings.RESEARCH_MAX_SUBQUERIES
+
+
+def test_the_api_plan_meets_the_same_cap(alice: User, alice_client: Client, settings: Any) -> None:
+    settings.RESEARCH_MAX_SUBQUERIES = 3
+    topic = plan_of(alice, 2)
+    body = {"subqueries": [{"text": f"q {n}"} for n in range(4)]}
+    response = alice_client.put(
+        f"/api/topics/{topic.pk}/plan", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 409
+    assert "at most 3 sub-queries" in response.json()["detail"]
+    assert topic.subqueries.count() == 2
+
+
+def test_a_plan_over_the_cap_is_not_approved_or_run_again(alice: User, alice_client: Client) -> None:
+    waiting = plan_of(alice, 300)
+    alice_client.post(f"/topics/{waiting.pk}/approve/")
+    waiting.refresh_from_db()
+    assert waiting.status == Topic.Status.AWAITING_APPROVAL
+    failed = plan_of(alice, 300, status=Topic.Status.FAILED)
+    response = alice_client.post(f"/topics/{failed.pk}/rerun/", follow=True)
+    assert "at most 20 sub-queries" in response.content.decode()
+    failed.refresh_from_db()
+    assert failed.status == Topic.Status.FAILED
+    assert queued() == 0
+
+
+def test_an_archive_with_a_plan_over_the_cap_is_refused(alice: User, bob: User) -> None:
+    topic = _finished_topic(alice)
+    data = json.loads(archive.dumps(archive.topic_data(topic)))
+    row = data["subqueries"][0]
+    more = [{**copy.deepcopy(row), "id": 10_000 + n, "position": n} for n in range(1, 300)]
+    data["subqueries"] = [row, *more]
+    data["topic"]["status"] = Topic.Status.FAILED
+    with pytest.raises(archive_checks.ArchiveError, match="at most 20 sub-queries"):
+        archive.import_topic(data, bob)
+    assert not Topic.objects.filter(owner=bob).exists()
+
+
+def test_the_console_add_meets_the_cap(alice: User, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.RESEARCH_MAX_SUBQUERIES = 2
+    topic = plan_of(alice, 2)
+    command = ResearchCommand()
+    errors: list[str] = []
+    monkeypatch.setattr(command.stderr, "write", errors.append)
+    monkeypatch.setattr("builtins.input", lambda _prompt="": "a third one")
+    command._apply(topic, list(topic.subqueries.all()), "a")
+    assert topic.subqueries.count() == 2
+    assert any("at most 2 sub-queries" in error for error in errors)
+
+
+def test_one_user_has_at_most_n_topics_running(alice: User, bob: User, settings: Any) -> None:
+    settings.RESEARCH_MAX_ACTIVE_TOPICS = 2
+    alice_client = Client()
+    alice_client.force_login(alice)
+    form = {"question": "How do tides work?", "sources": "web", "mode": "quick", "time_range": ""}
+    assert alice_client.post("/topics/new/", form).status_code == 302
+    assert alice_client.post("/api/topics", form, content_type="application/json").status_code == 201
+    refused = alice_client.post("/topics/new/", form)
+    assert refused.status_code == 429
+    assert "already have 2 topics being researched" in refused.content.decode()
+    api = alice_client.post("/api/topics", form, content_type="application/json")
+    assert api.status_code == 429
+    assert "already have 2 topics" in api.json()["detail"]
+    with pytest.raises(CommandError, match="already have 2 topics"):
+        ResearchCommand().handle(
+            question="x y z", user="alice", yes=True, sources="web", time_range="", mode="quick"
+        )
+    assert Topic.objects.filter(owner=alice).count() == 2
+    # Another user is not held back by alice's topics.
+    bob_client = Client()
+    bob_client.force_login(bob)
+    assert bob_client.post("/topics/new/", form).status_code == 302
+    # A finished topic makes room again.
+    Topic.objects.filter(owner=alice).update(status=Topic.Status.COMPLETED)
+    assert alice_client.post("/topics/new/", form).status_code == 302
+
+
+def test_the_cap_is_one_function_for_every_door() -> None:
+    with pytest.raises(workflow.OverLimit):
+        workflow.check_plan_size(21)
+    workflow.check_plan_size(20)
