@@ -42,6 +42,9 @@ PAGE_NUMBER = re.compile(
 )
 # pdfminer's stand-in for a glyph its font maps to no character (a symbol in a formula, say).
 UNMAPPED_GLYPH = re.compile(r"\(cid:\d+\)")
+# Chinese and Japanese are written without spaces; layout analysis puts one between each glyph.
+CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+CJK_GAP = re.compile(f"(?<=[{CJK}]) (?=[{CJK}])")
 BLOCK_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n\n(?=([^\W\d_]))")
 # pdfminer's share of the parse timeout (60 s); pages after it are read by pdfium.
 PDFMINER_SECONDS = 30.0
@@ -345,7 +348,8 @@ def _clean(text: str) -> str:
     paragraph joined by spaces; blank lines (paragraph breaks) kept."""
     text = normalise(join_hyphenated(normalise(UNMAPPED_GLYPH.sub("", text))))
     paragraphs = re.split(r"\n[ \t]*\n", text)
-    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs if paragraph.strip())
+    text = "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs if paragraph.strip())
+    return CJK_GAP.sub("", text)
 
 
 def _describe(error: Exception) -> str:

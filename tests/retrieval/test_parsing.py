@@ -279,6 +279,14 @@ def test_pages_pdfminer_has_no_time_for_are_read_by_pdfium(monkeypatch):
     assert recall("report-headers.pdf", "\n".join(read.pages)) >= 0.95
 
 
+def test_a_public_corrupted_pdf_is_read():
+    """pdfminer.six's sample: a stream that fails to inflate (pypdf: "Data-loss while
+    decompressing corrupted data")."""
+    parsed = parse(fixture("public/zen_of_python_corrupted.pdf"), filename="zen.pdf")
+    assert "Beautiful is better than ugly." in parsed.text
+    assert recall("public/zen_of_python_corrupted.pdf", parsed.text) >= 0.95
+
+
 def test_a_glyph_code_text_layer_is_read_by_ocr():
     parsed = parse(fixture("glyph-codes.pdf"), filename="glyph-codes.pdf")
     assert "(cid:" not in parsed.text and not re.search(r"/g\d+", parsed.text)
@@ -404,6 +412,12 @@ def test_a_markdown_file_that_starts_with_html_is_markdown_by_its_name():
 
 
 # --- Cleaning and the quality check -------------------------------------------------------------------
+
+
+def test_pdf_text_in_japanese_loses_the_spaces_layout_puts_between_glyphs():
+    assert (
+        pdf_reader._clean("み ん な の お の お の Hello World 日 本") == "みんなのおのおの Hello World 日本"
+    )
 
 
 def test_nfkc_and_soft_hyphens():
