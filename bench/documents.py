@@ -2,15 +2,15 @@
 
     nice -n 10 .venv/bin/python bench/documents.py [--folder tests/data/documents] [--ocr off]
 
-Every file NAME.EXT in the folder that has its known text beside it in NAME.txt is checked as an
-upload (`parsing.sniff_kind`, what the documents page and the API call) and read as the worker
-reads it (`parsing.parse`, child process and all). Per file: accepted or refused (with the
-message), seconds, characters, word recall (share of the known text's words found, counted with
-repeats), word precision (share of the extracted words that are in the known text: running
-headers or garbage lower it) and order similarity (difflib's ratio over the two word sequences:
-columns read in the wrong order lower it). The summary gives the minimum recall among the files
-read and lists the refused ones. `--ocr off` hides tesseract from the parser, to measure what a
-machine without OCR says. Prints JSON.
+Every file NAME.EXT in the folder (and its subfolders) that has its known text beside it in
+NAME.txt is checked as an upload (`parsing.sniff_kind`, what the documents page and the API call)
+and read as the worker reads it (`parsing.parse`, child process and all). Per file: accepted or
+refused (with the message), seconds, characters, word recall (share of the known text's words
+found, counted with repeats), word precision (share of the extracted words that are in the known
+text: running headers or garbage lower it) and order similarity (difflib's ratio over the two
+word sequences: columns read in the wrong order lower it). The summary gives the minimum recall
+among the files read and lists the refused ones. `--ocr off` hides tesseract from the parser, to
+measure what a machine without OCR says. Prints JSON.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main() -> None:
         os.environ["MINDSEARCH_TESSERACT"] = "tesseract-hidden-by-bench"
     files = sorted(
         path
-        for path in args.folder.iterdir()
+        for path in args.folder.rglob("*")
         if path.suffix not in (".txt", ".py", ".md") and path.with_suffix(".txt").exists()
     )
     rows = [measure(path, path.with_suffix(".txt").read_text(encoding="utf-8")) for path in files]

@@ -95,7 +95,11 @@ def make_ligatures() -> None:
 
 
 def make_columns() -> None:
-    """Three columns of English prose on one page."""
+    """Three columns of English prose on one page, written line by line across the columns (as
+    many typesetters and converters write them), so the content stream's order is not the
+    reading order."""
+    import textwrap
+
     document = pdf()
     document.add_page()
     document.set_font("DejaVu", size=9)
@@ -104,11 +108,11 @@ def make_columns() -> None:
         "Column two continues it. " + EN[1],
         "Column three ends the story. " + EN[2],
     ]
-    with document.text_columns(ncols=3, gutter=6) as cols:
-        for number, text in enumerate(columns):
-            cols.write(text=text)
-            if number < 2:
-                cols.new_column()
+    wrapped = [textwrap.wrap(text, width=34) for text in columns]
+    for row in range(max(map(len, wrapped))):
+        for column, lines in enumerate(wrapped):
+            if row < len(lines):
+                document.text(x=10 + column * 65, y=20 + row * 4.5, text=lines[row])
     document.output(str(HERE / "three-columns.pdf"))
     write_known("three-columns", "\n\n".join(columns))
 
