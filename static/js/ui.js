@@ -48,21 +48,23 @@ document.addEventListener("keydown", (event) => {
 // fields: swap it in like a success (htmx drops error answers by default, so nothing showed).
 document.addEventListener("htmx:beforeSwap", (event) => {
   const status = event.detail.xhr.status;
-  if ([400, 409, 413, 422, 429].includes(status) && event.detail.elt.closest("[data-show-errors]")) {
+  const source = event.detail.requestConfig?.elt;
+  if ([400, 409, 413, 422, 429].includes(status) && source?.closest("[data-show-errors]")) {
     event.detail.shouldSwap = true;
     event.detail.isError = false;
   }
 });
 // The plan was approved (or the topic deleted) in another tab: show the page as it is now.
 document.addEventListener("htmx:responseError", (event) => {
-  if (event.detail.xhr.status === 404 && event.detail.elt.closest("#plan")) window.location.reload();
+  const source = event.detail.requestConfig?.elt ?? event.detail.elt;
+  if (event.detail.xhr.status === 404 && source?.closest("#plan")) window.location.reload();
 });
 
 // ↑/↓ in the plan: focus stays with the moved row (on the same arrow, or on the other one
 // when the row reached the top or the bottom and that arrow is disabled).
 let moved = null;
 document.addEventListener("htmx:beforeRequest", (event) => {
-  const button = event.detail.elt.closest("button[data-move-row]");
+  const button = event.detail.elt?.closest("button[data-move-row]");
   moved = button ? { row: button.dataset.moveRow, direction: button.value } : null;
 });
 document.addEventListener("htmx:afterSettle", () => {

@@ -123,7 +123,7 @@ def start_topic(page: Page, *, auto_approve: bool = False) -> None:
 
 
 def plan_inputs(page: Page) -> Locator:
-    return page.locator("#plan .plan-list > li input[name=text]")
+    return page.locator("#plan .plan-list > li textarea[name^=text-]")
 
 
 def plan_texts(page: Page) -> list[str]:
@@ -178,7 +178,7 @@ def review_plan(page: Page, folder: Path) -> list[str]:
 
     edited = "Что такое Mixture of Tokens и чем он отличается от Mixture of Experts?"
     first = page.locator("#plan .plan-list > li").nth(0)
-    first.locator("input[name=text]").fill(edited)
+    first.locator("textarea[name^=text-]").fill(edited)
     submit_in_plan(page, first.get_by_role("button", name="Save"))
     assert plan_texts(page)[0] == edited
 
