@@ -349,3 +349,17 @@ def test_a_markdown_file_that_starts_with_html_is_stored_as_markdown(
     )
     document, _ = accept(alice, "README.md", readme, django_capture_on_commit_callbacks)
     assert document.content_type == "text/markdown"
+
+
+def test_a_reports_chunks_carry_its_headings_and_none_its_running_header(
+    alice, django_capture_on_commit_callbacks
+):
+    data = (DOCUMENTS / "report-headers.pdf").read_bytes()
+    document, _ = accept(alice, "report.pdf", data, django_capture_on_commit_callbacks)
+    ingest(document.pk)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.READY, document.error
+    chunks = list(document.chunks.order_by("position"))
+    assert chunks and not [chunk.pk for chunk in chunks if "ACME" in chunk.text or "Page " in chunk.text]
+    headings = {chunk.page: chunk.heading for chunk in chunks}
+    assert headings[1] == "Section 1: Findings" and headings[4] == "Section 4: Методы"
