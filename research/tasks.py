@@ -1,29 +1,100 @@
-"""Background tasks (django-q2). They take ids, never model instances."""
+"""Background tasks (django-q2). They take ids, never model instances.
+
+While a run is alive it holds its topic's lock and refreshes the topic's heartbeat every
+HEARTBEAT_SECONDS, even inside one long call. A worker that is stopping hands its topic back
+(`mindsearch.lifecycle`): the run stops before its next outside call, with everything received
+saved, and the topic goes back to the queue for the next worker.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 from django_q.tasks import async_task
 
+from mindsearch import lifecycle
 from research.models import Topic
 from research.pipeline import cache
 from research.pipeline.run import is_running_somewhere, plan_topic, run_topic
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_SECONDS = 2.0
+LIVE = (Topic.Status.RUNNING, Topic.Status.PLANNING)
+
 
 def plan(topic_id: int) -> None:
-    if plan_topic(topic_id):
+    if lifecycle.stopping():  # fetched before the stop: leave it for the next worker
+        hand_back(topic_id)
+        return
+    try:
+        with heartbeat(topic_id):
+            go_on = plan_topic(topic_id)
+    except BaseException as exc:
+        if not lifecycle.is_stop(exc):
+            raise
+        hand_back(topic_id)
+        return
+    if go_on:
         run(topic_id)
 
 
 def run(topic_id: int) -> str:
-    return run_topic(topic_id)
+    if lifecycle.stopping():
+        return hand_back(topic_id)
+    try:
+        with heartbeat(topic_id):
+            return run_topic(topic_id)
+    except BaseException as exc:
+        if not lifecycle.is_stop(exc):
+            raise
+        return hand_back(topic_id)
+
+
+def hand_back(topic_id: int) -> str:
+    """Queue the topic again as it stands (the next worker continues from what is saved)."""
+    topic = Topic.objects.filter(pk=topic_id).first()
+    if topic is None or topic.is_finished or topic.status == Topic.Status.AWAITING_APPROVAL:
+        return topic.status if topic else ""
+    task = "research.tasks.plan" if topic.status == Topic.Status.PLANNING else "research.tasks.run"
+    if topic.status == Topic.Status.RUNNING:
+        topic.set_status(Topic.Status.QUEUED)
+    Topic.objects.filter(pk=topic_id).update(heartbeat_at=None)  # waiting in the queue again
+    async_task(task, topic_id, task_name=f"hand back topic {topic_id}")
+    log.info("worker stopping: topic %s handed back to the queue", topic_id)
+    return topic.status
+
+
+@contextmanager
+def heartbeat(topic_id: int) -> Iterator[None]:
+    """Refresh the topic's heartbeat from a thread of its own while the run goes on."""
+    done = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not done.wait(HEARTBEAT_SECONDS):
+                try:
+                    Topic.objects.filter(pk=topic_id, status__in=LIVE).update(heartbeat_at=timezone.now())
+                except Exception:  # the database may be restarting; the run will see it too
+                    log.warning("could not refresh the heartbeat of topic %s", topic_id, exc_info=True)
+                    close_old_connections()
+        finally:
+            close_old_connections()
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{topic_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=HEARTBEAT_SECONDS * 2)
 
 
 def enqueue_plan(topic: Topic) -> None:
@@ -41,24 +112,26 @@ def enqueue_run(topic: Topic) -> None:
 def resume_stalled_topics() -> list[int]:
     """Re-queue topics whose run died with its worker (killed, host lost, restarted).
 
-    A live run holds the topic's advisory lock; a topic that started planning or running (it has
-    a heartbeat) whose lock is free and that has been silent for a while has no run behind it,
-    so it is queued again and resumes. Topics still waiting in the queue have no heartbeat yet.
+    A live run holds the topic's advisory lock and beats every HEARTBEAT_SECONDS; a topic that
+    started planning or running (it has a heartbeat) whose lock is free and that has been silent
+    for RESUME_STALLED_AFTER_SECONDS has no run behind it, so it is queued again and resumes.
+    Topics waiting in the queue have no heartbeat (none yet, or cleared when queued again).
+    Every worker's watcher calls this every few seconds (mindsearch/worker.py).
     """
     silent_since = timezone.now() - timedelta(seconds=settings.RESUME_STALLED_AFTER_SECONDS)
-    stalled = Topic.objects.filter(
-        status__in=(Topic.Status.RUNNING, Topic.Status.PLANNING), heartbeat_at__lt=silent_since
-    )
+    stalled = Topic.objects.filter(status__in=LIVE, heartbeat_at__lt=silent_since)
     resumed = []
     for topic in stalled:
         if is_running_somewhere(topic.pk):
             continue
         log.warning("resuming topic %s, silent since %s", topic.pk, topic.heartbeat_at)
         task = "research.tasks.plan" if topic.status == Topic.Status.PLANNING else "research.tasks.run"
-        if topic.status == Topic.Status.RUNNING:
-            topic.set_status(Topic.Status.QUEUED)
-        topic.heartbeat_at = timezone.now()
-        topic.save(update_fields=["heartbeat_at"])
+        # Only the caller that moves the topic out of its silent state queues it: two workers'
+        # watchers may look at the same moment.
+        queued = Topic.objects.filter(pk=topic.pk, status=topic.status, heartbeat_at=topic.heartbeat_at)
+        new_status = Topic.Status.QUEUED if topic.status == Topic.Status.RUNNING else topic.status
+        if not queued.update(status=new_status, heartbeat_at=None, updated_at=timezone.now()):
+            continue
         async_task(task, topic.pk, task_name=f"resume topic {topic.pk}")
         resumed.append(topic.pk)
     return resumed

@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from redis import asyncio as aioredis
 
+from mindsearch import lifecycle
 from mindsearch.models import RateLimitGrant
 
 # Network jitter between our clock and the provider's must not squeeze two windows into one;
@@ -129,6 +130,7 @@ async def acquire(name: str, limit: float, per_seconds: float, *, user: int | st
     """Wait until one more request to `name` for `user` may leave; return the seconds waited.
 
     Send the request at once after this returns: the slot is only good for `margin` seconds.
+    In a worker that is stopping, raises `lifecycle.WorkerStopping` instead (see there).
     """
     if limit <= 0:
         return 0.0
@@ -137,11 +139,14 @@ async def acquire(name: str, limit: float, per_seconds: float, *, user: int | st
     margin = margin_for(window)
     key = user_key(user)
     while True:
+        lifecycle.raise_if_stopping()  # a stopping worker starts no new call
         async with _turn(name, key):
             due = await _take_turn(name, key, grants, window, margin)
         if due > time.time():
             await asyncio.sleep(due - time.time())
+        lifecycle.raise_if_stopping()
         if time.time() - due <= margin:
+            lifecycle.track_call()
             return time.monotonic() - started
         # Woken too late (a busy event loop): leaving now could crowd the next window.
 

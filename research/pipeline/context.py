@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils.translation import gettext_noop
 
+from mindsearch import lifecycle
 from mindsearch.clients import llm as llm_client
 from research.models import RunEvent, Topic
 from research.progress import record_event
@@ -76,6 +77,7 @@ class RunContext:
             )
 
     def check_cancelled(self) -> None:
+        lifecycle.raise_if_stopping()  # a stopping worker hands the topic back between stages
         status = Topic.objects.filter(pk=self.topic.pk).values_list("status", flat=True).first()
         if status in (None, Topic.Status.CANCELLED):  # None: the topic was deleted
             raise Cancelled
