@@ -103,7 +103,7 @@ def parse(
 def signature_kind(data: bytes) -> str:
     """'pdf', 'docx', 'rtf' or 'text' from the first bytes alone (text may turn out HTML)."""
     head = data[:SNIFF_BYTES]
-    if head.startswith(b"%PDF-") or b"%PDF-" in head[:1024]:
+    if head.lstrip(b"\x00\t\r\n \xef\xbb\xbf").startswith(b"%PDF-"):
         return "pdf"
     if head.startswith(b"PK\x03\x04"):
         return "docx"

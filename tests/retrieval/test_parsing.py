@@ -156,6 +156,12 @@ def test_a_pdf_named_txt_is_read_as_a_pdf():
     assert parsed.pages
 
 
+def test_a_note_that_mentions_the_pdf_header_is_text():
+    note = b"# PDF notes\n\nEvery PDF starts with %PDF-1.7 and ends with %%EOF.\n"
+    assert detect_kind(note) == "text"
+    assert detect_kind(b"\r\n" + pdf_bytes(["x"])) == "pdf"
+
+
 def test_html_is_sniffed_and_its_tags_dropped():
     page = (
         b"<!DOCTYPE html><html><head><title>Tokens</title></head><body><article>"
