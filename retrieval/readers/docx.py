@@ -203,7 +203,8 @@ def _table(table: etree._Element, styles: dict[str, int]) -> str:
         if row.getparent() is not None and _enclosing_table(row) is not table:
             continue
         cells = [" ".join(" ".join(_blocks(cell, styles)).split()) for cell in row if cell.tag == _w("tc")]
-        rows.append(" | ".join(cells))
+        if any(cells):  # a row of empty cells says nothing
+            rows.append(" | ".join(cells))
     return "\n".join(rows)
 
 

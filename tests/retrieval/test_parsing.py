@@ -121,6 +121,16 @@ def test_docx_text_keeps_headings_as_markdown_and_tables():
     assert "model | score\nMoT | 0.9" in parsed.text
 
 
+def test_docx_table_rows_of_empty_cells_are_left_out():
+    document = docx.Document()
+    table = document.add_table(rows=3, cols=2)
+    table.cell(0, 0).text = "model"
+    table.cell(2, 1).text = "0.9"
+    out = io.BytesIO()
+    document.save(out)
+    assert parse(out.getvalue(), filename="table.docx").text == "model | \n | 0.9"
+
+
 def test_docx_zip_bomb_is_refused_before_it_is_read():
     bomb = zip_bytes({"[Content_Types].xml": b"<Types/>", "word/document.xml": b"\0" * 30_000_000})
     assert len(bomb) < 100_000
