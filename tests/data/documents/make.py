@@ -1,6 +1,6 @@
 """Make the document fixtures in this folder with real tools (run by hand, not by the tests).
 
-    pip install --target /tmp/tools fpdf2==2.8.9          # PDFs (with Pillow and fontTools)
+    pip install --target /tmp/tools fpdf2==2.8.9 pypdf==7.1.0   # PDFs (with Pillow, fontTools)
     apt-get install libreoffice-writer-nogui fonts-dejavu-core
     PYTHONPATH=/tmp/tools .venv/bin/python tests/data/documents/make.py
 
