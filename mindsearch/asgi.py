@@ -19,6 +19,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from mcphub.http import mcp_or  # noqa: E402
 from mindsearch.bodylimit import GuardedApp, install_daphne_guard  # noqa: E402
 from research.routing import websocket_urlpatterns  # noqa: E402
 from retrieval.apps import preload_in_background  # noqa: E402
@@ -32,7 +33,8 @@ preload_in_background()
 application = GuardedApp(
     ProtocolTypeRouter(
         {
-            "http": django_asgi_app,
+            # /mcp is the MCP server (Streamable HTTP, API tokens: mcphub/http.py); the rest is Django.
+            "http": mcp_or(django_asgi_app),
             "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         }
     )

@@ -52,6 +52,8 @@ INSTALLED_APPS = [
     "ninja",
     "research",
     "retrieval",
+    # MindSearch as an MCP server (/mcp, manage.py mcp) and MCP tool servers as sources.
+    "mcphub",
 ]
 
 MIDDLEWARE = [

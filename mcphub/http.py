@@ -1,0 +1,129 @@
+"""Streamable HTTP for the MCP server at `/mcp`, authenticated with personal API tokens.
+
+`McpHttpApp` answers a request without a usable `Authorization: Bearer <token>` with 401 before
+the SDK sees it; otherwise it puts the token owner's id in the ASGI scope (where the tools find
+it, mcphub/server.py) and hands the request to the SDK's session manager.
+
+The manager runs stateless with JSON answers: every POST is a complete exchange, so any web
+process (or several behind a proxy) can answer any request and nothing is kept between them.
+Its task group lives in a background task of the serving event loop, started by the first
+request (daphne does not run ASGI lifespan events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from channels.db import database_sync_to_async
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from mcphub.server import SCOPE_USER_KEY, server
+from mindsearch.bodylimit import Receive, Scope, Send
+from mindsearch.models import ApiToken
+
+UNAUTHENTICATED = (
+    "Authentication required: send 'Authorization: Bearer <token>' with a personal API token "
+    "(create one at /settings/tokens/)."
+)
+UNUSABLE_CREDENTIAL = "The API token is unknown, expired or revoked."
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The token of the request's `Authorization: Bearer` header; None without one."""
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+def token_owner_id(token: str) -> int | None:
+    """The id of the active user a usable token belongs to (and the token's last use noted)."""
+    row = ApiToken.objects.find(token)
+    if row is None or not row.owner.is_active:
+        return None
+    row.touch()
+    return row.owner.pk
+
+
+async def _refuse(send: Send, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="MindSearch", error="invalid_token"'),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Running:
+    """The session manager of one event loop, and the task that keeps its task group open."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.manager = StreamableHTTPSessionManager(
+            server._lowlevel_server, json_response=True, stateless=True
+        )
+        self.ready = asyncio.Event()
+        self.task = loop.create_task(self._keep())
+
+    async def _keep(self) -> None:
+        async with self.manager.run():
+            self.ready.set()
+            await asyncio.Event().wait()  # until the loop ends
+
+
+class McpHttpApp:
+    """The ASGI application mounted at /mcp (mindsearch/asgi.py)."""
+
+    def __init__(self) -> None:
+        self._running: _Running | None = None
+
+    async def _manager(self) -> StreamableHTTPSessionManager:
+        loop = asyncio.get_running_loop()
+        if self._running is None or self._running.loop is not loop or self._running.task.done():
+            self._running = _Running(loop)
+        await self._running.ready.wait()
+        return self._running.manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = bearer_token(scope)
+        if token is None:
+            await _refuse(send, UNAUTHENTICATED)
+            return
+        user_id = await database_sync_to_async(token_owner_id)(token)
+        if user_id is None:
+            await _refuse(send, UNUSABLE_CREDENTIAL)
+            return
+        manager = await self._manager()
+        authenticated: dict[str, Any] = {**scope, SCOPE_USER_KEY: user_id}
+        await manager.handle_request(authenticated, receive, send)
+
+
+def is_mcp_path(path: str) -> bool:
+    return path == "/mcp" or path.startswith("/mcp/")
+
+
+app = McpHttpApp()
+
+
+def mcp_or(other: Any) -> Any:
+    """An ASGI application that sends /mcp to the MCP server and everything else to `other`."""
+
+    async def route(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") == "http" and is_mcp_path(scope.get("path", "")):
+            await app(scope, receive, send)
+        else:
+            await other(scope, receive, send)
+
+    return route
