@@ -259,7 +259,8 @@ def _pdf_answer(texts: list[str], ocr_texts: dict[int, str], answer: dict[str, A
         not readable or len(unreadable) / (len(unreadable) + readable) > pdf_unreadable_share()
     ):
         reason = next(iter(unreadable.values()))
-        where = "on every page" if not readable else f"on pages {_page_ranges(sorted(unreadable))}"
+        pages_word = "page" if len(unreadable) == 1 else "pages"
+        where = "on every page" if not readable else f"on {pages_word} {_page_ranges(sorted(unreadable))}"
         raise ParseError(f"the PDF's text layer is unreadable ({reason}) {where}{hint}")
     if not readable:
         if answer["ocr_available"] and answer["scanned"]:

@@ -318,6 +318,30 @@ def test_a_glyph_code_text_layer_without_ocr_is_refused_saying_why_and_what_help
     assert "scripts/ensure-tesseract" in message and "tesseract-ocr-rus" in message
 
 
+def merged_pdf(*names: str) -> bytes:
+    import pypdfium2
+
+    merged = pypdfium2.PdfDocument.new()
+    for name in names:
+        merged.import_pages(pypdfium2.PdfDocument(fixture(name)))
+    out = io.BytesIO()
+    merged.save(out)
+    return out.getvalue()
+
+
+def test_a_few_unreadable_pages_without_ocr_are_left_out_and_more_refuse_the_file(monkeypatch):
+    without_ocr(monkeypatch)
+    few = parse(merged_pdf("report-headers.pdf", "report-headers.pdf", "glyph-codes.pdf"), filename="a.pdf")
+    assert len(few.pages) == 17
+    _number, start, end = few.pages[16]
+    assert few.text[start:end] == ""
+    assert "## Section 8: Методы" in few.text and "(cid:" not in few.text
+    with pytest.raises(
+        ParseError, match=r"unreadable \(glyph codes instead of letters\) on page 9; OCR is not"
+    ):
+        parse(merged_pdf("report-headers.pdf", "glyph-codes.pdf"), filename="b.pdf")
+
+
 @pytest.mark.parametrize("name", ["scan-ru.pdf", "scan-en.pdf"])
 def test_scanned_pages_are_read_by_ocr(name):
     parsed = parse(fixture(name), filename=name)
