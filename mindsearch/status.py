@@ -23,7 +23,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 from django_q.status import Stat
 
 OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
@@ -157,10 +157,32 @@ async def check_searxng(client: httpx.AsyncClient) -> Check:
     if response.status_code != 200:
         return Check(name, ERROR, _("Answered HTTP %d") % response.status_code, settings.SEARXNG_URL)
     try:
-        engines = [e for e in response.json().get("engines", []) if e.get("enabled")]
+        engines = [e for e in response.json().get("engines", []) if isinstance(e, dict) and e.get("enabled")]
     except (ValueError, AttributeError):
         return Check(name, ERROR, _("Answered, but not with SearXNG's JSON"), settings.SEARXNG_URL)
-    return Check(name, OK, _("%d engines enabled") % len(engines), settings.SEARXNG_URL)
+    return _searxng_engines(name, engines)
+
+
+def _searxng_engines(name: str, engines: list[dict]) -> Check:
+    """Which engines a search reaches, and which of them a time-filtered search keeps: SearXNG
+    skips the others when `time_range` is given (MindSearch then widens the search)."""
+    if not engines:
+        return Check(
+            name, WARN, _("No engine is enabled: every search will find nothing"), settings.SEARXNG_URL
+        )
+    timed = [str(e.get("name", "?")) for e in engines if e.get("time_range_support")]
+    summary = _("%(count)d engines enabled, %(timed)d with time ranges") % {
+        "count": len(engines),
+        "timed": len(timed),
+    }
+    listed = ", ".join(
+        f"{e.get('name', '?')}" + (" ⏱" if e.get("time_range_support") else "") for e in engines[:60]
+    )
+    more = f" (+{len(engines) - 60})" if len(engines) > 60 else ""
+    note = (
+        "" if timed else " " + _("None supports time ranges: time-filtered searches are asked again without.")
+    )
+    return Check(name, OK, summary, f"{settings.SEARXNG_URL} — {listed}{more} (⏱ = time ranges).{note}")
 
 
 async def check_reader(client: httpx.AsyncClient) -> Check:
@@ -244,10 +266,10 @@ def run_checks() -> list[Check]:
 
 
 PUBLIC_SUMMARIES = {
-    OK: _lazy("Working"),
-    WARN: _lazy("Working, with a warning for the administrator"),
-    OFF: _lazy("Not configured"),
-    ERROR: _lazy("Unavailable; the administrator can see why"),
+    OK: gettext_lazy("Working"),
+    WARN: gettext_lazy("Working, with a warning for the administrator"),
+    OFF: gettext_lazy("Not configured"),
+    ERROR: gettext_lazy("Unavailable; the administrator can see why"),
 }
 
 

@@ -57,7 +57,7 @@ def test_channel_layer_round_trip(alice_client: Client) -> None:
 def test_reachable_llm_and_searxng(alice_client: Client, settings: object) -> None:
     routes = {
         ("GET", "/v1/models"): openai_models("test-model"),
-        ("GET", "/config"): searxng_config("duckduckgo", "arxiv"),
+        ("GET", "/config"): searxng_config("duckduckgo", "arxiv", timed=("duckduckgo",)),
     }
     with FakeService(routes) as fake:
         settings.AITUNNEL_BASE_URL = f"{fake.url}v1/"
@@ -70,7 +70,8 @@ def test_reachable_llm_and_searxng(alice_client: Client, settings: object) -> No
         config_request = next(r for r in fake.requests if r.path == "/config")
     assert "badge ok" in row(html, "LLM endpoint")
     assert "test-model" in row(html, "LLM endpoint")
-    assert "2 engines enabled" in row(html, "SearXNG")
+    assert "2 engines enabled, 1 with time ranges" in row(html, "SearXNG")
+    assert "duckduckgo ⏱, arxiv" in row(html, "SearXNG")
     assert config_request.headers["authorization"].startswith("Basic ")
 
 
@@ -106,3 +107,19 @@ def test_embedding_model_is_bundled(alice_client: Client) -> None:
     embedding = row(alice_client.get("/status/").content.decode(), "Embedding model")
     assert "multilingual-e5-small (4-bit), local" in embedding
     assert "badge ok" in embedding
+
+
+def test_searxng_whose_engines_lack_time_ranges_says_what_happens(
+    alice_client: Client, settings: object
+) -> None:
+    with FakeService({("GET", "/config"): searxng_config("wikipedia", "arxiv")}) as fake:
+        settings.SEARXNG_URL = fake.url
+        html = row(alice_client.get("/status/").content.decode(), "SearXNG")
+    assert "0 with time ranges" in html and "asked again without" in html
+
+
+def test_searxng_with_no_engine_enabled_is_a_warning(alice_client: Client, settings: object) -> None:
+    with FakeService({("GET", "/config"): searxng_config()}) as fake:
+        settings.SEARXNG_URL = fake.url
+        html = row(alice_client.get("/status/").content.decode(), "SearXNG")
+    assert "badge warn" in html and "No engine is enabled" in html

@@ -373,11 +373,26 @@ def redirect(location: str, status: int = 302) -> Route:
     return route
 
 
-def searxng_config(*engine_names: str) -> Route:
-    """GET /config as SearXNG answers it (only the fields MindSearch reads, plus a few)."""
+def searxng_config(*engine_names: str, timed: tuple[str, ...] = ()) -> Route:
+    """GET /config as SearXNG answers it (searx/webapp.py's `config`: one entry per engine with
+    its categories, `enabled`, `paging`, `time_range_support`, `timeout`); `timed` engines
+    support time ranges."""
 
     def route(request: Request) -> Response:
-        engines = [{"name": name, "enabled": True, "categories": ["general"]} for name in engine_names]
+        engines = [
+            {
+                "name": name,
+                "categories": ["general"],
+                "shortcut": name[:2],
+                "enabled": True,
+                "paging": True,
+                "language_support": True,
+                "safesearch": False,
+                "time_range_support": name in timed,
+                "timeout": 3.0,
+            }
+            for name in engine_names
+        ]
         return Response(200, {"engines": engines, "categories": ["general"], "instance_name": "SearXNG"})
 
     return route
