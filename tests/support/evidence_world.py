@@ -36,6 +36,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import random
 import re
 import threading
@@ -511,6 +512,7 @@ class SearxngStandIn:
             attempt = self._asked[(query, time_range, pageno)]
         unresponsive: list[list[str]] = []
         found: dict[str, dict[str, Any]] = {}
+        totals: dict[str, int] = {}
         outage = self._roll("outage", query, time_range, pageno, attempt) < self.outage_rate
         for engine in self.engines:
             if time_range and not engine.time_range:
@@ -522,6 +524,7 @@ class SearxngStandIn:
                 unresponsive.append([engine.name, fault])
                 continue
             ranked = self._rank(engine, query, time_range)
+            totals[engine.name] = len(ranked) * 37
             for position, page in enumerate(
                 ranked[(pageno - 1) * RESULTS_PER_PAGE : pageno * RESULTS_PER_PAGE], 1
             ):
@@ -537,7 +540,8 @@ class SearxngStandIn:
             200,
             {
                 "query": query,
-                "number_of_results": 0 if not results else len(found) * 37,
+                # Only engines that report a total count (here bing) give one; else SearXNG says 0.
+                "number_of_results": totals.get("bing", 0),
                 "results": results,
                 "answers": [],
                 "corrections": [],
@@ -561,6 +565,16 @@ class SearxngStandIn:
             return "Suspended: CAPTCHA" if engine.name == "duckduckgo" else "Suspended: too many requests"
         return ""
 
+    def _indexes(self, engine: Engine, page: Page) -> bool:
+        """Each general engine indexes its share of the web; a page none drew goes to one of them
+        (every page of the web can be found somewhere)."""
+        general = [e for e in self.engines if not e.hosts]
+        if self._roll("index", engine.name, page.url) < engine.share:
+            return True
+        if any(self._roll("index", e.name, page.url) < e.share for e in general):
+            return False
+        return engine is general[_hash(self.seed, page.url) % len(general)]
+
     def _rank(self, engine: Engine, query: str, time_range: str) -> list[Page]:
         asked = {stem(w) for w in words(query) if w not in _SEARCH_STOP}
         if not asked:
@@ -570,7 +584,7 @@ class SearxngStandIn:
         for page in self.web.pages.values():
             if engine.hosts and page.host not in engine.hosts:
                 continue
-            if not engine.hosts and self._roll("index", engine.name, page.url) >= engine.share:
+            if not engine.hosts and not self._indexes(engine, page):
                 continue
             if oldest and (page.published is None or page.published < oldest):
                 continue
@@ -670,6 +684,7 @@ class EvidenceScript:
     wrong_language: list[str] = field(default_factory=list)
     answer_requests: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _idf: dict[str, float] = field(default_factory=dict)
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
         system, user = messages[0]["content"], messages[-1]["content"]
@@ -677,6 +692,14 @@ class EvidenceScript:
         with self._lock:
             self.calls[kind] += 1
         return getattr(self, kind)(user, system)
+
+    def _rarity(self) -> dict[str, float]:
+        """How rare each word stem is on the web (a model knows which words say something)."""
+        if not self._idf:
+            frequency = Counter(s for page in self.web.pages.values() for s in page.text_stems)
+            total = len(self.web.pages)
+            self._idf.update({s: math.log(total / count) for s, count in frequency.items()})
+        return self._idf
 
     def _rng(self, *parts: object) -> random.Random:
         return random.Random(_hash(self.seed, *parts))
@@ -728,30 +751,22 @@ class EvidenceScript:
         return "Подзапросы для поиска:\n" + "\n".join(f"ПОДЗАПРОС: {line}" for line in lines)
 
     def queries(self, user: str, system: str) -> str:
-        topic = _quoted(user, "Тема")
+        """Queries that name the subject and what the sub-query adds to it, in both languages."""
+        topic = _quoted(user, "Тема").split(" — ")[0]
         about = self._about(topic)
         ru_name, en_name = (about.display["ru"], about.display["en"]) if about else (topic, topic)
-        aspect = next((a for a in ("mechanisms", "studies", "known") if a in topic.lower()), "")
-        aspect = aspect or next(
-            (a for a in ("механизм", "исследован", "известно") if a in topic.lower()), "known"
+        named = stems(f"{ru_name} {en_name}") | {
+            stem(w) for term in (about.key if about else []) for w in words(term)
+        }
+        extra = " ".join(w for w in words(topic) if stem(w) not in named and w not in _ASPECT_WORDS)
+        low = topic.lower()
+        aspect = next((en for words_, en in _ASPECTS if any(w in low for w in words_)), "overview")
+        ru_aspect = dict(_ASPECT_RU)[aspect]
+        lines = [f"{ru_name} {extra or ru_aspect}", f"{en_name} {extra or aspect}"]
+        lines += (
+            [f"{ru_name} {ru_aspect}", f"{en_name} {aspect}"] if extra else [ru_name, f"{en_name} review"]
         )
-        en_aspect = {
-            "механизм": "mechanisms risks",
-            "исследован": "clinical study results",
-            "известно": "overview",
-            "mechanisms": "mechanisms risks",
-            "studies": "clinical study results",
-            "known": "overview",
-        }[aspect]
-        ru_aspect = {
-            "mechanisms risks": "механизмы и риски",
-            "clinical study results": "результаты исследований",
-            "overview": "обзор",
-        }[en_aspect]
-        return (
-            f"ЗАПРОС: {ru_name} {ru_aspect}\nЗАПРОС: {ru_name}\n"
-            f"ЗАПРОС: {en_name} {en_aspect}\nЗАПРОС: {en_name} review"
-        )
+        return "\n".join(f"ЗАПРОС: {line}" for line in lines)
 
     def score(self, user: str, system: str) -> str:
         question = _line(user, "Исходный запрос")
@@ -762,6 +777,8 @@ class EvidenceScript:
             relevance = self._relevance(question, about, f"{title}\n{text}")
             rng = self._rng("score", title, relevance)
             values = [max(0, min(10, relevance + rng.choice((-1, 0, 0, 1)))) for _ in range(5)]
+            if _PAYWALL.search(text):  # a teaser: on topic, but hardly complete or checkable
+                values[2:4] = [2, 4]
             keys = ("соответствие_запросу", "соответствие_направлению", "полнота", "точность", "структура")
             rows.append(
                 {
@@ -795,11 +812,14 @@ class EvidenceScript:
         )
         found = user.split("<<<ДАННЫЕ", 1)[-1]
         name = about.display["ru" if about and about.language == "ru" else "en"] if about else ""
-        common = Counter(
-            w for w in words(found) if len(w) > 5 and not mentions(w, about.key if about else [])
-        )
+        key = about.key if about else []
+        # Leads come from the findings about the subject, not from the off-topic ones.
+        findings = [f for f in re.split(r"^\[\d+\] ", found, flags=re.M) if not key or mentions(f, key)]
+        common = Counter(w for f in findings for w in words(f) if len(w) > 5 and not mentions(w, key))
+        rarity = self._rarity()
+        salient = sorted(common, key=lambda w: (-common[w] * rarity.get(stem(w), 1.0), w))
         lines = []
-        for term, _ in common.most_common(12):
+        for term in salient[:12]:
             proposal = f"{name} {term}".strip()
             if proposal.lower() not in asked and len(lines) < 4:
                 lines.append(f"ПОДЗАПРОС: {proposal} | ОЦЕНКА: {8 - len(lines)}")
@@ -903,9 +923,28 @@ class EvidenceScript:
         )
 
 
+_PAYWALL = re.compile(r"subscribe to continue|subscribers only|подписк", re.I)
+
+
 def _questioned(sentence: str, questioned: tuple[str, ...] | list[str]) -> bool:
     text = normalise(sentence).rstrip(". ")
     return any(q and (q.rstrip(". ") in text or text in q) for q in questioned)
+
+
+_ASPECTS = (
+    (("механизм", "mechanism"), "mechanisms risks"),
+    (("исследован", "studies", "study"), "clinical study results"),
+    (("известно", "known"), "overview"),
+)
+_ASPECT_RU = (
+    ("mechanisms risks", "механизмы и риски"),
+    ("clinical study results", "результаты исследований"),
+    ("overview", "обзор"),
+)
+_ASPECT_WORDS = {
+    *("тему", "теме", "тема", "известно", "результаты", "исследований", "механизмы", "риски"),
+    *("последствия", "mechanisms", "risks", "outcomes", "known", "find"),
+}
 
 
 def _quoted(user: str, label: str) -> str:
