@@ -146,3 +146,29 @@ class Invite(models.Model):
             token_hash=hash_api_token(token), note=note, created_by=created_by, expires_at=expires_at
         )
         return invite, token
+
+
+class RateLimitWaits(models.Model):
+    """How often, and how long in all, callers waited for a service's limit (PostgreSQL store)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    calls = models.BigIntegerField(default=0)
+    seconds = models.FloatField(default=0.0)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.calls} calls, {self.seconds:.1f} s waited"
+
+
+class MetricSample(models.Model):
+    """One figure of `/metrics` at one moment, kept for the admin desk's charts (mindsearch/metrics.py)."""
+
+    at = models.DateTimeField(db_index=True)
+    name = models.CharField(max_length=100)
+    labels = models.CharField(max_length=200, blank=True, default="")
+    value = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["name", "at"], name="metricsample_name_at")]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.labels}}} = {self.value} @ {self.at.isoformat()}"

@@ -235,6 +235,8 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Orchestrators probe the process itself over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
     # Believed only from TRUSTED_PROXIES: the ASGI layer drops the header from anyone else.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
@@ -280,6 +282,10 @@ STATUS_CHECK_TIMEOUT = env_float("STATUS_CHECK_TIMEOUT", 3.0)
 # The status checks' results are reused this long: viewing the page asks the services at most
 # once per this many seconds.
 STATUS_CACHE_SECONDS = env_int("STATUS_CACHE_SECONDS", 60)
+# Prometheus metrics at /metrics for requests bearing this token (off when empty), and how long
+# the admin desk keeps their minute-by-minute history for its charts.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+METRICS_HISTORY_DAYS = env_int("METRICS_HISTORY_DAYS", 7)
 # daphne processes that `manage.py serve` starts on one shared listening socket.
 WEB_PROCESSES = env_int("WEB_PROCESSES", 1)
 

@@ -6,9 +6,12 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
 from django.views.i18n import set_language
 
-from mindsearch import api, views
+from mindsearch import api, health, metrics, views
 
 urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", login_not_required(metrics.metrics_view), name="metrics"),
     path("status/", views.status, name="status"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/login/", views.login_view, name="login"),

@@ -13,7 +13,8 @@ the next start. Here, on SIGTERM or SIGINT to any of its processes:
 
 A watcher thread in the main process resumes, every few seconds, topics whose run died with
 another worker (`research.tasks.resume_stalled_topics`): a live run refreshes its heartbeat,
-holds its topic's lock, and a silent topic whose lock is free has no run behind it.
+holds its topic's lock, and a silent topic whose lock is free has no run behind it. Once a
+minute it also records the service figures for the admin desk's charts (mindsearch/metrics.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import psutil
@@ -99,13 +101,19 @@ def run_cluster() -> None:
 
 
 def watch_stalled_topics(stop: threading.Event) -> None:
+    """Resume silent topics every WATCH_INTERVAL_SECONDS; sample the service figures each minute."""
+    from mindsearch.metrics import SAMPLE_EVERY_SECONDS, record_samples
     from research.tasks import resume_stalled_topics
 
+    sampled = 0.0
     while not stop.wait(WATCH_INTERVAL_SECONDS):
         try:
             resume_stalled_topics()
+            if time.monotonic() - sampled >= SAMPLE_EVERY_SECONDS:
+                sampled = time.monotonic()
+                record_samples()
         except Exception:  # the database may be restarting: try again next time
-            log.exception("could not look for stalled topics")
+            log.exception("could not look for stalled topics or record the service figures")
         finally:
             close_old_connections()
 

@@ -33,19 +33,22 @@ import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
+from django.db.models import F
 from redis import asyncio as aioredis
 
 from mindsearch import lifecycle
-from mindsearch.models import RateLimitGrant
+from mindsearch.models import RateLimitGrant, RateLimitWaits
 
 # Network jitter between our clock and the provider's must not squeeze two windows into one;
 # it is also how late after its slot a request may still leave.
 MARGIN_FRACTION = 0.02
 MIN_MARGIN_SECONDS = 0.05
 REDIS_PREFIX = "mindsearch:ratelimit:"
+REDIS_WAITS_KEY = REDIS_PREFIX + "waits"  # a hash: "<service>:calls", "<service>:seconds"
 MAX_CLOCK_OFFSET_SECONDS = 1.0
 NO_USER = "-"  # the share of calls made for nobody (status checks, benchmarks)
 
@@ -70,6 +73,9 @@ redis.call('ZADD', KEYS[1], slot, ARGV[5])
 local keep = math.ceil((slot - now + window + margin) * 1000) + 1000
 redis.call('PEXPIRE', KEYS[1], keep)
 redis.call('SET', KEYS[2], string.format('%.6f', slot), 'PX', keep)
+redis.call('HINCRBY', KEYS[3], ARGV[6] .. ':calls', 1)
+local waited = string.format('%.6f', tonumber(ARGV[7]) + slot - now)
+redis.call('HINCRBYFLOAT', KEYS[3], ARGV[6] .. ':seconds', waited)
 return {'1', string.format('%.6f', slot), string.format('%.6f', now)}
 """
 
@@ -141,7 +147,7 @@ async def acquire(name: str, limit: float, per_seconds: float, *, user: int | st
     while True:
         lifecycle.raise_if_stopping()  # a stopping worker starts no new call
         async with _turn(name, key):
-            due = await _take_turn(name, key, grants, window, margin)
+            due = await _take_turn(name, key, grants, window, margin, started)
         if due > time.time():
             await asyncio.sleep(due - time.time())
         lifecycle.raise_if_stopping()
@@ -151,10 +157,10 @@ async def acquire(name: str, limit: float, per_seconds: float, *, user: int | st
         # Woken too late (a busy event loop): leaving now could crowd the next window.
 
 
-async def _take_turn(name: str, key: str, grants: int, window: float, margin: float) -> float:
+async def _take_turn(name: str, key: str, grants: int, window: float, margin: float, started: float) -> float:
     """Reserve a slot once this user's pending one (if any) has come; its time on this host's clock."""
     while True:
-        reservation = await _reserve(name, key, grants, window, margin)
+        reservation = await _reserve(name, key, grants, window, margin, time.monotonic() - started)
         due = reservation.local_time(time.time())
         if reservation.granted:
             return due
@@ -184,29 +190,44 @@ async def acquire_reader(*, user: int | str | None) -> float:
     return await acquire("reader", settings.LIMIT_JINA_RPS, 1.0, user=user)
 
 
-async def _reserve(name: str, key: str, grants: int, window: float, margin: float) -> Reservation:
+async def _reserve(
+    name: str, key: str, grants: int, window: float, margin: float, waited: float
+) -> Reservation:
+    """Reserve a slot; `waited` (seconds this call has waited so far) goes into the wait figures."""
     if settings.REDIS_URL:
-        return await _reserve_redis(name, key, grants, window, margin)
+        return await _reserve_redis(name, key, grants, window, margin, waited)
     reserve = sync_to_async(_reserve_postgres, thread_sensitive=False)
-    return await reserve(name, key, grants, window, margin)
+    return await reserve(name, key, grants, window, margin, waited)
 
 
-async def _reserve_redis(name: str, key: str, grants: int, window: float, margin: float) -> Reservation:
+async def _reserve_redis(
+    name: str, key: str, grants: int, window: float, margin: float, waited: float
+) -> Reservation:
     async with aioredis.from_url(settings.REDIS_URL) as client:
         script = client.register_script(_RESERVE_LUA)
-        keys = [REDIS_PREFIX + name, f"{REDIS_PREFIX}{name}:user:{key}"]
-        args = [grants, repr(window), repr(margin), repr(window / grants), uuid.uuid4().hex]
+        keys = [REDIS_PREFIX + name, f"{REDIS_PREFIX}{name}:user:{key}", REDIS_WAITS_KEY]
+        args = [
+            grants,
+            repr(window),
+            repr(margin),
+            repr(window / grants),
+            uuid.uuid4().hex,
+            name,
+            repr(waited),
+        ]
         granted, slot, now = await script(keys=keys, args=args)
     return Reservation(granted=granted in (b"1", "1"), slot=float(slot), now=float(now))
 
 
-def _reserve_postgres(name: str, key: str, grants: int, window: float, margin: float) -> Reservation:
+def _reserve_postgres(
+    name: str, key: str, grants: int, window: float, margin: float, waited: float = 0.0
+) -> Reservation:
     # This runs on a pool thread outside any request, so it manages its own connection.
     close_old_connections()
     try:
         with transaction.atomic():
             now = _locked_now(name)
-            return _record_grant(name, key, now, grants, window, margin)
+            return _record_grant(name, key, now, grants, window, margin, waited)
     finally:
         close_old_connections()
 
@@ -221,7 +242,7 @@ def _locked_now(name: str) -> datetime:
 
 
 def _record_grant(
-    name: str, key: str, now: datetime, grants: int, window: float, margin: float
+    name: str, key: str, now: datetime, grants: int, window: float, margin: float, waited: float
 ) -> Reservation:
     log = RateLimitGrant.objects.filter(name=name)
     log.filter(granted_at__lt=now - timedelta(seconds=window + margin)).delete()
@@ -235,4 +256,18 @@ def _record_grant(
     last = recent[0] if recent else None
     slot = next_slot(now.timestamp(), kth, window, margin, last=last, spacing=window / grants)
     RateLimitGrant.objects.create(name=name, owner=key, granted_at=datetime.fromtimestamp(slot, UTC))
+    waits, _created = RateLimitWaits.objects.get_or_create(name=name)  # under the name's lock
+    RateLimitWaits.objects.filter(pk=waits.pk).update(
+        calls=F("calls") + 1, seconds=F("seconds") + waited + slot - now.timestamp()
+    )
     return Reservation(granted=True, slot=slot, now=now.timestamp())
+
+
+def wait_figures() -> dict[str, tuple[int, float]]:
+    """{service: (calls granted, seconds waited in all)} from the store in use."""
+    if settings.REDIS_URL:
+        with redis.Redis.from_url(settings.REDIS_URL) as client:
+            raw = {k.decode(): float(v) for k, v in client.hgetall(REDIS_WAITS_KEY).items()}
+        names = {field.rsplit(":", 1)[0] for field in raw}
+        return {n: (int(raw.get(f"{n}:calls", 0)), raw.get(f"{n}:seconds", 0.0)) for n in names}
+    return {w.name: (w.calls, w.seconds) for w in RateLimitWaits.objects.all()}

@@ -48,6 +48,9 @@ ACCESS = {
     "api_tokens": ACCOUNT,
     "api_token_revoke": OWNED,
     "set_language": PUBLIC,
+    "healthz": PUBLIC,  # for orchestrators: "ok", nothing of anyone's
+    "readyz": PUBLIC,
+    "metrics": PUBLIC,  # counts only, and only with METRICS_TOKEN (401 without, 404 when unset)
     # research
     "home": ACCOUNT,
     "topic_create": ACCOUNT,

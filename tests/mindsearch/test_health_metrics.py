@@ -1,0 +1,143 @@
+"""/healthz, /readyz, /metrics and the admin desk's service charts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from mindsearch import metrics
+from mindsearch.admin_charts import build_chart, per_minute
+from mindsearch.clients import ratelimit
+from mindsearch.models import MetricSample
+from research.models import LLMCall, Topic
+from tests.support import processes
+
+TOKEN = "metrics-token-for-tests"
+
+
+def test_healthz_answers_anyone() -> None:
+    response = Client().get("/healthz")
+    assert response.status_code == 200
+    assert response.content == b"ok\n"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_readyz_names_the_missing_worker() -> None:
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {
+        "ready": False,
+        "database": "ok",
+        "worker": "no worker has reported",
+        "channels": "ok",
+    }
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_readyz_is_ready_once_a_worker_reports() -> None:
+    with processes.qcluster(processes.process_env(LOG_LEVEL="WARNING")):
+        deadline = time.monotonic() + 60
+        while (response := Client().get("/readyz")).status_code != 200:
+            assert time.monotonic() < deadline, response.json()
+            time.sleep(0.5)
+    assert response.json() == {"ready": True, "database": "ok", "worker": "ok", "channels": "ok"}
+
+
+def scrape(client: Client, token: str | None = TOKEN) -> dict[str, dict[tuple, float]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200, response.content
+    found: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+@pytest.mark.django_db
+def test_metrics_need_the_token(settings) -> None:
+    settings.METRICS_TOKEN = ""
+    assert Client().get("/metrics", headers={"Authorization": "Bearer x"}).status_code == 404
+    settings.METRICS_TOKEN = TOKEN
+    assert Client().get("/metrics").status_code == 401
+    assert Client().get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert Client().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_metrics_count_what_the_database_holds(settings, alice: User) -> None:
+    settings.METRICS_TOKEN = TOKEN
+    Topic.objects.create(owner=alice, question="one", status=Topic.Status.COMPLETED)
+    Topic.objects.create(owner=alice, question="two", status=Topic.Status.COMPLETED)
+    Topic.objects.create(owner=alice, question="three", status=Topic.Status.FAILED)
+    common = {"user": alice, "model": "m"}
+    LLMCall.objects.create(stage="plan", prompt_tokens=100, completion_tokens=20, **common)
+    LLMCall.objects.create(stage="plan", prompt_tokens=50, completion_tokens=5, error="HTTP 500", **common)
+    LLMCall.objects.create(stage="plan", prompt_tokens=999, cache_hit=True, **common)
+    asyncio.run(ratelimit.acquire(f"metrics-{uuid.uuid4().hex[:6]}", 1000, 1.0, user=alice.pk))
+
+    found = scrape(Client())
+    topics = found["mindsearch_topics"]
+    assert topics[(("status", "completed"),)] == 2
+    assert topics[(("status", "failed"),)] == 1
+    assert topics[(("status", "running"),)] == 0
+    assert found["mindsearch_llm_calls_total"][(("stage", "plan"),)] == 2  # the cache hit is no call
+    assert found["mindsearch_llm_failures_total"][(("stage", "plan"),)] == 1
+    assert found["mindsearch_llm_tokens_total"][(("direction", "prompt"), ("stage", "plan"))] == 150
+    assert sum(found["mindsearch_ratelimit_grants_total"].values()) >= 1
+    assert "mindsearch_queue_depth" in found
+    assert found["mindsearch_worker_processes"][()] == 0
+
+
+def test_counters_are_charted_as_their_change_per_minute() -> None:
+    points = [(0.0, 0.0), (60.0, 10.0), (120.0, 10.0), (180.0, 4.0), (210.0, 9.0)]
+    assert per_minute(points) == [(60.0, 10.0), (120.0, 0.0), (180.0, 0.0), (210.0, 10.0)]
+
+
+def test_a_chart_scales_its_lines_to_the_busiest_series() -> None:
+    found = {
+        "stage=plan": [(0.0, 1.0), (50.0, 4.0)],
+        "stage=read": [(0.0, 0.0), (100.0, 2.0)],
+        "x=0": [(0.0, 0.0)],
+    }
+    chart = build_chart("LLM", found, counter=False, start=0.0, end=100.0)
+    assert chart.top == 4.0
+    assert [s.label for s in chart.series] == ["stage=plan", "stage=read"]  # all-zero series left out
+    assert chart.series[0].points == "0.0,120.0 320.0,0.0"
+    assert chart.series[1].points == "0.0,160.0 640.0,80.0"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_samples_are_recorded_once_a_minute_and_drawn_on_the_admin_desk(settings, alice: User) -> None:
+    settings.METRICS_HISTORY_DAYS = 1
+    old = MetricSample.objects.create(
+        at=timezone.now() - timedelta(days=2), name="mindsearch_topics", value=1
+    )
+    Topic.objects.create(owner=alice, question="one", status=Topic.Status.COMPLETED)
+    assert metrics.record_samples() > 0
+    assert metrics.record_samples() == 0  # another worker already did, within the minute
+    assert not MetricSample.objects.filter(pk=old.pk).exists()  # older than the history kept
+    # An earlier sample, as the previous minute's would be.
+    earlier = timezone.now() - timedelta(minutes=5)
+    MetricSample.objects.create(at=earlier, name="mindsearch_topics", labels="status=completed", value=0)
+
+    staff = User.objects.create_user("operator", password="x", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(staff)
+    page = client.get("/admin/mindsearch/metricsample/charts/?hours=1")
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "<polyline" in body
+    assert "status=completed" in body
+    assert "style=" not in body.split('id="content-main"')[1]  # the CSP allows no inline style
+    assert client.get("/admin/").content.decode().count("/admin/mindsearch/metricsample/charts/") == 1
+    assert Client().get("/admin/mindsearch/metricsample/charts/").status_code == 302
