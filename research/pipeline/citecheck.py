@@ -59,6 +59,9 @@ UNSUPPORTED_COVERAGE = 0.3
 SUPPORTED_SIMILARITY_ACROSS = 0.6
 
 PREFIX_MATCH = 5
+# Sentences of a source (with their neighbours) a claim is compared with by embedding.
+CANDIDATES_SAME = 3
+CANDIDATES_ACROSS = 8
 PASSAGE_CHARS = 600  # the best window as stored and shown
 LLM_PASSAGE_CHARS = 1_000  # what the LLM sees of a source for one claim
 LLM_BATCH = 12  # claims per verification call
@@ -312,9 +315,13 @@ def prepare(
     use_embeddings: bool = True,
     embed: Callable[[list[str]], list[list[float]]] | None = None,
 ) -> Prepared:
-    """Windows of every cited source and, with embeddings, a vector for each claim and window.
+    """Windows of every cited source and, with embeddings, a vector for each claim and for the
+    windows it is compared with.
 
-    Only sentences are embedded; a two-sentence window gets the normalised mean of its two."""
+    Embedding is what costs: so a claim is compared only with the windows around the sentences
+    of its source that share most of its words (CANDIDATES_SAME; CANDIDATES_ACROSS when the
+    source is in the other language, where words say little), and only sentences are embedded —
+    a two-sentence window gets the normalised mean of its two."""
     import numpy as np
 
     cited = sorted({n for claim in claim_list for n in claim.sources if n in sources})
@@ -327,23 +334,44 @@ def prepare(
     )
     if not use_embeddings:
         return prepared
-    singles = [(n, w) for n in cited for w in per_source[n] if len(w.parts) == 1]
+    chosen, needed = _candidates(prepared)
     scale = similarity_scale(embed)
-    matrix = _embed([claim.text for claim in claim_list] + [w.text for _, w in singles], embed)
+    order = sorted(needed)
+    matrix = _embed([claim.text for claim in claim_list] + [per_source[n][i].text for n, i in order], embed)
     if matrix is None or scale is None:
         return prepared
-    prepared.scale = scale
+    prepared.scale, prepared.chosen = scale, chosen
     prepared.claim_vectors = matrix[: len(claim_list)]
-    by_sentence = {}
-    for (n, window), vector in zip(singles, matrix[len(claim_list) :], strict=True):
-        window.vector = vector
-        by_sentence[(n, window.parts[0])] = vector
+    for (n, i), vector in zip(order, matrix[len(claim_list) :], strict=True):
+        per_source[n][i].vector = vector
     for n in cited:
-        for window in per_source[n]:
-            if len(window.parts) == 2:
-                mean = by_sentence[(n, window.parts[0])] + by_sentence[(n, window.parts[1])]
+        sentences = per_source[n]
+        for window in sentences:
+            if len(window.parts) == 2 and all(sentences[i].vector is not None for i in window.parts):
+                mean = sentences[window.parts[0]].vector + sentences[window.parts[1]].vector
                 window.vector = mean / (float(np.linalg.norm(mean)) or 1.0)
     return prepared
+
+
+def _candidates(prepared: Prepared) -> tuple[dict[tuple[int, int], list[int]], set[tuple[int, int]]]:
+    """For each claim and cited source, the windows to compare (indexes), and every (source,
+    sentence) they are made of. A source's first windows are its sentences, in order."""
+    chosen: dict[tuple[int, int], list[int]] = {}
+    needed: set[tuple[int, int]] = set()
+    for position, claim in enumerate(prepared.claims):
+        russian = is_russian(claim.text)
+        for n in claim.sources:
+            windows = prepared.windows.get(n, [])
+            sentences = [w for w in windows if len(w.parts) == 1]
+            across = sum(w.russian != russian for w in sentences) * 2 > len(sentences)
+            ranked = sorted(
+                sentences, key=lambda w: (-coverage(prepared.tokens[position], w.tokens), w.parts[0])
+            )
+            best = {w.parts[0] for w in ranked[: CANDIDATES_ACROSS if across else CANDIDATES_SAME]}
+            picked = [i for i, window in enumerate(windows) if best & set(window.parts)]
+            chosen[(position, n)] = picked
+            needed.update((n, part) for i in picked for part in windows[i].parts)
+    return chosen, needed
 
 
 @dataclass
@@ -354,14 +382,20 @@ class Prepared:
     numbers: dict[int, set[str]]
     claim_vectors: Any = None
     scale: tuple[float, float] = (0.0, 1.0)
+    # With embeddings: the windows each (claim, source) is compared with; None: all of them.
+    chosen: dict[tuple[int, int], list[int]] | None = None
 
     def features(self, position: int, n: int) -> list[tuple[float, float | None, bool, _Window]]:
-        """(coverage, similarity, across languages, window) for each window of source n."""
+        """(coverage, similarity, across languages, window) for each window of source n that
+        the claim is compared with."""
         claim = self.claims[position]
         russian = is_russian(claim.text)
         vector = self.claim_vectors[position] if self.claim_vectors is not None else None
+        windows = self.windows.get(n, [])
+        if self.chosen is not None:
+            windows = [windows[i] for i in self.chosen.get((position, n), [])]
         found = []
-        for window in self.windows.get(n, []):
+        for window in windows:
             similarity = None
             if vector is not None and window.vector is not None:
                 low, high = self.scale
