@@ -16,8 +16,9 @@ server:
 Under daphne a body is read to its end before the ASGI application sees the request, and then
 handed to it in one go, so a layer inside the application comes too late for memory.
 `install_daphne_guard` therefore applies the same limits in daphne's own request object: a
-declared or streamed body over the limit is answered 413 while its headers are read, and its
-bytes are thrown away as they arrive.
+declared or streamed body over the limit is answered 413 while its headers are read (or as the
+stream passes the limit), daphne stops reading that socket — the client's unsent bytes wait in
+its own kernel, costing this process nothing — and closes it a few seconds later.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ FORWARDED_HEADERS = {
     b"x-forwarded-port",
     b"forwarded",
 }
-# Lingering after a refusal: the client's remaining bytes are read and dropped for this long.
-LINGER_SECONDS = 10.0
+# After a refusal the socket is no longer read (the client's kernel holds back the rest of its
+# body) and is closed this long later, time for any client to read the answer.
+LINGER_SECONDS = 5.0
 UNSAFE = {"POST", "PUT", "PATCH"}
 
 
@@ -273,9 +275,10 @@ def _daphne_refuse(request: Any) -> None:
         b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
     )
     transport.write(head + body)
-    # Stop reading what the client still sends once a grace period is over; until then its
-    # bytes are dropped as they come, so that it can read the answer before the socket closes.
+    # Read no more of it: what already arrived is dropped (handle_content_chunk), the rest stays
+    # with the client, and the socket is closed once it had time to read the answer.
     from twisted.internet import reactor
 
+    transport.pauseProducing()
     reactor.callLater(LINGER_SECONDS, transport.abortConnection)
     log.info("refused a request body over %d bytes", request._ms_limit)
