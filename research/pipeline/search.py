@@ -25,6 +25,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_noop
 
+from mcphub import sources as tool_sources
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
 from research.pipeline import cache, private, route
@@ -41,6 +42,9 @@ def run(ctx: RunContext) -> None:
     private.search_documents(ctx, STAGE)
     if ctx.topic.sources == Topic.Sources.DOCS:
         return
+    # The search tools of MCP servers an admin registered (mcphub/sources.py): their results
+    # are saved as web hits here, then scored, read and cited like SearXNG's.
+    from_tools = tool_sources.search(ctx, STAGE, _save_hit)
     queries = SearchQuery.objects.filter(subquery__topic=ctx.topic)
     pending = list(
         queries.filter(searched_at__isnull=True)
@@ -50,13 +54,20 @@ def run(ctx: RunContext) -> None:
     if not pending:
         return
     if not websearch.is_configured():
+        if from_tools:
+            ctx.warn(
+                STAGE,
+                gettext_noop("Web search is not configured (SEARXNG_URL); using the MCP sources' results."),
+                args={},
+            )
+            return
         _without_search_engine(ctx)
         return
     total = queries.count()
     ctx.emit(STAGE, gettext_noop("Searching the web"), args={}, done=total - len(pending), total=total)
     failures = async_to_sync(_search_all)(ctx, pending, total)
     searched = queries.filter(searched_at__isnull=False, result_count__gt=0).exists()
-    if failures and not searched:
+    if failures and not searched and not from_tools:
         if not _has_private_hits(ctx):
             raise StageError(f"Web search failed: {failures[0]}")
         ctx.warn(

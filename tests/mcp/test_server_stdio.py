@@ -35,9 +35,13 @@ async def session(username: str, alices_topic: int, alices_waiting: int) -> dict
         seen["topics"] = await client.call_tool("list_topics", {})
         seen["report"] = await client.call_tool("get_report", {"topic_id": alices_topic})
         seen["approve"] = await client.call_tool("approve_plan", {"topic_id": alices_waiting})
-        seen["too_big"] = await client.call_tool("get_topic_status", {"topic_id": alices_topic, "limit": 10**6})
+        seen["too_big"] = await client.call_tool(
+            "get_topic_status", {"topic_id": alices_topic, "limit": 10**6}
+        )
         try:
-            seen["resource"] = (await client.read_resource(f"mindsearch://topics/{alices_topic}/report")).contents
+            seen["resource"] = (
+                await client.read_resource(f"mindsearch://topics/{alices_topic}/report")
+            ).contents
         except Exception as refused:
             seen["resource"] = str(refused)
     return seen
@@ -52,7 +56,9 @@ def test_stdio_acts_as_its_user_and_no_one_else(alice: User, bob: User) -> None:
     listed = json.loads(mine["topics"].content[0].text)
     assert {item["id"] for item in listed["items"]} == {topic.pk, waiting.pk}
     report = json.loads(mine["report"].content[0].text)
-    assert report["markdown"].startswith("# Answer") and report["sources"][0]["url"] == "https://example.org/mot"
+    assert (
+        report["markdown"].startswith("# Answer") and report["sources"][0]["url"] == "https://example.org/mot"
+    )
     assert json.loads(mine["approve"].content[0].text)["status"] == "queued"
     assert mine["too_big"].is_error and "limit" in mine["too_big"].content[0].text
     assert mine["resource"][0].text == report["markdown"]
@@ -61,7 +67,9 @@ def test_stdio_acts_as_its_user_and_no_one_else(alice: User, bob: User) -> None:
     waiting.set_status(Topic.Status.AWAITING_APPROVAL)
     theirs = asyncio.run(session("bob", topic.pk, waiting.pk))
     assert json.loads(theirs["topics"].content[0].text)["count"] == 0
-    assert theirs["report"].is_error and theirs["report"].content[0].text.endswith(f"Topic {topic.pk} not found.")
+    assert theirs["report"].is_error and theirs["report"].content[0].text.endswith(
+        f"Topic {topic.pk} not found."
+    )
     assert theirs["approve"].is_error
     assert f"Topic {topic.pk} not found." in theirs["resource"]
     waiting.refresh_from_db()
