@@ -49,6 +49,11 @@ OCR_HINT = (
 RTF_DELETED = re.compile(r"\{\\deleted\b[^{}]*\}")
 RTF_NOTE = re.compile(r"\{\\\*?\\footnote\b")
 
+# Formats that are documents but not ones we read: the refusal says what would help.
+OLE2_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+OLD_OFFICE = "it is an old Microsoft Office file (.doc, .xls or .ppt); save it as DOCX or PDF and upload that"
+OPENDOCUMENT = "it is an OpenDocument file (.odt, .ods or .odp); save it as DOCX or PDF and upload that"
+
 UNSUPPORTED = "not a PDF, DOCX, HTML, Markdown or text file"
 KIND_LABELS = {
     "pdf": "PDF",
@@ -135,6 +140,8 @@ def sniff_kind(file: BinaryIO) -> str:
     file.seek(0)
     head = file.read(SNIFF_BYTES)
     kind = signature_kind(head)
+    if head.startswith(OLE2_SIGNATURE):
+        raise ParseError(OLD_OFFICE)
     if kind == "docx":
         file.seek(0)
         _check_docx_archive(file)
@@ -316,9 +323,20 @@ def _check_docx_archive(source: BinaryIO) -> None:
     try:
         with zipfile.ZipFile(source) as archive:
             _check_unpacked_size(archive.infolist())
+            if _opendocument(archive):
+                raise ParseError(OPENDOCUMENT)
             docx.main_part(archive)
     except (zipfile.BadZipFile, docx.NotDocx):
         raise ParseError(UNSUPPORTED) from None
+
+
+def _opendocument(archive: zipfile.ZipFile) -> bool:
+    """An OpenDocument package (LibreOffice's .odt and friends) names itself in `mimetype`."""
+    try:
+        info = archive.getinfo("mimetype")
+    except KeyError:
+        return False
+    return info.file_size < 200 and archive.read(info).startswith(b"application/vnd.oasis.opendocument")
 
 
 def _check_unpacked_size(members: list[zipfile.ZipInfo]) -> None:
@@ -385,6 +403,8 @@ def _parse_markdown(data: bytes) -> ParsedDocument:
 
 
 def _decode(data: bytes) -> str:
+    if data.startswith(OLE2_SIGNATURE):
+        raise ParseError(OLD_OFFICE)
     try:
         return decode(data)
     except NotText:

@@ -363,3 +363,17 @@ def test_a_reports_chunks_carry_its_headings_and_none_its_running_header(
     assert chunks and not [chunk.pk for chunk in chunks if "ACME" in chunk.text or "Page " in chunk.text]
     headings = {chunk.page: chunk.heading for chunk in chunks}
     assert headings[1] == "Section 1: Findings" and headings[4] == "Section 4: Методы"
+
+
+def test_old_office_and_opendocument_files_are_refused_saying_what_would_help(alice):
+    doc = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(4096)
+    assert rejection(alice, "old.doc", doc) == (
+        "old.doc cannot be read: it is an old Microsoft Office file (.doc, .xls or .ppt);"
+        " save it as DOCX or PDF and upload that."
+    )
+    odt = zip_bytes({"mimetype": b"application/vnd.oasis.opendocument.text", "content.xml": b"<office/>"})
+    assert rejection(alice, "notes.odt", odt) == (
+        "notes.odt cannot be read: it is an OpenDocument file (.odt, .ods or .odp);"
+        " save it as DOCX or PDF and upload that."
+    )
+    assert not UploadedDocument.objects.exists()
