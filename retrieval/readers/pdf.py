@@ -51,6 +51,7 @@ PDFMINER_SECONDS = 30.0
 # OCR: 300 dpi is what tesseract is trained on.
 OCR_SCALE = 300 / 72
 OCR_LANGUAGES = "rus+eng"
+OCR_MAX_PIXELS = 40_000_000
 TESSERACT = os.environ.get("MINDSEARCH_TESSERACT", "tesseract")
 # Pages with at most this share unreadable (no OCR to fix them) are left out, not the file.
 MAX_UNREADABLE_SHARE = 0.1
@@ -143,7 +144,10 @@ def ocr_pages(data: bytes, indices: list[int]) -> Iterator[str]:
     try:
         for index in indices:
             page = document[index]
-            image = page.render(scale=OCR_SCALE, grayscale=True).to_pil()
+            width, height = page.get_size()
+            # 300 dpi, but never a bitmap larger than OCR_MAX_PIXELS (a poster-sized page).
+            scale = min(OCR_SCALE, (OCR_MAX_PIXELS / max(1.0, width * height)) ** 0.5)
+            image = page.render(scale=scale, grayscale=True).to_pil()
             buffer = io.BytesIO()
             image.save(buffer, format="PNG")
             page.close()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 import io
 import re
+import subprocess
+import sys
 import unicodedata
 import zipfile
 from collections import Counter
@@ -14,7 +16,7 @@ from pathlib import Path
 import docx
 import pytest
 
-from retrieval.parsing import UNSUPPORTED, ParseError, detect_kind, parse
+from retrieval.parsing import PROJECT_ROOT, UNSUPPORTED, ParseError, detect_kind, parse
 from retrieval.readers import pdf as pdf_reader
 from retrieval.readers import quality
 from retrieval.readers.text import join_hyphenated, normalise
@@ -340,6 +342,30 @@ def test_a_few_unreadable_pages_without_ocr_are_left_out_and_more_refuse_the_fil
         ParseError, match=r"unreadable \(glyph codes instead of letters\) on page 9; OCR is not"
     ):
         parse(merged_pdf("report-headers.pdf", "glyph-codes.pdf"), filename="b.pdf")
+
+
+def test_ocr_of_a_poster_sized_page_stays_within_the_memory_cap(tmp_path):
+    """At 300 dpi a 200-inch page would be a 3.6-gigapixel bitmap; the child's 2 GB cap holds."""
+    import pypdfium2
+
+    poster = pypdfium2.PdfDocument.new()
+    poster.new_page(14400, 14400)
+    path = tmp_path / "poster.pdf"
+    poster.save(str(path))
+    script = (
+        "import resource, sys; from retrieval.parsing import CHILD_MEMORY_BYTES as m;"
+        " resource.setrlimit(resource.RLIMIT_AS, (m, m)); from retrieval.readers import pdf;"
+        " print(list(pdf.ocr_pages(open(sys.argv[1], 'rb').read(), [0])))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-500:]
+    assert completed.stdout.strip() == "['']"
 
 
 @pytest.mark.parametrize("name", ["scan-ru.pdf", "scan-en.pdf"])
