@@ -6,7 +6,9 @@ Claim / source pairs from SciFact's train split (claims CC BY 4.0, abstracts ODC
 - supported: a claim and an abstract its annotators marked SUPPORT (the source is the title and
   the whole abstract, as a short page is sent to the model whole);
 - another source: the same claim and the abstract that BM25 ranks first for it among those not
-  judged for it — the wrong source of a related topic, the way a report mis-cites;
+  judged for it — the closest wrong source there is, often on the very same narrow subject;
+- related source: the same claim and an abstract BM25 ranks 20th–50th for it — a source of the
+  same field, as the other sources of a report are;
 - number changed: a supported claim whose number (one the abstract states) is replaced by one
   the abstract does not state;
 - contradicted: a claim and an abstract marked CONTRADICT (reported on its own: words and
@@ -24,7 +26,8 @@ thresholds: the lowest unsupported threshold whose detection precision is at lea
 lowest supported threshold whose precision is at least 0.95); odd ids are reported, through
 `citecheck.check` with the constants in the module, so what is printed is what the code does.
 "Unsupported detection" counts a pair as caught when its verdict is unsupported; its positives
-are "another source" and "number changed", its negatives "supported".
+are "another source", "related source" and "number changed", its negatives "supported"; the
+verdicts of each kind are printed too, so the closest-source case can be read on its own.
 
     nice -n 10 .venv/bin/python bench/citecheck.py [--limit N] [--no-embeddings]
 
@@ -51,7 +54,8 @@ from bench.common import ROOT
 
 SCIFACT = ROOT.parent / "shared" / "benchmarks" / "scifact"
 XQUAD = ROOT.parent / "shared" / "benchmarks" / "xquad-ru"
-KINDS = ("supported", "another_source", "number_changed")
+KINDS = ("supported", "another_source", "related_source", "number_changed")
+POSITIVES = ("another_source", "related_source", "number_changed")
 WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 UNSUPPORTED_PRECISION = 0.9
 SUPPORTED_PRECISION = 0.95
@@ -170,11 +174,13 @@ def scifact_pairs(limit: int) -> list[dict[str, Any]]:
             changed = _change_number(claim["text"], numbers(source), rng)
             if changed:
                 _add(pairs, counts, limit, split, "number_changed", changed, source)
-            if counts[(split, "another_source")] < limit:
+            if counts[(split, "another_source")] < limit or counts[(split, "related_source")] < limit:
                 scores = bm25.scores(tokenize(claim["text"]))
                 ranked = sorted(range(len(ids)), key=lambda i: -scores[i])
-                other = next(ids[i] for i in ranked if ids[i] not in judged.get(claim["_id"], set()))
-                _add(pairs, counts, limit, split, "another_source", claim["text"], corpus[other])
+                others = [ids[i] for i in ranked[:60] if ids[i] not in judged.get(claim["_id"], set())]
+                _add(pairs, counts, limit, split, "another_source", claim["text"], corpus[others[0]])
+                related = others[19 + rng.randrange(30)]
+                _add(pairs, counts, limit, split, "related_source", claim["text"], corpus[related])
             break  # one abstract per claim
     return pairs
 
@@ -282,9 +288,9 @@ def choose_thresholds(tune: list[dict[str, Any]], *, with_embeddings: bool) -> d
 
 
 def _detection(caught: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> dict[str, float]:
-    positives = [p for p in pairs if p["kind"] in ("another_source", "number_changed")]
+    positives = [p for p in pairs if p["kind"] in POSITIVES]
     flagged = [p for p in caught if p["kind"] in KINDS]
-    right = sum(p["kind"] in ("another_source", "number_changed") for p in flagged)
+    right = sum(p["kind"] in POSITIVES for p in flagged)
     return {
         "precision": round(right / len(flagged), 3) if flagged else 1.0,
         "recall": round(right / len(positives), 3) if positives else 0.0,

@@ -320,6 +320,7 @@ def test_private_answers_are_cached_for_their_owner_only(alice: User, bob: User,
         CacheEntry.Kind.SUMMARIES,
         CacheEntry.Kind.RANKED_SUMMARIES,
         CacheEntry.Kind.ANSWERS,
+        CacheEntry.Kind.CITATION_CHECKS,  # the claims are checked against the private text
     }
     # Nothing derived from the private text sits in the shared cache.
     for payload in CacheEntry.objects.filter(owner=None).values_list("payload", flat=True):
