@@ -129,11 +129,25 @@ def test_searxng_pages_ten_results_per_engine_and_skips_engines_without_paging(s
     assert set(first) >= {"query", "number_of_results", "results", "unresponsive_engines", "suggestions"}
 
 
+def test_searxng_runs_only_the_engines_of_the_categories_asked(search_world: Any) -> None:
+    def engines(**params: Any) -> set[str]:
+        return {
+            e for r in searx(search_world, q="malaria parasites", **params)["results"] for e in r["engines"]
+        }
+
+    assert "semantic scholar" not in engines() and "bing news" not in engines()
+    assert "semantic scholar" in engines(categories="science,general")
+    news = searx(search_world, q="malaria parasites", categories="news")["results"]
+    assert news and {e for r in news for e in r["engines"]} == {"bing news"}
+    assert all(r["publishedDate"] and r["category"] == "news" for r in news)
+
+
 def test_searxng_reports_unresponsive_engines_as_name_and_reason() -> None:
     with evidence_world(today=TODAY, outage_rate=1.0) as world:
         down = searx(world, q="malaria")
         assert down["results"] == []
-        assert sorted(name for name, _ in down["unresponsive_engines"]) == sorted(e.name for e in ENGINES)
+        general = sorted(e.name for e in ENGINES if "general" in e.categories)
+        assert sorted(name for name, _ in down["unresponsive_engines"]) == general
         assert all(reason == "timeout" for _, reason in down["unresponsive_engines"])
     with evidence_world(today=TODAY, suspend_rate=1.0, outage_rate=0, timeout_rate=0) as world:
         suspended = dict(searx(world, q="malaria")["unresponsive_engines"])

@@ -476,6 +476,8 @@ class Engine:
     paging: bool
     share: float  # of the web it indexes
     hosts: tuple[str, ...] = ()  # only these hosts, when given (Wikipedia's own search)
+    categories: tuple[str, ...] = ("general",)
+    dated_only: bool = False  # a news engine indexes dated pages only
 
 
 ENGINES = (
@@ -483,6 +485,8 @@ ENGINES = (
     Engine("brave", time_range=True, paging=True, share=0.55),
     Engine("duckduckgo", time_range=True, paging=False, share=0.6),
     Engine("mojeek", time_range=False, paging=True, share=0.5),
+    Engine("semantic scholar", time_range=False, paging=True, share=0.4, categories=("science",)),
+    Engine("bing news", time_range=True, paging=True, share=0.3, categories=("news",), dated_only=True),
     Engine("wikipedia", time_range=False, paging=False, share=1.0, hosts=tuple(WIKI_HOSTS.values())),
 )
 WINDOWS = {"day": 1, "week": 7, "month": 31, "year": 365}
@@ -514,7 +518,12 @@ class SearxngStandIn:
         found: dict[str, dict[str, Any]] = {}
         totals: dict[str, int] = {}
         outage = self._roll("outage", query, time_range, pageno, attempt) < self.outage_rate
+        wanted = {c.strip() for c in request.param("categories", "general").split(",") if c.strip()} or {
+            "general"
+        }
         for engine in self.engines:
+            if not wanted & set(engine.categories):
+                continue  # only the engines of the categories asked for run
             if time_range and not engine.time_range:
                 continue  # SearXNG skips an engine that cannot filter by time
             if pageno > 1 and not engine.paging:
@@ -528,9 +537,14 @@ class SearxngStandIn:
             for position, page in enumerate(
                 ranked[(pageno - 1) * RESULTS_PER_PAGE : pageno * RESULTS_PER_PAGE], 1
             ):
-                entry = found.setdefault(
-                    page.url, {"page": page, "engines": [], "positions": [], "score": 0.0}
-                )
+                empty = {
+                    "page": page,
+                    "engines": [],
+                    "positions": [],
+                    "score": 0.0,
+                    "category": engine.categories[0],
+                }
+                entry = found.setdefault(page.url, empty)
                 entry["engines"].append(engine.name)
                 entry["positions"].append(position)
                 entry["score"] += 1.0 / position
@@ -568,12 +582,16 @@ class SearxngStandIn:
     def _indexes(self, engine: Engine, page: Page) -> bool:
         """Each general engine indexes its share of the web; a page none drew goes to one of them
         (every page of the web can be found somewhere)."""
-        general = [e for e in self.engines if not e.hosts]
+        general = [e for e in self.engines if not e.hosts and "general" in e.categories]
+        if engine.dated_only and page.published is None:
+            return False
+        if "science" in engine.categories and page.host in WIKI_HOSTS.values():
+            return False
         if self._roll("index", engine.name, page.url) < engine.share:
             return True
         if any(self._roll("index", e.name, page.url) < e.share for e in general):
             return False
-        return engine is general[_hash(self.seed, page.url) % len(general)]
+        return engine in general and engine is general[_hash(self.seed, page.url) % len(general)]
 
     def _rank(self, engine: Engine, query: str, time_range: str) -> list[Page]:
         asked = {stem(w) for w in words(query) if w not in _SEARCH_STOP}
@@ -609,6 +627,7 @@ class SearxngStandIn:
             "engines": entry["engines"],
             "score": round(entry["score"], 4),
             "publishedDate": published,
+            "category": entry["category"],
         }
         result = searxng_result(item, position)
         result["positions"] = entry["positions"]
