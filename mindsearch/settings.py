@@ -286,6 +286,8 @@ STATUS_CACHE_SECONDS = env_int("STATUS_CACHE_SECONDS", 60)
 # the admin desk keeps their minute-by-minute history for its charts.
 METRICS_TOKEN = env_str("METRICS_TOKEN")
 METRICS_HISTORY_DAYS = env_int("METRICS_HISTORY_DAYS", 7)
+# Folder of pg_dump / pg_restore for `manage.py backup` and `restore`; empty: the embedded server's.
+PG_BIN = env_str("PG_BIN")
 # daphne processes that `manage.py serve` starts on one shared listening socket.
 WEB_PROCESSES = env_int("WEB_PROCESSES", 1)
 

@@ -1,0 +1,114 @@
+"""`manage.py backup` and `restore`: a backup of one data folder restored into a fresh one.
+
+Both run as an operator would run them, each on its own embedded PostgreSQL (no DATABASE_URL),
+with pg_dump and pg_restore from the embedded server's binaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support import processes
+
+pytestmark = pytest.mark.processes
+
+FILL = """
+import json
+from django.contrib.auth.models import User
+from django.core.files.base import ContentFile
+from research.models import Report, Topic
+from retrieval.models import Chunk, UploadedDocument
+owner = User.objects.create_user("keeper", password="a long password 1")
+for n in range(3):
+    topic = Topic.objects.create(owner=owner, question=f"question {n}", status="completed")
+    Report.objects.create(topic=topic, markdown=f"# Report {n}\\nТекст отчёта {n}.")
+document = UploadedDocument(owner=owner, original_name="notes.txt", sha256="0" * 64, status="ready")
+document.file.save("notes.txt", ContentFile("Заметки: the uploaded file itself.".encode()), save=False)
+document.size_bytes = document.file.size
+document.save()
+for n in range(4):
+    Chunk.objects.create(
+        document=document, owner=owner, position=n, text=f"chunk {n}", char_start=n, char_end=n + 1,
+        embedding=[0.01 * (n + 1)] * 384,
+    )
+"""
+
+READ = """
+import json
+from research.models import Report, Topic
+from retrieval.models import Chunk, UploadedDocument
+document = UploadedDocument.objects.get()
+print(json.dumps({
+    "topics": sorted(Topic.objects.values_list("question", flat=True)),
+    "reports": sorted(Report.objects.values_list("markdown", flat=True)),
+    "chunks": sorted(Chunk.objects.values_list("text", flat=True)),
+    "embedding": [round(x, 4) for x in Chunk.objects.get(position=2).embedding[:2]],
+    "file": document.file.read().decode(),
+    "owner": document.owner.username,
+}))
+"""
+
+
+def embedded_env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(DEBUG="1", MINDSEARCH_DATA_DIR=str(data_dir), LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = processes.manage(*args, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_backup_restores_into_a_fresh_data_folder_with_every_row_and_file(tmp_path: Path) -> None:
+    source, fresh, backup = (
+        embedded_env(tmp_path / "source"),
+        embedded_env(tmp_path / "fresh"),
+        tmp_path / "b.tar",
+    )
+    manage(source, "migrate", "--noinput")
+    manage(source, "shell", "-c", FILL)
+    before = json.loads(manage(source, "shell", "-c", READ).splitlines()[-1])
+    assert "backed up" in manage(source, "backup", str(backup)).lower()
+    assert oct(backup.stat().st_mode & 0o777) == "0o600"
+
+    assert "Restored" in manage(fresh, "restore", str(backup))
+    after = json.loads(manage(fresh, "shell", "-c", READ).splitlines()[-1])
+    assert after == before
+    assert len(after["topics"]) == 3 and len(after["chunks"]) == 4
+    assert after["file"] == "Заметки: the uploaded file itself."
+    # The restored schema is the migrated one: nothing left for migrate to do.
+    assert "No migrations to apply" in manage(fresh, "migrate", "--noinput")
+
+    # A second restore would overwrite: it is refused and nothing changes.
+    again = processes.manage("restore", str(backup), env=fresh, timeout=300)
+    assert again.returncode != 0
+    assert "already holds tables" in again.stderr
+    assert json.loads(manage(fresh, "shell", "-c", READ).splitlines()[-1]) == before
+
+
+def test_backup_will_not_overwrite_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "exists.tar"
+    target.write_text("keep me")
+    env = embedded_env(tmp_path / "data")
+    done = processes.manage("backup", str(target), env=env, timeout=300)
+    assert done.returncode != 0
+    assert "exists already" in done.stderr
+    assert target.read_text() == "keep me"
+
+
+def test_restore_refuses_what_is_not_a_backup(tmp_path: Path) -> None:
+    import tarfile
+
+    bogus = tmp_path / "bogus.tar"
+    (tmp_path / "readme.txt").write_text("not a backup")
+    with tarfile.open(bogus, "w") as archive:
+        archive.add(tmp_path / "readme.txt", arcname="readme.txt")
+    done = processes.manage("restore", str(bogus), env=embedded_env(tmp_path / "data"), timeout=300)
+    assert done.returncode != 0
+    assert "not a MindSearch backup" in done.stderr
