@@ -30,7 +30,8 @@ def hostile_files() -> dict[str, tuple[bytes, str]]:
     """name → (bytes, what the refusal says)."""
     bomb = zip_bytes({"word/document.xml": b"<w:document/>", "word/padding.xml": b"\0" * (20 * 1024 * 1024)})
     return {
-        "huge.md": (b"x" * (LIMIT + 1), "files may be at most 64.0\xa0KB"),
+        # Sizes precise enough to differ: one byte over 64 KB is not "64.0 KB; at most 64.0 KB".
+        "huge.md": (b"x" * (LIMIT + 1), "is 65,537 bytes; files may be at most 65,536 bytes"),
         "photo.pdf": (PNG, "is not a PDF, DOCX, Markdown, text or HTML file"),
         "login.docx": (b"<!doctype html><html><body>Sign in</body></html>", "named like a DOCX file"),
         "report.pdf": (b"<html><body><p>Not a PDF at all</p></body></html>", "content is an HTML page"),
