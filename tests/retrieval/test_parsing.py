@@ -305,6 +305,11 @@ def test_a_public_corrupted_pdf_is_read():
     assert recall("public/zen_of_python_corrupted.pdf", parsed.text) >= 0.95
 
 
+def test_a_password_protected_pdf_is_refused_as_such():
+    with pytest.raises(ParseError, match=r"^the PDF is password-protected$"):
+        parse(fixture("public/rc4-40-password.pdf"), filename="secret.pdf")
+
+
 def test_a_glyph_code_text_layer_is_read_by_ocr():
     parsed = parse(fixture("glyph-codes.pdf"), filename="glyph-codes.pdf")
     assert "(cid:" not in parsed.text and not re.search(r"/g\d+", parsed.text)
