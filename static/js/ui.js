@@ -112,3 +112,29 @@ document.addEventListener("DOMContentLoaded", () => {
   const select = document.querySelector("select[data-theme-switch]");
   if (select) select.value = localStorage.getItem("theme") || "auto";
 });
+
+// A live update of the plan (the websocket re-renders it on plan events, and after a
+// reconnect) keeps what was typed and not saved yet, and the focus and caret of the field.
+let refocus = null;
+document.addEventListener("htmx:oobBeforeSwap", (event) => {
+  const old = event.detail.target;
+  if (!old || old.id !== "plan") return;
+  for (const field of old.querySelectorAll("textarea[id]")) {
+    if (field.value === field.defaultValue) continue;
+    const incoming = event.detail.fragment.querySelector(`#${CSS.escape(field.id)}`);
+    if (incoming) incoming.textContent = field.value;
+  }
+  const active = document.activeElement;
+  refocus = active && active.id && old.contains(active)
+    ? { id: active.id, start: active.selectionStart, end: active.selectionEnd }
+    : null;
+});
+document.addEventListener("htmx:oobAfterSwap", () => {
+  if (!refocus) return;
+  const field = document.getElementById(refocus.id);
+  if (field && document.activeElement !== field) {
+    field.focus();
+    if (typeof refocus.start === "number" && field.setSelectionRange) field.setSelectionRange(refocus.start, refocus.end);
+  }
+  refocus = null;
+});

@@ -111,9 +111,16 @@ def test_the_server_error_page_renders_without_a_request() -> None:
 
 
 def test_a_failed_topics_report_card_says_it_failed(alice_client: Client, alice: User) -> None:
-    topic = Topic.objects.create(owner=alice, question="What is Mixture of Tokens?", status="failed")
+    topic = Topic.objects.create(
+        owner=alice,
+        question="What is Mixture of Tokens?",
+        status="failed",
+        sources="docs",
+        error="No documents to search.",
+    )
     html = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
-    assert "The run failed before a report was written" in html
+    assert "The run failed before a report was written." in html
+    assert "No documents to search." in html and 'href="/documents/">Documents page</a>' in html
     assert "The report appears here when the run is done." not in html
 
 
