@@ -17,6 +17,8 @@ import json
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from mcphub.server import SCOPE_USER_KEY, server
@@ -50,20 +52,37 @@ def token_owner_id(token: str) -> int | None:
     return row.owner.pk
 
 
-async def _refuse(send: Send, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
+def host_allowed(scope: Scope) -> bool:
+    """The request's Host is one of ALLOWED_HOSTS, as Django checks it for every other path."""
+    host = next((value.decode("latin-1") for name, value in scope.get("headers", []) if name == b"host"), "")
+    domain, _port = split_domain_port(host)
+    allowed = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]  # as Django does in development
+    return bool(domain) and validate_host(domain, allowed)
+
+
+async def _answer(
+    send: Send, status: int, payload: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    body = json.dumps(payload).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="MindSearch", error="invalid_token"'),
+                *headers,
             ],
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(send: Send, detail: str) -> None:
+    challenge = (b"www-authenticate", b'Bearer realm="MindSearch", error="invalid_token"')
+    await _answer(send, 401, {"detail": detail}, (challenge,))
 
 
 class _Running:
@@ -97,6 +116,9 @@ class McpHttpApp:
         return self._running.manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not host_allowed(scope):
+            await _answer(send, 400, {"detail": "The Host header is not one this server answers to."})
+            return
         token = bearer_token(scope)
         if token is None:
             await _refuse(send, UNAUTHENTICATED)

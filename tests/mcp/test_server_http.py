@@ -107,10 +107,15 @@ def test_an_mcp_client_with_a_token_researches_a_topic_and_another_token_sees_no
                     {"Authorization": f"Basic {alice_token}"},
                 )
             ]
+            auth = {"Authorization": f"Bearer {alice_token}"}
+            wrong_host = httpx.post(url, json=initialize, headers={**auth, "Host": "evil.example"})
+            oversized = httpx.post(url, content=b"[" + b" " * 2_000_000 + b"]", headers=auth)
             seen = asyncio.run(research(url, alice_token, bob_token))
     assert [r.status_code for r in refusals] == [401, 401, 401, 401]
     assert all(r.headers["www-authenticate"].startswith("Bearer") for r in refusals)
     assert "unknown, expired or revoked" in refusals[1].json()["detail"]
+    assert wrong_host.status_code == 400  # ALLOWED_HOSTS holds for /mcp as for every other path
+    assert oversized.status_code == 413  # the body-size layer stands in front of /mcp
 
     assert set(seen["tools"]) >= TOOLS
     schema = seen["tools"]["start_research"].input_schema

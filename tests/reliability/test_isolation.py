@@ -260,3 +260,102 @@ def test_no_websocket_opens_for_another_user_or_nobody(estate: Estate, bob: User
         assert async_to_sync(connect)(path, bob) == (False, 4404), path
         assert async_to_sync(connect)(path, AnonymousUser())[0] is False, path
         assert async_to_sync(connect)(path, estate.owner)[0] is True, path  # the control
+
+
+# --- Walking the MCP server (/mcp) ---------------------------------------------------------------
+
+# Every tool and resource template the MCP server lists (mcphub/server.py) must have a line here.
+MCP_ACCESS = {
+    "start_research": ACCOUNT,
+    "list_topics": ACCOUNT,
+    "search_my_documents": ACCOUNT,
+    "get_topic_status": OWNED,
+    "get_report": OWNED,
+    "approve_plan": OWNED,
+    "mindsearch://topics/{topic_id}/report": OWNED,
+}
+
+
+def mcp_arguments(name: str, estate: Estate) -> dict[str, object]:
+    if name == "approve_plan":
+        return {"topic_id": estate.plan.pk}
+    if MCP_ACCESS[name] == OWNED:
+        return {"topic_id": estate.topic.pk}
+    return {
+        "start_research": {"question": "Bob's own question", "auto_approve": False},
+        # The part of Alice's secret word a search would match, without echoing the whole of it.
+        "search_my_documents": {"query": SECRET.split("-")[0]},
+    }.get(name, {})
+
+
+async def mcp_walk(token: str | None, estate: Estate) -> dict[str, object]:
+    """Every tool and resource of /mcp called with `token`, in process through the ASGI app."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mcphub.http import app
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), headers=headers, timeout=30)
+    if token is None:
+        async with http:
+            answer = await http.post(
+                "http://localhost/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            )
+        return {"status": answer.status_code}
+    seen: dict[str, object] = {}
+    async with Client(
+        streamable_http_client("http://localhost/mcp", http_client=http), mode="legacy"
+    ) as client:
+        tools = [tool.name for tool in (await client.list_tools()).tools]
+        templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
+        seen["listed"] = tools + templates
+        for name in tools:
+            result = await client.call_tool(name, mcp_arguments(name, estate))
+            seen[name] = (result.is_error, result.content[0].text if result.content else "")
+        uri = f"mindsearch://topics/{estate.topic.pk}/report"
+        try:
+            seen[templates[0]] = (False, (await client.read_resource(uri)).contents[0].text)
+        except Exception as refused:  # the SDK raises the server's resource error
+            seen[templates[0]] = (True, str(refused))
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_mcp_server_gives_another_user_or_nobody_nothing_of_alice(estate: Estate, bob: User) -> None:
+    bob = with_token(bob)
+    before = snapshot()
+    _row, bob_token = ApiToken.issue(bob, "mcp walk")
+    assert async_to_sync(mcp_walk)(None, estate) == {"status": 401}
+    seen = async_to_sync(mcp_walk)(bob_token, estate)
+    assert sorted(seen.pop("listed")) == sorted(MCP_ACCESS), "say who may use these MCP tools in MCP_ACCESS"
+    for name, (is_error, text) in seen.items():
+        assert SECRET not in text, f"{name} showed Bob something of Alice's"
+        if MCP_ACCESS[name] == OWNED:
+            assert is_error and "not found" in text, f"{name} as Bob: {text}"
+        else:
+            assert not is_error, f"{name} as Bob: {text}"
+    forget_what_bob_made(bob)
+    assert snapshot() == before
+    # The control: Alice's own token reaches her report.
+    _row, alice_token = ApiToken.issue(estate.owner, "mcp walk")
+    assert async_to_sync(mcp_report)(alice_token, estate.topic.pk) == (False, False)
+
+
+async def mcp_report(token: str, topic_id: int) -> tuple[bool, bool]:
+    """Whether get_report and the report resource failed for `token`."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mcphub.http import app
+
+    headers = {"Authorization": f"Bearer {token}"}
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), headers=headers, timeout=30)
+    async with Client(
+        streamable_http_client("http://localhost/mcp", http_client=http), mode="legacy"
+    ) as client:
+        report = await client.call_tool("get_report", {"topic_id": topic_id})
+        resource = await client.read_resource(f"mindsearch://topics/{topic_id}/report")
+    return report.is_error, not resource.contents[0].text
