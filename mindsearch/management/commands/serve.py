@@ -1,8 +1,9 @@
 """`manage.py serve`: the web server and a worker together, stopped together.
 
 This is what `make run` runs after migrating. It holds the embedded database open for both
-children, prints the address once the web server answers, and on Ctrl-C (or SIGTERM) stops
-both cleanly; if either child dies, the others are stopped too.
+children, prints the address once the web server answers, and on Ctrl-C or SIGTERM (to it alone
+or to its whole process group) stops both cleanly; if either child dies, the others are stopped
+too. Being the last user of the embedded database, it stops that server on its way out.
 
 With `--web-processes N` (or WEB_PROCESSES), N daphne processes share one listening socket that
 this command opens: the kernel hands each new connection to one of them. A daphne process runs
@@ -22,7 +23,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-STOP_GRACE_SECONDS = 15
+# The worker gives a run in flight 10 s to hand its topic back (mindsearch/worker.py), then stops.
+STOP_GRACE_SECONDS = 25
 
 
 class Command(BaseCommand):
