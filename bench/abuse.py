@@ -241,9 +241,8 @@ def fair_share(args: argparse.Namespace) -> dict[str, Any]:
 
     with ExitStack() as stack:
         w = stack.enter_context(load_world())
-        env = production_env(
-            **w.env(), LIMIT_AITUNNEL_RPS=str(args.llm_rps), LIMIT_JINA_RPS="5", LIMIT_SEARCHXNG_RPM="30"
-        )
+        limits = {"LIMIT_AITUNNEL_RPS": str(args.llm_rps), "LIMIT_JINA_RPS": "5", "LIMIT_SEARCHXNG_RPM": "30"}
+        env = production_env(**{**w.env(), **limits})
         env["MINDSEARCH_WORKERS"] = "2"
         worker = subprocess.Popen(
             [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=sys.stderr
@@ -280,7 +279,7 @@ def fair_share(args: argparse.Namespace) -> dict[str, Any]:
         backlog_calls = len(w.llm.requests) - greedy_requests_before
         Topic.objects.filter(pk=big.pk).update(status=Topic.Status.CANCELLED)
     limiter = subprocess.run(
-        ["git", "log", "-1", "--format=%h %cs %s", "--", "mindsearch/clients/ratelimit.py"],
+        ["git", "log", "-1", "--format=%h %cs", "--", "mindsearch/clients/ratelimit.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,
