@@ -29,7 +29,15 @@ class TopicForm(forms.ModelForm):
             "time_range": _("Or say it in the question: “за последние 3 дня”, “past 6 months”, “2015–2023”."),
         }
         widgets = {
-            "question": forms.Textarea(attrs={"rows": 3, "maxlength": MAX_QUESTION_CHARS, "autofocus": True}),
+            # Enter sends the form, Shift+Enter makes a new line (static/js/ui.js).
+            "question": forms.Textarea(
+                attrs={
+                    "rows": 3,
+                    "maxlength": MAX_QUESTION_CHARS,
+                    "autofocus": True,
+                    "data-enter-submits": True,
+                }
+            ),
             "sources": forms.RadioSelect,
             "mode": forms.RadioSelect,
         }
