@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from research import archive, archive_checks, event_text
+from research import archive, archive_checks, event_text, imports
 from research.models import RunEvent, Topic
 from tests.reliability.conftest import _finished_topic
 
@@ -118,11 +118,16 @@ def test_event_count_and_report_size_are_bounded(exported: dict, bob: User) -> N
     assert "longer than a report" in refused(data, bob)
 
 
-def test_the_import_page_refuses_it_with_the_reason(exported: dict, bob: User) -> None:
+def test_the_import_page_refuses_it_with_the_reason(
+    exported: dict, bob: User, settings: Any, tmp_path: Any
+) -> None:
+    settings.MEDIA_ROOT = tmp_path
     data = copy.deepcopy(exported)
     data["hits"][0]["url"] = "javascript:alert(1)"
     client = Client()
     client.force_login(bob)
-    response = client.post("/topics/import/", {"archive": zipped(data)}, follow=True)
-    assert "not a web page" in response.content.decode()
+    response = client.post("/topics/import/", {"archive": zipped(data)})
+    imports.run(response["Location"].rstrip("/").rsplit("/", 1)[1])  # the worker's task
+    page = client.get(response["Location"], follow=True).content.decode()
+    assert "Nothing was imported" in page and "not a web page" in page
     assert not Topic.objects.filter(owner=bob).exists()
