@@ -55,6 +55,8 @@ class Encoder(Protocol):
 
     def query(self, text: str) -> list[float]: ...
 
+    def queries(self, texts: list[str], batch_size: int) -> list[list[float]]: ...
+
     def count_tokens(self, text: str) -> int: ...
 
     @property
@@ -82,6 +84,15 @@ def embed_query(text: str) -> list[float]:
     if settings.EMBEDDING_BACKEND == "openai":
         return _embed_remote([_query_text(text)], 1)[0]
     return encoder().query(text)
+
+
+def embed_queries(texts: list[str], *, batch_size: int = 32) -> list[list[float]]:
+    """`embed_query` for many queries at once (a benchmark's), batched as passages are."""
+    if not texts:
+        return []
+    if settings.EMBEDDING_BACKEND == "openai":
+        return _embed_remote([_query_text(text) for text in texts], batch_size)
+    return encoder().queries(texts, batch_size)
 
 
 def count_tokens(text: str) -> int:
@@ -154,6 +165,13 @@ class _BundledE5:
         with self._lock:
             return self._model.query(text).tolist()
 
+    def queries(self, texts: list[str], batch_size: int) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for first in range(0, len(texts), batch_size):
+            with self._lock:
+                vectors.extend(self._model.query(texts[first : first + batch_size]).tolist())
+        return vectors
+
     def count_tokens(self, text: str) -> int:
         with self._lock:
             return self._model.token_count(text, False)
@@ -211,6 +229,9 @@ class _SentenceTransformer:
 
     def query(self, text: str) -> list[float]:
         return self._encode([text], self._query_prompt, 1)[0]
+
+    def queries(self, texts: list[str], batch_size: int) -> list[list[float]]:
+        return self._encode(texts, self._query_prompt, batch_size)
 
     def count_tokens(self, text: str) -> int:
         return len(self._model.tokenizer(self._passage_prompt + text)["input_ids"])
