@@ -42,7 +42,12 @@ PASSWORD = "correct horse battery staple"
 @pytest.fixture
 def production_site() -> Iterator[str]:
     env = processes.process_env(
-        DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING"
+        DEBUG="0",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="127.0.0.1",
+        LOG_LEVEL="WARNING",
+        # The test plays the TLS proxy in front: only a listed proxy's X-Forwarded-Proto counts.
+        TRUSTED_PROXIES="127.0.0.1",
     )
     with processes.daphne(env) as host:
         yield host

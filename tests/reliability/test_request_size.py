@@ -230,3 +230,16 @@ def test_the_compose_proxy_refuses_the_same_bodies_and_is_the_only_door(settings
     assert services["proxy"]["ports"]
     proxy_address = services["proxy"]["networks"]["default"]["ipv4_address"]
     assert compose["x-app-env"]["TRUSTED_PROXIES"] == proxy_address
+
+
+def test_a_forwarded_proto_from_an_untrusted_client_is_not_believed(django_db_blocker: Any) -> None:
+    """With DEBUG off, plain HTTP is redirected to HTTPS; a client that merely claims
+    `X-Forwarded-Proto: https` (no TRUSTED_PROXIES) is redirected all the same."""
+    with django_db_blocker.unblock():
+        env = process_env(DEBUG="0", SECRET_KEY="x" * 50, ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING")
+    with daphne(env) as address:
+        host, port = address.split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/accounts/login/", headers={"X-Forwarded-Proto": "https"})
+        response = conn.getresponse()
+        assert response.status == 301 and response.getheader("Location").startswith("https://")
