@@ -24,6 +24,7 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -177,22 +178,27 @@ class _Connection:
 
     async def call(self, query: str) -> Any:
         if self.client is None:
-            await ratelimit.acquire(
-                self.source.rate_limit_name, self.source.requests_per_minute, 60.0, user=self.owner
-            )
-            http = httpx2.AsyncClient(
-                headers=dict(self.source.headers or {}), timeout=self.source.timeout_seconds
-            )
-            transport = streamable_http_client(self.source.url, http_client=http)
-            self.client = await self.stack.enter_async_context(
-                Client(transport, read_timeout_seconds=self.source.timeout_seconds, mode="legacy")
-            )
-            self.stack.push_async_callback(http.aclose)
-            self.tool = pick_tool((await self.client.list_tools()).tools, self.source.tool)
-        await ratelimit.acquire(
-            self.source.rate_limit_name, self.source.requests_per_minute, 60.0, user=self.owner
-        )
+            await self.connect()
+        assert self.client is not None
+        await self._wait_turn()
         return await self.client.call_tool(self.tool, {"query": query})
+
+    async def connect(self) -> None:
+        """Open the session and pick the search tool (the handshake counts as one request)."""
+        await self._wait_turn()
+        http = httpx2.AsyncClient(
+            headers=dict(self.source.headers or {}), timeout=self.source.timeout_seconds
+        )
+        self.stack.push_async_callback(http.aclose)
+        transport = streamable_http_client(self.source.url, http_client=http)
+        self.client = await self.stack.enter_async_context(
+            Client(transport, read_timeout_seconds=self.source.timeout_seconds, mode="legacy")
+        )
+        self.tool = pick_tool((await self.client.list_tools()).tools, self.source.tool)
+
+    async def _wait_turn(self) -> None:
+        source = self.source
+        await ratelimit.acquire(source.rate_limit_name, source.requests_per_minute, 60.0, user=self.owner)
 
 
 def _cache_key(source: McpSource, query: str) -> str:
@@ -243,6 +249,31 @@ async def _ask_source(
         except Exception:
             log.info("closing the MCP session with %s failed", source.name)
     return answers
+
+
+@dataclass(frozen=True)
+class Probe:
+    source: str
+    tool: str = ""
+    error: str = ""
+
+
+async def probe(source: McpSource, timeout: float) -> Probe:
+    """Connect to `source` and pick its search tool, as the search stage would (for nobody)."""
+    connection = _Connection(source, None)
+    try:
+        async with asyncio.timeout(timeout):
+            await connection.connect()
+        return Probe(source.name, tool=connection.tool)
+    except lifecycle.WorkerStopping:
+        raise
+    except Exception as error:
+        return Probe(source.name, error=_reason(error))
+    finally:
+        try:
+            await connection.stack.aclose()
+        except Exception:
+            log.info("closing the MCP session with %s failed", source.name)
 
 
 def _reason(error: BaseException) -> str:

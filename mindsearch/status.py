@@ -261,6 +261,9 @@ def run_checks() -> list[Check]:
     if checks is None:
         channel, llm, searxng, reader = async_to_sync(_outside_checks)()
         checks = [check_database(), check_worker(), channel, llm, searxng, reader, check_embeddings()]
+        from mcphub.status import check_sources  # imports this module's Check
+
+        checks.append(check_sources())
         cache.set(key, checks, settings.STATUS_CACHE_SECONDS)
     return checks
 
