@@ -281,7 +281,20 @@ def choose_thresholds(tune: list[dict[str, Any]], *, with_embeddings: bool) -> d
                     "precision": round(right / len(said), 3),
                     "recall": round(right / sum(p["kind"] == "supported" for p in tune), 3),
                 }
-        candidate = {"weight": weight, "unsupported": unsupported, "supported": supported}
+        table = {}
+        for threshold in (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9):
+            said = [p for s, p in rows if not p["features"]["missing"] and s >= threshold]
+            right = sum(p["kind"] == "supported" for p in said)
+            table[str(threshold)] = {
+                "precision": round(right / len(said), 3) if said else None,
+                "recall": round(right / sum(p["kind"] == "supported" for p in tune), 3),
+            }
+        candidate = {
+            "weight": weight,
+            "unsupported": unsupported,
+            "supported": supported,
+            "supported_by_threshold": table,
+        }
         if unsupported and (not best or unsupported["recall"] > best["unsupported"]["recall"]):
             best = candidate
     return best

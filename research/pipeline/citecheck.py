@@ -53,8 +53,8 @@ LEXICAL_WEIGHT = 0.5
 SUPPORTED_SCORE = 0.55
 UNSUPPORTED_SCORE = 0.4
 # Without embeddings (the model could not be loaded or the endpoint failed): coverage alone.
-SUPPORTED_COVERAGE = 0.6
-UNSUPPORTED_COVERAGE = 0.3
+SUPPORTED_COVERAGE = 0.75
+UNSUPPORTED_COVERAGE = 0.42
 # Across languages: the embedding similarity alone can only call a claim supported.
 SUPPORTED_SIMILARITY_ACROSS = 0.6
 
