@@ -8,7 +8,7 @@ import asyncio
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext, pgettext
 
 from mcphub.models import McpSource
 from mcphub.sources import Probe, probe
@@ -16,7 +16,7 @@ from mindsearch.status import ERROR, OFF, OK, WARN, Check
 
 
 def check_sources() -> Check:
-    name = _("MCP sources")
+    name = pgettext("status page row", "MCP sources")
     sources = list(McpSource.objects.filter(enabled=True))
     if not sources:
         return Check(name, OFF, _("None registered"), _("Add MCP servers as sources in the admin."))
