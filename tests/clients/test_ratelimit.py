@@ -58,10 +58,10 @@ def test_fractional_limits_become_one_per_interval() -> None:
     assert window_of(0.5, 1.0) == (1, 2.0)
 
 
-def test_margin_is_two_percent_but_at_least_50_ms() -> None:
+def test_margin_is_two_percent_but_at_least_150_ms() -> None:
     assert margin_for(60.0) == pytest.approx(1.2)
-    assert margin_for(1.0) == pytest.approx(0.05)
-    assert margin_for(0.1) == pytest.approx(0.05)
+    assert margin_for(1.0) == pytest.approx(0.15)
+    assert margin_for(0.1) == pytest.approx(0.15)
 
 
 def test_next_slot() -> None:
@@ -81,8 +81,8 @@ def test_a_burst_is_spread_evenly_so_no_window_holds_more_than_the_limit() -> No
     assert most_in_any_window(slots, 1.0) == 3
     # Evenly spaced, not three at once: a provider sees one call every third of a second.
     assert slots[:3] == pytest.approx([0.0, 1 / 3, 2 / 3])
-    assert slots[3] == pytest.approx(1.05)
-    assert max(slots) == pytest.approx(3.15)
+    assert slots[3] == pytest.approx(1.15)
+    assert max(slots) == pytest.approx(3.45)
 
 
 def test_no_burst_then_refill_inside_one_window() -> None:
@@ -132,16 +132,18 @@ def test_postgres_spreads_concurrent_callers() -> None:
     started = time.monotonic()
     times = asyncio.run(_acquire_many(name, 7, 3, 0.5))
     assert most_in_any_window(times, 0.5) <= 3
-    assert max(times) - started == pytest.approx(2 * 0.55, abs=0.3)
+    assert max(times) - started == pytest.approx(2 * 0.65, abs=0.5)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_postgres_prunes_grants_older_than_the_window() -> None:
     name = f"test-{uuid.uuid4().hex}"
     asyncio.run(_acquire_many(name, 2, 2, 0.2))
-    time.sleep(0.4)
+    old = set(RateLimitGrant.objects.filter(name=name).values_list("pk", flat=True))
+    time.sleep(0.6)  # longer than the window and its margin (0.2 + 0.15 s)
     asyncio.run(ratelimit.acquire(name, 2, 0.2, user=1))
-    assert RateLimitGrant.objects.filter(name=name).count() == 1
+    kept = set(RateLimitGrant.objects.filter(name=name).values_list("pk", flat=True))
+    assert kept and not kept & old
 
 
 @pytest.mark.django_db(transaction=True)
@@ -154,8 +156,9 @@ def test_convenience_functions_read_the_settings(settings) -> None:
         await ratelimit.acquire_reader(user=7)
 
     asyncio.run(all_three())
-    rows = sorted(RateLimitGrant.objects.values_list("name", "owner"))
-    assert rows == [("llm", "7"), ("searxng", ratelimit.NO_USER)]
+    # (A reservation answered late, on a busy machine, is given up and taken again: more rows.)
+    rows = set(RateLimitGrant.objects.values_list("name", "owner"))
+    assert rows == {("llm", "7"), ("searxng", ratelimit.NO_USER)}
 
 
 @pytest.fixture
@@ -173,7 +176,7 @@ def test_redis_spreads_concurrent_callers(settings, redis_db14) -> None:
     started = time.monotonic()
     times = asyncio.run(_acquire_many(name, 7, 3, 0.5))
     assert most_in_any_window(times, 0.5) <= 3
-    assert max(times) - started == pytest.approx(2 * 0.55, abs=0.3)
+    assert max(times) - started == pytest.approx(2 * 0.65, abs=0.5)
     assert redis_db14.zcard(ratelimit.REDIS_PREFIX + name) <= 7
     assert redis_db14.pttl(ratelimit.REDIS_PREFIX + name) > 0
 
@@ -281,12 +284,19 @@ import httpx
 from mindsearch.clients import ratelimit
 
 name, count, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+limit, user, busy = float(sys.argv[4]), sys.argv[5] or None, sys.argv[6] == "busy"
 
 async def one(client):
-    await ratelimit.acquire(name, 3, 1.0, user=None)
+    await ratelimit.acquire(name, limit, 1.0, user=user)
     granted = time.time()
     await client.get(url + "hit")
     return granted
+
+async def hog(done):
+    # A busy worker: its loop is blocked for 40 ms in every 100 ms (parsing, scoring).
+    while not done.is_set():
+        time.sleep(0.04)
+        await asyncio.sleep(0.06)
 
 async def main():
     async with httpx.AsyncClient() as client:
@@ -295,23 +305,52 @@ async def main():
         await client.get(url + "warm-up")
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-        print(json.dumps(await asyncio.gather(*(one(client) for _ in range(count)))), flush=True)
+        done = asyncio.Event()
+        hogging = asyncio.create_task(hog(done)) if busy else None
+        granted = await asyncio.gather(*(one(client) for _ in range(count)))
+        done.set()
+        if hogging:
+            await hogging
+        print(json.dumps(granted), flush=True)
 
 asyncio.run(main())
 """
 
 
-def run_two_workers(env: dict[str, str], per_process: int) -> tuple[list[float], list[float]]:
-    """Two processes each take `per_process` grants for limit 3 per 1 s, then hit a fake.
+def run_two_workers(
+    env: dict[str, str],
+    per_process: int,
+    limit: float = 3,
+    *,
+    users: tuple[str, str] = ("", ""),
+    busy: bool = False,
+) -> tuple[list[float], list[float]]:
+    """Two processes each take `per_process` grants for `limit` per 1 s, then hit a fake.
 
     Returns the grant times (wall clock, as each caller got its grant) and the fake's
     arrival times (monotonic)."""
     name = f"test-{uuid.uuid4().hex}"
     with FakeService(fallback=lambda request: Response(200, "ok")) as fake:
-        cmd = [sys.executable, "-c", WORKER, name, str(per_process), fake.url]
         procs = [
-            subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            for _ in range(2)
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    WORKER,
+                    name,
+                    str(per_process),
+                    fake.url,
+                    str(limit),
+                    user,
+                    "busy" * busy,
+                ],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for user in users
         ]
         try:
             grants = _run_together(procs)
@@ -338,8 +377,8 @@ def assert_limit_held(grants: list[float], arrivals: list[float], total: int) ->
     assert len(grants) == len(arrivals) == total
     base = min(grants)
     assert most_in_any_window(grants, 1.0) <= 3, [round(t - base, 3) for t in sorted(grants)]
-    # Dense packing: total / 3 windows of 1.05 s, three evenly spaced grants in each.
-    ideal = (total / 3 - 1) * 1.05 + 2 / 3
+    # Dense packing: total / 3 windows of 1.15 s, three evenly spaced grants in each.
+    ideal = (total / 3 - 1) * 1.15 + 2 / 3
     assert max(grants) - min(grants) == pytest.approx(ideal, abs=0.3)
     # The server sees the same spacing, give or take the HTTP round trip's jitter.
     assert most_in_any_window(arrivals, 0.9) <= 3
@@ -349,6 +388,21 @@ def assert_limit_held(grants: list[float], arrivals: list[float], total: int) ->
 def test_two_processes_share_the_postgres_limit() -> None:
     env = process_env(DJANGO_SETTINGS_MODULE="mindsearch.settings")
     assert_limit_held(*run_two_workers(env, 6), 12)
+
+
+@pytest.mark.parametrize(("service", "limit"), [("LLM", 2), ("reader", 5)])
+@pytest.mark.django_db(transaction=True)
+def test_two_busy_workers_at_the_seeds_limits_never_exceed_them_at_the_receiver(
+    service: str, limit: int
+) -> None:
+    """Two worker processes whose loops are busy, calling for two users at the seed's limits:
+    every 1-s window at the loopback server holds at most the limit."""
+    env = process_env(DJANGO_SETTINGS_MODULE="mindsearch.settings")
+    grants, arrivals = run_two_workers(env, 3 * limit, limit, users=("1", "2"), busy=True)
+    assert len(arrivals) == 6 * limit
+    base = min(arrivals)
+    assert most_in_any_window(arrivals, 1.0) <= limit, [round(t - base, 3) for t in sorted(arrivals)]
+    assert most_in_any_window(grants, 1.0) <= limit
 
 
 @pytest.mark.django_db(transaction=True)
