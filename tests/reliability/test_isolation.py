@@ -70,9 +70,11 @@ ACCESS = {
     "share_revoke": OWNED,
     "report_markdown": OWNED,
     "report_pdf": OWNED,
+    "report_docx": OWNED,
     "shared_report": SHARED,
     "shared_report_markdown": SHARED,
     "shared_report_pdf": SHARED,
+    "shared_report_docx": SHARED,
     # retrieval
     "document_list": ACCOUNT,
     "document_upload": ACCOUNT,
