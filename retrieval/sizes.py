@@ -8,6 +8,7 @@ back to exact byte counts.
 from __future__ import annotations
 
 from django.utils import formats
+from django.utils.html import avoid_wrapping
 from django.utils.translation import gettext, ngettext
 
 UNITS = ("KB", "MB", "GB", "TB")
@@ -15,19 +16,20 @@ MAX_DECIMALS = 3
 
 
 def file_size(size: int, decimals: int = 1) -> str:
-    """Like filesizeformat (1024-based, the reader's number format), with `decimals` decimals."""
+    """Like filesizeformat (1024-based, the reader's number format, a no-break space before the
+    unit), with `decimals` decimals."""
     if size < 1024:
-        return ngettext("%(size)s byte", "%(size)s bytes", size) % {"size": size}
+        return avoid_wrapping(ngettext("%(size)s byte", "%(size)s bytes", size) % {"size": size})
     power = 1
     while power < len(UNITS) and size >= 1024 ** (power + 1):
         power += 1
     value = formats.number_format(size / 1024**power, decimals)
-    return _unit(UNITS[power - 1]) % value
+    return avoid_wrapping(_unit(UNITS[power - 1]) % value)
 
 
 def exact_size(size: int) -> str:
     grouped = formats.number_format(size, 0, force_grouping=True)
-    return ngettext("%(size)s byte", "%(size)s bytes", size) % {"size": grouped}
+    return avoid_wrapping(ngettext("%(size)s byte", "%(size)s bytes", size) % {"size": grouped})
 
 
 def sizes_that_differ(size: int, other: int) -> tuple[str, str]:

@@ -55,7 +55,9 @@ def test_markdown_upload_becomes_ready_with_chunks_and_embeddings(alice):
         assert chunk.owner_id == alice.pk
         assert len(chunk.embedding) == 384
         assert np.linalg.norm(chunk.embedding) == pytest.approx(1.0, abs=1e-4)
-        assert embeddings.count_tokens(chunk.text) <= 256
+        assert embeddings.count_tokens(chunk.text) <= embeddings.max_tokens()
+        assert chunk.embedding_model == embeddings.model_id()
+        assert chunk.language == "en"
 
 
 def test_pdf_upload_keeps_page_numbers(alice):
