@@ -857,11 +857,12 @@ class EvidenceScript:
             cover = len(claimed & given) / len(claimed) if claimed else 0.0
             missing = set(re.findall(r"\d+", claim)) - set(re.findall(r"\d+", passage))
             verdict = "unsupported" if missing or cover < 0.4 else "weak" if cover < 0.7 else "supported"
-            if self._rng("misjudge", claim).random() < self.mistakes.misjudged:
-                verdict = "supported" if verdict == "unsupported" else "unsupported"
             reason = (
                 "numbers not in the source" if missing else f"{cover:.0%} of the claim's words in the source"
             )
+            if self._rng("misjudge", claim).random() < self.mistakes.misjudged:  # a model's slip
+                verdict = "supported" if verdict == "unsupported" else "unsupported"
+                reason = "the source says this" if verdict == "supported" else "the source does not say this"
             rows.append({"id": int(number), "verdict": verdict, "reason": reason})
         return self._json(rows, user)
 
