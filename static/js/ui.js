@@ -115,10 +115,18 @@ document.addEventListener("DOMContentLoaded", () => {
 
 // A live update of the plan (the websocket re-renders it on plan events, and after a
 // reconnect) keeps what was typed and not saved yet, and the focus and caret of the field.
+// (Only the websocket's updates: the plan form's own answers are what the server saved.)
 let refocus = null;
+let liveUpdate = false;
+document.addEventListener("htmx:wsBeforeMessage", () => {
+  liveUpdate = true;
+});
+document.addEventListener("htmx:wsAfterMessage", () => {
+  liveUpdate = false;
+});
 document.addEventListener("htmx:oobBeforeSwap", (event) => {
   const old = event.detail.target;
-  if (!old || old.id !== "plan") return;
+  if (!liveUpdate || !old || old.id !== "plan") return;
   for (const field of old.querySelectorAll("textarea[id]")) {
     if (field.value === field.defaultValue) continue;
     const incoming = event.detail.fragment.querySelector(`#${CSS.escape(field.id)}`);
