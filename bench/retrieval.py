@@ -363,8 +363,13 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
     for query_id, text in queries.items():
         runs["dense"][query_id] = search.nearest_chunks(owner.pk, vectors[query_id], EVALUATION_DEPTH)
         runs["keyword"][query_id] = search.bm25_chunks(owner.pk, text, EVALUATION_DEPTH)
+    # As the floor compares them (search.comparable: other-language chunks get the offset).
     similarity = {
-        query_id: dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True))
+        query_id: search.comparable(
+            dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True)),
+            languages,
+            query_languages[query_id],
+        )
         for query_id, vector in vectors.items()
     }
 
@@ -432,7 +437,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
         "quality": quality,
         "relevant_in_top10_by_language": per_language,
         "fusion": fusion,
-        "floor": calibrate_floor(hybrid, similarity, names, qrels, absent, ids, matrix),
+        "floor": calibrate_floor(hybrid, similarity, names, qrels, absent, ids, matrix, languages),
         "hybrid_ndcg@10_by_floor": {
             f"{value:.3f}": metrics(
                 {q: floored(ranked, similarity[q], value) for q, ranked in hybrid.items()}, names, qrels
@@ -457,20 +462,34 @@ def calibrate_floor(
     absent: dict[str, str],
     ids: list[int],
     matrix: np.ndarray,
+    languages: dict[int, str],
 ) -> dict[str, Any]:
     """Per floor: the share of queries whose best relevant document in the hybrid top 10 stays
     (its best chunk there reaches the floor), and the share of absent queries (another
     collection's) that get no passage at all (no chunk reaches the floor)."""
     from retrieval.embeddings import embed_queries
 
-    relevant_best = []
+    relevant_best: list[float | None] = []
     for query_id, ranked in hybrid.items():
         top = best_per_document_with_chunk(ranked, names)[:10]
         values = [similarity[query_id][chunk_id] for doc, chunk_id in top if doc in qrels[query_id]]
         relevant_best.append(max(values) if values else None)
     answerable = [value for value in relevant_best if value is not None]
+    from retrieval import search
+    from retrieval.chunking import language_of
+
     absent_vectors = np.asarray(embed_queries(list(absent.values())), dtype=np.float32)
-    absent_best = [float(value) for value in (absent_vectors @ matrix.T).max(axis=1)]
+    chunk_language = [languages[chunk_id] for chunk_id in ids]
+    absent_best = []
+    for text, row in zip(absent.values(), absent_vectors @ matrix.T, strict=True):
+        language = language_of(text)
+        offsets = np.asarray(
+            [
+                search.OTHER_LANGUAGE_OFFSET if language and other and other != language else 0.0
+                for other in chunk_language
+            ]
+        )
+        absent_best.append(float((row + offsets).max()))
     table = {
         f"{floor:.3f}": {
             "relevant_kept": rnd(sum(value >= floor for value in answerable) / max(len(answerable), 1), 4),
