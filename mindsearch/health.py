@@ -17,6 +17,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
 from django_q.status import Stat
 
 # django-q2 clusters report every few seconds (GUARD_CYCLE); a minute of silence is a dead one.
@@ -25,12 +26,14 @@ CHANNEL_TIMEOUT_SECONDS = 2.0
 
 
 @login_not_required
+@require_safe
 @never_cache
 def healthz(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok\n", content_type="text/plain")
 
 
 @login_not_required
+@require_safe
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
     checks = {"database": _database(), "worker": _worker(), "channels": _channels()}

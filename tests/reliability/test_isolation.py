@@ -175,6 +175,8 @@ def refused(route: Route, who: str, method: str, response: HttpResponse) -> str 
     body = response.content.decode(errors="replace") if not response.streaming else ""
     if access != SHARED and SECRET in body:
         return "shows Alice's data"
+    if route.key == "readyz" and status == 503:
+        return None  # "not ready" (here: no worker running) is what an orchestrator must see
     if status >= 500:
         return f"answered {status}"
     if access == OWNED:
