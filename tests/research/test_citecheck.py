@@ -89,11 +89,14 @@ def test_a_sentence_the_source_says_is_supported() -> None:
     assert verdict.method == citecheck.LOCAL and verdict.similarity is not None
 
 
-def test_a_paraphrase_is_supported() -> None:
+def test_a_paraphrase_is_not_flagged() -> None:
+    # Fewer of its words are the source's: the local check, tuned for precision on SciFact, says
+    # at least "weak" (the LLM pass, when there is one, decides), never "unsupported".
     verdict = only(
         "Because it needs no discrete routing and drops no tokens, the approach trains stably at scale [1]."
     )
-    assert verdict.verdict == citecheck.SUPPORTED, verdict
+    assert verdict.verdict in (citecheck.SUPPORTED, citecheck.WEAK), verdict
+    assert verdict.similarity is not None and verdict.similarity > 0.8
     assert "discrete routing" in verdict.passage
 
 
