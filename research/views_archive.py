@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
@@ -49,8 +50,17 @@ def topic_import_status(request: HttpRequest, job_id: str) -> HttpResponse:
         raise Http404("No such import.")
     if job["state"] == imports.DONE:
         messages.success(request, _("The topic was imported into your account."))
-        return redirect("topic_detail", topic_id=job["topic"])
+        return _leave(request, reverse("topic_detail", args=[job["topic"]]))
     if job["state"] == imports.FAILED:
         messages.error(request, _("Nothing was imported: %(reason)s") % {"reason": job["error"]})
-        return redirect("home")
+        return _leave(request, reverse("home"))
     return render(request, "research/import_status.html", {"job": job})
+
+
+def _leave(request: HttpRequest, url: str) -> HttpResponse:
+    """The page polls with htmx (no meta refresh under the CSP); htmx follows HX-Redirect."""
+    if request.headers.get("HX-Request"):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)

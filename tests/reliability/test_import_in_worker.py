@@ -49,6 +49,7 @@ def test_the_request_only_queues_the_import_and_the_page_follows_it(
     assert OrmQ.objects.count() == 1  # the worker's task
     waiting = bob_client.get(response["Location"])
     assert waiting.status_code == 200 and "Waiting for the worker" in waiting.content.decode()
+    assert 'hx-trigger="every 2s"' in waiting.content.decode()  # polls by htmx: no meta refresh (CSP)
     assert alice_client.get(response["Location"]).status_code == 404  # only its owner sees it
     seen: list[tuple[str, int, int]] = []
     real_update = imports._update
@@ -61,8 +62,10 @@ def test_the_request_only_queues_the_import_and_the_page_follows_it(
     assert imports.run(job_id) == imports.DONE
     saving = [entry for entry in seen if entry[0] == imports.SAVING]
     assert saving and saving[-1][2] >= 5000 and saving[-1][1] > saving[0][1]  # rows counted as saved
-    done = bob_client.get(response["Location"])
+    polled = bob_client.get(response["Location"], HTTP_HX_REQUEST="true")
     copy = Topic.objects.get(owner=bob)
+    assert polled.status_code == 204 and polled["HX-Redirect"] == f"/topics/{copy.pk}/"
+    done = bob_client.get(response["Location"])
     assert done.status_code == 302 and done["Location"] == f"/topics/{copy.pk}/"
     assert copy.events.count() == 5000
     # The event log is paged: the page shows the latest lines and says how many it leaves out.
