@@ -204,9 +204,8 @@ def _request(question: str, documents: list[Document], excerpts: dict[int, str])
         f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{excerpts[n]}"
         for n, document in enumerate(documents, 1)
     ]
-    return (
-        f"Исходный запрос: {question}\nЯзык ответа: {language_of(question)}\n\nИсточники:\n"
-        + data_block("\n\n---\n\n".join(blocks))
+    return f"Исходный запрос: {question}\nЯзык ответа: {language_of(question)}\n\nИсточники:\n" + data_block(
+        "\n\n---\n\n".join(blocks)
     )
 
 

@@ -8,6 +8,7 @@ straight on to be summarised, so reading and summarising overlap.
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
@@ -27,6 +28,18 @@ MAX_DOCUMENT_CHARS = 200_000
 # A page that could not be read is not retried for a while: a repeated topic makes no calls,
 # yet a site that was briefly down gets another chance tomorrow.
 FAILURE_TTL = timedelta(days=1)
+# A subscription notice in place of the article: the reader and a direct fetch both get the
+# teaser a paywall shows. Such a page gives its place to the next-best hit. Only short pages
+# are judged, so an article that mentions subscriptions is kept.
+PAYWALL_MAX_CHARS = 2500
+PAYWALL = re.compile(
+    r"subscribe to (?:continue|read|keep reading)|subscribers only|for subscribers|already a subscriber"
+    r"|purchase (?:access|this article)|sign in to (?:read|continue)|log in to (?:read|continue)"
+    r"|оформите подписку|только (?:для )?подписчик|доступно подписчикам"
+    r"|чтобы (?:продолжить|читать) (?:чтение|дальше)"
+    r"|купите (?:доступ|подписку)",
+    re.IGNORECASE,
+)
 
 
 def run(ctx: RunContext) -> None:
@@ -123,6 +136,8 @@ async def read_page(url: str, *, user: int | None = None) -> dict[str, str]:
         return cached
     try:
         page = await _reader_then_direct(url, user)
+        if paywalled(page.markdown):
+            raise fetch.FetchError("only a subscription notice could be read (paywall)")
     except fetch.FetchError as exc:
         await db(cache.put)(CacheEntry.Kind.DOCS, key, {"error": str(exc)}, description=url, ttl=FAILURE_TTL)
         raise
@@ -134,6 +149,11 @@ async def read_page(url: str, *, user: int | None = None) -> dict[str, str]:
     }
     await db(cache.put)(CacheEntry.Kind.DOCS, key, payload, description=url)
     return payload
+
+
+def paywalled(markdown: str) -> bool:
+    text = (markdown or "").strip()
+    return len(text) <= PAYWALL_MAX_CHARS and PAYWALL.search(text) is not None
 
 
 async def _reader_then_direct(url: str, user: int | None) -> fetch.Page:
