@@ -28,9 +28,11 @@ def test_without_any_redis_the_test_is_skipped_saying_how(monkeypatch: pytest.Mo
     no_machine_redis(monkeypatch)
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(pytest.skip.Exception, match="apt-get install redis-server"):
-        with redis_server.redis_base_url():
-            pass
+    with (
+        pytest.raises(pytest.skip.Exception, match="apt-get install redis-server"),
+        redis_server.redis_base_url(),
+    ):
+        pass
 
 
 def test_under_ci_a_missing_redis_fails(monkeypatch: pytest.MonkeyPatch) -> None:
