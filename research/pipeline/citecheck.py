@@ -66,6 +66,10 @@ CANDIDATES_ACROSS = 8
 PASSAGE_CHARS = 600  # the best window as stored and shown
 LLM_PASSAGE_CHARS = 1_000  # what the LLM sees of a source for one claim
 LLM_BATCH = 12  # claims per verification call
+# A local verdict the LLM's does not overturn: a number the source does not contain, or a claim
+# whose words the source holds nearly all. A verifier slips now and then (SciFact pairs and the
+# evidence benchmark both show it), and on these two the words are the better witness.
+SETTLED_COVERAGE = 0.95
 MAX_WINDOWS_PER_SOURCE = 400  # a 5,000-character excerpt has about 50 sentences
 
 CITATION = re.compile(r"\[(\d{1,3})\](?!\()")
@@ -613,6 +617,22 @@ def _item_number(item: dict, fallback: int | None) -> int | None:
     return fallback
 
 
+def settled_locally(verdict: Verdict) -> bool:
+    missing_number = verdict.local_verdict == UNSUPPORTED and verdict.note.startswith("not in the source:")
+    copied = verdict.local_verdict == SUPPORTED and verdict.coverage >= SETTLED_COVERAGE
+    return missing_number or copied
+
+
+def _with_llm(verdict: Verdict, judged: str, reason: str) -> Verdict:
+    """The LLM's verdict, unless it turns a settled local one into its opposite (then the LLM's
+    is kept as a note); "weak" from the LLM always stands."""
+    opposite = {SUPPORTED: UNSUPPORTED, UNSUPPORTED: SUPPORTED}.get(verdict.local_verdict)
+    if settled_locally(verdict) and judged == opposite:
+        note = f"{verdict.note}; the LLM said {judged}" if verdict.note else f"the LLM said {judged}"
+        return replace(verdict, note=note[:500])
+    return replace(verdict, verdict=judged, method=LLM, note=reason)
+
+
 async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str) -> list[Verdict]:
     """The verdicts with the LLM's where it gave a usable one; batches go out concurrently (the
     client's global rate limit paces them). A failed call leaves its batch's local verdicts."""
@@ -636,10 +656,7 @@ async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str
             log.info("citation verification failed: %s", exc)
             return batch
         judged = parse_verification(answer, len(batch))
-        return [
-            replace(v, verdict=judged[i][0], method=LLM, note=judged[i][1]) if i in judged else v
-            for i, v in enumerate(batch, 1)
-        ]
+        return [_with_llm(v, *judged[i]) if i in judged else v for i, v in enumerate(batch, 1)]
 
     results = await asyncio.gather(*(one(batch) for batch in batches))
     return [verdict for batch in results for verdict in batch]

@@ -230,7 +230,9 @@ def llm_topic(alice: User, settings: Any) -> Any:
 
     def reply(messages: list[dict]) -> str:
         requests.append(messages[-1]["content"])
-        return replies.pop(0) if replies else "[]"
+        item = replies.pop(0) if replies else "[]"
+        # Batches go out concurrently: a reply that depends on the batch is a function of it.
+        return item(messages[-1]["content"]) if callable(item) else item
 
     with FakeService({("POST", "/v1/chat/completions"): openai_chat(reply)}) as llm:
         settings.AITUNNEL_BASE_URL = f"{llm.url}/v1/"
@@ -250,12 +252,17 @@ def test_the_llm_pass_decides_and_is_recorded_in_batches(
     local = verdicts(
         "Tokens are mixed in groups [1]. Validators rotate every 40 minutes [2]. MoT is cheap [3]."
     )
-    replies += [
-        "Here:\n```json\n"
-        '[{"id": 1, "verdict": "weak", "reason": "only in part"}, {"id": 2, "verdict": "supported"}]'
-        "\n```",
-        '[{"id": 1, "verdict": "unsupp',  # cut short: nothing usable
-    ]
+
+    def by_batch(request: str) -> str:
+        if "Validators rotate" in request:
+            return (
+                "Here:\n```json\n"
+                '[{"id": 1, "verdict": "weak", "reason": "only in part"}, {"id": 2, "verdict": "supported"}]'
+                "\n```"
+            )
+        return '[{"id": 1, "verdict": "unsupp'  # cut short: nothing usable
+
+    replies += [by_batch, by_batch]
     checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage="citecheck")
     assert [(v.verdict, v.method, v.note) for v in checked[:2]] == [
         ("weak", citecheck.LLM, "only in part"),
@@ -269,8 +276,28 @@ def test_the_llm_pass_decides_and_is_recorded_in_batches(
         ("citecheck", CacheEntry.Kind.CITATION_CHECKS, "")
     }
     # The claims and the source's own words are in the request, inside the data block.
-    assert "Validators rotate every 40 minutes." in requests[0] and "Osprey protocol" in requests[0]
-    assert requests[0].index("<<<ДАННЫЕ") < requests[0].index("Validators rotate")
+    first = next(request for request in requests if "Validators rotate" in request)
+    assert "Validators rotate every 40 minutes." in first and "Osprey protocol" in first
+    assert first.index("<<<ДАННЫЕ") < first.index("Validators rotate")
+
+
+@pytest.mark.django_db
+def test_the_llm_does_not_overturn_a_missing_number_or_a_copied_sentence(llm_topic: Any) -> None:
+    ctx, replies, _requests = llm_topic
+    local = verdicts(
+        "The Osprey protocol rotates its validators every 90 minutes [2]. "
+        "The Osprey protocol rotates its validators every 40 minutes [2]. "
+        "MoT is cheap [3]."
+    )
+    assert [v.verdict for v in local[:2]] == ["unsupported", "supported"]
+    replies.append(
+        '[{"id": 1, "verdict": "supported"}, {"id": 2, "verdict": "unsupported"},'
+        ' {"id": 3, "verdict": "unsupported", "reason": "not said"}]'
+    )
+    checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage="citecheck")
+    assert [v.verdict for v in checked[:2]] == ["unsupported", "supported"]
+    assert "the LLM said supported" in checked[0].note and "the LLM said unsupported" in checked[1].note
+    assert (checked[2].verdict, checked[2].method) == ("unsupported", citecheck.LLM)  # not settled: LLM
 
 
 @pytest.mark.django_db
