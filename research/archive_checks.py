@@ -192,7 +192,7 @@ def check(data: dict[str, Any]) -> Checked:
     lists = [data.get(table.name) for table in TABLES]
     if sum(len(rows) for rows in lists if isinstance(rows, list)) > MAX_ROWS:
         raise ArchiveError(_("The archive holds more than %(n)d rows.") % {"n": MAX_ROWS})
-    topic = _check_row(Topic, TOPIC_FIELDS, data.get("topic"), "topic")
+    topic = check_row(Topic, TOPIC_FIELDS, data.get("topic"), "topic")
     if topic["status"] in Topic.ACTIVE_STATUSES:
         raise ArchiveError(_("The archive's topic was still being researched when it was exported."))
     events = data.get("run_events")
@@ -205,7 +205,7 @@ def check(data: dict[str, Any]) -> Checked:
     _check_plan_size(tables["subqueries"])
     report = None
     if data.get("report") is not None:
-        report = _check_row(Report, REPORT_FIELDS, data["report"], "report")
+        report = check_row(Report, REPORT_FIELDS, data["report"], "report")
         if len(report["markdown"]) > MAX_REPORT_CHARS:
             raise ArchiveError(_("The archive's report is longer than a report can be."))
         report["sources"] = _check_sources(report["sources"], tables["documents"])
@@ -278,7 +278,7 @@ def _check_table(table: Table, rows: Any, earlier: dict[str, list[dict[str, Any]
     checked, ids = [], set()
     for index, raw in enumerate(rows):
         where = f"{table.name}[{index}]"
-        row = _check_row(table.model, table.fields, raw, where)
+        row = check_row(table.model, table.fields, raw, where)
         row["id"] = raw.get("id")
         if type(row["id"]) is not int or row["id"] in ids:
             raise ArchiveError(_("In the archive, %(row)s has a missing or repeated id.") % {"row": where})
@@ -291,7 +291,7 @@ def _check_table(table: Table, rows: Any, earlier: dict[str, list[dict[str, Any]
     return checked
 
 
-def _check_row(model: type[models.Model], names: tuple[str, ...], raw: Any, where: str) -> dict[str, Any]:
+def check_row(model: type[models.Model], names: tuple[str, ...], raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ArchiveError(_("In the archive, %(row)s is not an object.") % {"row": where})
     row = {}

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
-from research.archive_checks import MAX_ROWS, ArchiveError, clean_value
+from research.archive_checks import MAX_ROWS, ArchiveError, check_row
 from research.models import Citation, Report, Topic
 
 KEY = "citations"
@@ -62,20 +61,7 @@ def check(data: dict[str, Any], report: dict[str, Any] | None) -> list[dict[str,
 
 
 def _row(raw: Any, where: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise ArchiveError(_("In the archive, %(row)s is not an object.") % {"row": where})
-    row = {}
-    for name in FIELDS:
-        column = Citation._meta.get_field(name)
-        if name not in raw and (column.has_default() or column.null):
-            row[name] = column.get_default()
-            continue
-        try:
-            row[name] = clean_value(column, raw.get(name))
-        except ValidationError:
-            message = _("In the archive, %(row)s has a missing or invalid %(field)s.")
-            raise ArchiveError(message % {"row": where, "field": name}) from None
-    return row
+    return check_row(Citation, FIELDS, raw, where)
 
 
 def create(report: Report, rows: list[dict[str, Any]]) -> None:
