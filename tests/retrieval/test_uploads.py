@@ -178,7 +178,7 @@ def test_a_file_left_by_a_rolled_back_upload_is_replaced(
 def test_a_file_over_the_size_limit_is_refused_and_nothing_is_stored(alice, settings, media_root):
     settings.UPLOAD_MAX_BYTES = 1024
     message = rejection(alice, "big.md", NOTES * 100)
-    assert message == "big.md is 6.4 KB; files may be at most 1.0 KB."
+    assert message == "big.md is 6.4\xa0KB; files may be at most 1.0\xa0KB."
     assert not UploadedDocument.objects.exists()
     assert not media_root.exists() or not any(media_root.rglob("*.*"))
 
