@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,10 @@ def process_env(**extra: str) -> dict[str, str]:
     env.update(
         DEBUG="1",
         DATABASE_URL=test_database_url(),
+        # One key for every process, as in a deployment: without it a process with a data folder
+        # of its own generates its own development key, and what the worker signs (django-q2's
+        # cluster stats, sessions) means nothing to the others.
+        SECRET_KEY=settings.SECRET_KEY,
         ALLOWED_HOSTS="127.0.0.1,localhost",
         PYTHONUNBUFFERED="1",
         MINDSEARCH_WORKERS="1",
