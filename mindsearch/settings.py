@@ -135,7 +135,13 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # redis-py's pool stops at 100 connections by default and then fails at once:
             # two hundred sockets joining a topic's group together would be refused.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 1000}], "prefix": "mindsearch"},
+            # redis-py 8 reads with a 5-s socket timeout by default, the very time channels-redis
+            # blocks in BZPOPMIN: the read gave up as the server answered, and the websocket
+            # closed with 1011 (seen under load). Reads wait longer than any block.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "max_connections": 1000, "socket_timeout": 30}],
+                "prefix": "mindsearch",
+            },
         }
     }
 else:
