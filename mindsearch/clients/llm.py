@@ -2,6 +2,11 @@
 
 One retry layer only, ours (the SDK's is off): up to MAX_ATTEMPTS on 429, 5xx, timeouts,
 dropped connections and empty answers, each attempt waiting for the global rate limit first.
+
+With `on_text`, the answer is streamed (server-sent `chat.completion.chunk` frames, usage in the
+last one): `on_text` gets the text so far after every piece. A stream that breaks off (the
+connection drops, an error frame, or it ends without a finish reason) is a failed attempt like
+any other: retried from the start, and only a finished answer is ever returned.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import random
 import re
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -83,14 +89,20 @@ def is_configured() -> bool:
     return endpoint and bool(settings.AITUNNEL_MODEL)
 
 
+TextListener = Callable[[str], Awaitable[None]]
+
+
 async def complete(
     messages: list[dict[str, str]],
     *,
     max_tokens: int | None = None,
     temperature: float = 0.2,
     user: int | None = None,
+    on_text: TextListener | None = None,
 ) -> Completion:
-    """One chat completion, retried on transient failures; `user` is whose share of the limit it takes."""
+    """One chat completion, retried on transient failures; `user` is whose share of the limit it
+    takes. With `on_text` it is streamed, and `on_text` hears the text so far as it grows (from
+    the start again when an attempt is retried)."""
     if not is_configured():
         raise LLMNotConfigured(
             "No LLM is configured: set AITUNNEL_MODEL and AITUNNEL_API_KEY (or AITUNNEL_BASE_URL)"
@@ -100,7 +112,7 @@ async def complete(
         request["max_tokens"] = max_tokens
     started = time.monotonic()
     async with _client() as client:
-        return await _with_retries(client, request, started, user)
+        return await _with_retries(client, request, started, user, on_text)
 
 
 def _client() -> openai.AsyncOpenAI:
@@ -121,11 +133,17 @@ def _tls_context() -> ssl.SSLContext:
 
 
 async def _with_retries(
-    client: openai.AsyncOpenAI, request: dict[str, Any], started: float, user: int | None
+    client: openai.AsyncOpenAI,
+    request: dict[str, Any],
+    started: float,
+    user: int | None,
+    on_text: TextListener | None = None,
 ) -> Completion:
     attempt = 1
     while True:
         try:
+            if on_text is not None:
+                return await _streamed_attempt(client, request, attempt, started, user, on_text)
             return await _attempt(client, request, attempt, started, user)
         except _Transient as failure:
             if attempt == MAX_ATTEMPTS:
@@ -151,6 +169,62 @@ async def _attempt(
     except openai.APIConnectionError as exc:
         raise _Transient(f"The LLM endpoint is not reachable at {settings.AITUNNEL_BASE_URL}") from exc
     return _completion(response, attempt, started)
+
+
+async def _streamed_attempt(
+    client: openai.AsyncOpenAI,
+    request: dict[str, Any],
+    attempt: int,
+    started: float,
+    user: int | None,
+    on_text: TextListener,
+) -> Completion:
+    await ratelimit.acquire_llm(user=user)
+    parts: list[str] = []
+    usage: Any = None
+    model = finish = None
+    try:
+        stream = await client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
+        async with stream:
+            async for chunk in stream:
+                model = getattr(chunk, "model", None) or model
+                usage = getattr(chunk, "usage", None) or usage
+                # vLLM ends with a usage chunk whose choices are null rather than [].
+                for choice in getattr(chunk, "choices", None) or []:
+                    piece = getattr(getattr(choice, "delta", None), "content", None)
+                    if piece:
+                        parts.append(piece)
+                        await on_text("".join(parts))
+                    finish = getattr(choice, "finish_reason", None) or finish
+    except openai.APIStatusError as exc:
+        raise _status_error(exc) from exc
+    except openai.APITimeoutError:
+        raise _Transient(f"The LLM endpoint stopped sending for {TIMEOUT_SECONDS:g} s") from None
+    except openai.APIConnectionError as exc:
+        where = "broke off its answer" if parts else "is not reachable at " + settings.AITUNNEL_BASE_URL
+        raise _Transient(f"The LLM endpoint {where}") from exc
+    except openai.APIError as exc:  # an error frame in the middle of the stream
+        raise _Transient(f"The LLM endpoint broke off its answer: {exc.message[:300]}") from exc
+    text = "".join(parts)
+    if finish is None:  # the body ended cleanly, but the answer had not
+        raise _Transient(
+            "The LLM endpoint's answer stopped before it was finished"
+            if text
+            else "The LLM endpoint sent no answer",
+            kind=LLMBadAnswer,
+        )
+    if not text.strip():
+        raise _Transient("The LLM returned an empty answer", kind=LLMBadAnswer)
+    return Completion(
+        text=text,
+        model=model or settings.AITUNNEL_MODEL,
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        latency_ms=_ms_since(started),
+        attempts=attempt,
+    )
 
 
 def _completion(response: Any, attempt: int, started: float) -> Completion:

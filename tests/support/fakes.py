@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -47,6 +48,11 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
     # Without Content-Length the body runs until the connection closes, as some servers send it.
     close_delimited: bool = False
+    # A streamed body (server-sent events): written chunk by chunk (HTTP/1.1 chunked), as produced.
+    chunks: Iterable[bytes] | None = None
+    # How a streamed body ends: "" normally; "drop" closes the connection mid-body (an incomplete
+    # chunked read for the client); "end" ends the body cleanly, though the answer had not.
+    cut: str = ""
 
     def encoded(self) -> tuple[bytes, str]:
         if isinstance(self.body, (dict, list)):
@@ -73,6 +79,14 @@ class Fault:
     body: bytes | str | dict | list = field(default_factory=lambda: {"error": "injected fault"})
     delay: float = 0.0
     path: str | None = None
+    # For a streamed answer (status None): only its first `cut_after` chunks are sent, then the
+    # stream ends as `cut` says ("drop", "end", or "error": an error event, as OpenRouter sends).
+    cut_after: int | None = None
+    cut: str = "drop"
+
+    @classmethod
+    def cut_stream(cls, after: int, how: str = "drop", path: str | None = None) -> Fault:
+        return cls(status=None, path=path, cut_after=after, cut=how)
 
     @classmethod
     def hang(cls, seconds: float, path: str | None = None) -> Fault:
@@ -133,7 +147,11 @@ class FakeService:
         if fault and fault.status is not None:
             return Response(fault.status, fault.body, dict(fault.headers))
         route = self.routes.get((request.method, request.path)) or self.fallback
-        return route(request) if route else Response(404, {"error": "not found"})
+        response = route(request) if route else Response(404, {"error": "not found"})
+        if fault and fault.cut_after is not None and response.chunks is not None:
+            response.chunks = _cut(response.chunks, fault.cut_after, fault.cut)
+            response.cut = "end" if fault.cut == "error" else fault.cut
+        return response
 
     def _take_fault(self, path: str) -> Fault | None:
         with self._lock:
@@ -171,6 +189,9 @@ class FakeService:
                 )
 
             def _send(self, response: Response) -> None:
+                if response.chunks is not None:
+                    self._send_chunked(response)
+                    return
                 body, content_type = response.encoded()
                 self.send_response(response.status)
                 for name, value in {"Content-Type": content_type, **response.headers}.items():
@@ -182,9 +203,32 @@ class FakeService:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _send_chunked(self, response: Response) -> None:
+                self.protocol_version = "HTTP/1.1"  # chunked bodies need it; closed after
+                self.close_connection = True
+                self.send_response(response.status)
+                headers = {"Content-Type": "text/event-stream; charset=utf-8", **response.headers}
+                for name, value in {**headers, "Transfer-Encoding": "chunked", "Connection": "close"}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.flush()
+                for chunk in response.chunks or ():
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                if response.cut != "drop":  # "drop": the connection closes with the body unfinished
+                    self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
 
         return Handler
+
+
+def _cut(chunks: Iterable[bytes], after: int, how: str) -> Iterator[bytes]:
+    yield from itertools.islice(chunks, after)
+    if how == "error":
+        error = {"error": {"message": "Upstream provider error", "type": "server_error", "code": 502}}
+        yield b"data: " + json.dumps(error).encode() + b"\n\n"
 
 
 def _openai_error(status: int, message: str, kind: str, code: str | None = None) -> Response:
@@ -237,18 +281,87 @@ def chat_completion(model: str, content: str | None, prompt_tokens: int) -> dict
     }
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How fast a model writes: the first token after `first_token` s, then `tokens_per_second`
+    (0: the whole answer at once). `tokens` says how long an answer is in tokens (default: its
+    text's estimate), so a benchmark can time answers as long as real ones."""
+
+    first_token: float = 0.0
+    tokens_per_second: float = 0.0
+    tokens: Callable[[list[dict], str], int] | None = None
+
+    def writing_seconds(self, messages: list[dict], text: str) -> float:
+        if not self.tokens_per_second:
+            return 0.0
+        count = self.tokens(messages, text) if self.tokens else estimate_tokens(text)
+        return count / self.tokens_per_second
+
+
+def chat_chunk(
+    completion_id: str, model: str, delta: dict[str, Any], finish: str | None, usage: bool
+) -> dict[str, Any]:
+    """A chat.completion.chunk as the OpenAI API streams it (usage null until the last chunk)."""
+    chunk: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "fp_fake",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+def stream_frames(
+    model: str, content: str, prompt_tokens: int, messages: list[dict], *, usage: bool, pace: Pace
+) -> Iterator[bytes]:
+    """The server-sent events of a streamed chat completion: a role delta, the content in pieces
+    of about a token (paced), a finish reason, the usage chunk when asked for, then [DONE]."""
+    completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    yield _sse(chat_chunk(completion_id, model, {"role": "assistant", "content": ""}, None, usage))
+    pieces = [content[i : i + 4] for i in range(0, len(content), 4)]
+    time.sleep(pace.first_token)
+    gap = pace.writing_seconds(messages, content) / max(1, len(pieces))
+    for i, piece in enumerate(pieces):
+        if i and gap:
+            time.sleep(gap)
+        yield _sse(chat_chunk(completion_id, model, {"content": piece}, None, usage))
+    yield _sse(chat_chunk(completion_id, model, {}, "stop", usage))
+    if usage:
+        completion_tokens = estimate_tokens(content)
+        totals = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        last = chat_chunk(completion_id, model, {}, None, False)
+        yield _sse({**last, "choices": [], "usage": totals})
+    yield _sse("[DONE]")
+
+
 def openai_chat(
     reply: Callable[[list[dict]], str | None],
     *,
     key: str | None = "test-key",
     model_ids: Iterable[str] = ("test-model",),
+    pace: Pace | None = None,
 ) -> Route:
     """POST /v1/chat/completions: `reply` gets the messages and returns the answer text.
 
     A wrong bearer key gets 401 and an unknown model 404, with OpenAI's error JSON; `key=None`
-    accepts any key (a keyless local server).
+    accepts any key (a keyless local server). With `"stream": true` the answer comes as
+    server-sent `chat.completion.chunk` events; `pace` times the writing in both modes.
     """
     known = set(model_ids)
+    pace = pace or Pace()
 
     def route(request: Request) -> Response:
         if not _bearer_ok(request, key):
@@ -261,7 +374,13 @@ def openai_chat(
             message = f"The model `{model}` does not exist or you do not have access to it."
             return _openai_error(404, message, "invalid_request_error", "model_not_found")
         prompt_tokens = estimate_tokens("".join(str(m.get("content", "")) for m in messages))
-        return Response(200, chat_completion(model, reply(messages), prompt_tokens))
+        content = reply(messages)
+        if payload.get("stream"):
+            usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+            frames = stream_frames(model, content or "", prompt_tokens, messages, usage=usage, pace=pace)
+            return Response(200, b"", {"Content-Type": "text/event-stream; charset=utf-8"}, chunks=frames)
+        time.sleep(pace.first_token + pace.writing_seconds(messages, content or ""))
+        return Response(200, chat_completion(model, content, prompt_tokens))
 
     return route
 
