@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.core.cache import cache
 from django_q.status import Stat
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, expect, sync_playwright
 
@@ -39,6 +40,10 @@ expect.set_options(timeout=30_000)
 @pytest.fixture
 def site() -> Iterator[str]:
     """The base URL of a daphne + qcluster pair on the test database, wired to the fakes."""
+    # The cache lives in a database table that flushing between tests leaves alone: without this,
+    # every browser test's sign-ups from 127.0.0.1 count against SIGNUP_RATE_PER_HOUR together,
+    # and the sixth account of the run is refused (as CI saw once the suite grew).
+    cache.clear()
     with world(llm_latency=LLM_LATENCY) as w:
         # The status page asks these; the world's fakes answer only what a run needs.
         w.llm.routes[("GET", "/v1/models")] = openai_models("test-model")
