@@ -182,9 +182,11 @@ def urls() -> tuple[list[URLPattern | URLResolver], str, str]:
     answers 401 in JSON rather than redirecting a script to the sign-in page."""
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
+        if not isinstance(pattern, URLPattern):  # ninja lists only its own views' patterns
+            raise TypeError(f"Unexpected URL resolver in the API's URLs: {pattern!r}")
         if pattern.name == "api-root":
             pattern.callback = api_root
-        pattern.callback.login_required = False
+        pattern.callback.login_required = False  # type: ignore[attr-defined]
     return patterns, app_name, namespace
 
 
