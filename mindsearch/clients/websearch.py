@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -135,6 +136,47 @@ async def _get(params: dict[str, Any]) -> dict[str, Any]:
         return response.json()
     except ValueError:
         raise SearchError("SearXNG answered with something other than JSON") from None
+
+
+# What /config says of the instance's engines, per SEARXNG_URL, for this long.
+CONFIG_TTL_SECONDS = 600.0
+_configs: dict[str, tuple[float, list[dict[str, Any]] | None]] = {}
+
+
+async def time_filter_hides_engines(categories: str = "") -> bool | None:
+    """Does a time-filtered search skip engines of these categories ("" is SearXNG's "general")?
+
+    SearXNG leaves every engine without `time_range_support` out of a time-filtered search
+    (searx/search/__init__.py), so such a search may come back thin rather than empty. The
+    instance's `/config` lists its enabled engines with their categories and that flag; None when
+    it cannot be read (an instance or a proxy that does not serve it), so the caller can tell
+    "no" from "unknown".
+    """
+    engines = await _engines()
+    if engines is None:
+        return None
+    wanted = {c.strip() for c in categories.split(",") if c.strip()} or {"general"}
+    asked = [e for e in engines if wanted & set(e.get("categories") or [])]
+    return any(not e.get("time_range_support") for e in asked)
+
+
+async def _engines() -> list[dict[str, Any]] | None:
+    url = settings.SEARXNG_URL
+    known = _configs.get(url)
+    if known is not None and time.monotonic() - known[0] < CONFIG_TTL_SECONDS:
+        return known[1]
+    engines: list[dict[str, Any]] | None = None
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS, auth=_auth()) as client:
+            response = await client.get(urljoin(url.rstrip("/") + "/", "config"))
+        if response.status_code == 200:
+            listed = response.json().get("engines")
+            if isinstance(listed, list):
+                engines = [e for e in listed if isinstance(e, dict) and e.get("enabled")]
+    except (httpx.HTTPError, ValueError, AttributeError):
+        engines = None
+    _configs[url] = (time.monotonic(), engines)
+    return engines
 
 
 def _raise_for_status(status: int) -> None:

@@ -3,9 +3,12 @@
 How real SearXNG instances behave, and what this stage does about it:
 
 - With `time_range` set, SearXNG silently skips every engine that does not support time
-  ranges; on many instances that is all of them, and the answer is empty. An empty
-  time-filtered answer is asked again without the filter: the period stays in the query words
-  and dated results outside it are dropped (undated ones are kept); the event log says so.
+  ranges; on many instances that is all of them, and the answer is empty, on others all but one
+  or two, and the answer is thin. A time-filtered answer that is empty, or has fewer than
+  `THIN_RESULTS` results while `/config` lists engines the filter skips, is asked again without
+  the filter: the period stays in the query words, dated results outside
+  it are dropped (undated ones are kept), and they follow the filtered ones; the event log says
+  so.
 - An answer with no results and engines in `unresponsive_engines` (suspended after errors or a
   CAPTCHA, timed out) is an outage, not "nothing found": the client retries it with backoff and
   then it is a failure, never cached. An answer with results but some engines unresponsive is
@@ -35,6 +38,8 @@ from research.pipeline.urls import normalize_url
 STAGE = "search"
 RESULTS_PER_QUERY = 10
 MIN_NEW_HITS = 5
+# A time-filtered answer with fewer results than this is widened (see `_search_widening`).
+THIN_RESULTS = 5
 PARTIAL_TTL = timedelta(hours=1)
 
 
@@ -154,21 +159,49 @@ async def _second_pages(ctx: RunContext, thin: list[tuple[SearchQuery, dict]]) -
 
 
 async def _search_widening(ctx: RunContext, query: SearchQuery) -> dict:
-    """The query with the topic's time range; asked again without it when that finds nothing."""
+    """The query with the topic's time range; asked again without it when that finds nothing, or
+    fewer than `THIN_RESULTS` results while the instance's `/config` shows engines the filter
+    skips.
+
+    Real instances skip every engine without time-range support, so a filtered answer is often
+    not empty but thin: the two or three results of the one engine that supports it. The
+    unfiltered answer's results not dated outside the period are added after them. A thin answer
+    from engines that all support the filter is the answer (the web has little on it then).
+    """
     time_range = ctx.topic.time_range
     response = await _search(ctx, query, time_range=time_range)
-    if response["results"] or not time_range:
+    found = response["results"]
+    if not time_range or len(found) >= THIN_RESULTS:
         return response
-    response = _within_period(ctx.topic, await _search(ctx, query, time_range=""))
+    if found and not await websearch.time_filter_hides_engines(
+        route.categories_for(ctx.topic.domain, ctx.question, time_range)
+    ):
+        return response  # every engine asked supports the filter (or that is unknown): it is the answer
+    wide = _within_period(ctx.topic, await _search(ctx, query, time_range=""))
+    if not found:
+        await db(ctx.emit)(
+            STAGE,
+            gettext_noop(
+                "Nothing for “%(query)s” with the time filter (the search engines may not support it); "
+                "searched without it and kept %(count)s results not dated outside the period"
+            ),
+            args={"query": query.text, "count": len(wide["results"])},
+        )
+        return {**wide, "widened": True}
+    have = {normalize_url(result["url"]) for result in found}
+    added = [result for result in wide["results"] if normalize_url(result["url"]) not in have]
     await db(ctx.emit)(
         STAGE,
         gettext_noop(
-            "Nothing for “%(query)s” with the time filter (the search engines may not support it); "
-            "searched without it and kept %(count)s results not dated outside the period"
+            "Only %(found)s results for “%(query)s” with the time filter (the search engines may not "
+            "support it); searched without it too and added %(count)s results not dated outside the period"
         ),
-        args={"query": query.text, "count": len(response["results"])},
+        args={"query": query.text, "found": len(found), "count": len(added)},
     )
-    return {**response, "widened": True}
+    engines_down = response["unresponsive_engines"] + [
+        engine for engine in wide["unresponsive_engines"] if engine not in response["unresponsive_engines"]
+    ]
+    return {**wide, "results": found + added, "unresponsive_engines": engines_down, "widened": True}
 
 
 def _within_period(topic: Topic, response: dict) -> dict:

@@ -22,7 +22,7 @@ from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, RunEvent, SearchQuery, Topic
 from research.pipeline import search
 from tests.reliability.runs import research
-from tests.support.fakes import Request, Response
+from tests.support.fakes import Request, Response, searxng_config
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
@@ -34,6 +34,7 @@ RECENT_QUESTION = "What improvements to Mixture of Tokens were published in the 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(websearch, "BACKOFF_SECONDS", 0.01)
+    monkeypatch.setattr(websearch, "_configs", {})  # a port reused by another test's SearXNG
 
 
 def body_of(response: Response) -> dict:
@@ -90,7 +91,52 @@ def test_a_time_filter_that_empties_every_search_is_widened_and_the_topic_comple
     assert widened.exists()
 
 
+def one_engine_with_time_ranges(request: Request, response: Response) -> Response:
+    """An instance where one of its engines supports time ranges (its /config says so): a
+    filtered search finds two pages."""
+    if request.param("time_range"):
+        results = [item for item in body_of(response)["results"] if "/pages/mot-paper" not in item["url"]]
+        return Response(200, {**body_of(response), "results": results[:2], "number_of_results": 2})
+    return response
+
+
+def test_a_time_filter_that_leaves_few_results_is_widened_and_keeps_them_first(
+    alice: User, loopback: World
+) -> None:
+    now = timezone.now()
+    old, recent = (now - timedelta(days=900)).isoformat(), (now - timedelta(days=20)).isoformat()
+    loopback.searxng.routes[("GET", "/config")] = searxng_config("brave", "bing", timed=("brave",))
+    wrap_results(
+        loopback,
+        lambda request, response: dated({"mot-paper": old, "mot-improve": recent})(
+            request, one_engine_with_time_ranges(request, response)
+        ),
+    )
+    topic = research(alice, question=RECENT_QUESTION)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    asked = loopback.searxng.requests_to(SEARCH)
+    assert {r.param("time_range") for r in asked} == {"year", ""}
+    # Every query kept more than the filter's two results; the old page is not among them.
+    counts = list(SearchQuery.objects.filter(subquery__topic=topic).values_list("result_count", flat=True))
+    assert counts and sum(count > 2 for count in counts) * 2 > len(counts), counts
+    hits = Hit.objects.filter(topic=topic)
+    assert hits.filter(normalized_url__endswith="/pages/mot-improve").exists()
+    assert not hits.filter(normalized_url__endswith="/pages/mot-paper").exists()
+    widened = RunEvent.objects.filter(topic=topic, stage="search", message__startswith="Only 2 results for")
+    assert widened.exists()
+
+
 def test_a_time_filter_that_finds_something_is_kept(alice: User, loopback: World) -> None:
+    topic = research(alice, question=RECENT_QUESTION)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert {r.param("time_range") for r in loopback.searxng.requests_to(SEARCH)} == {"year"}
+
+
+def test_a_thin_time_filtered_answer_is_kept_when_every_engine_supports_the_filter(
+    alice: User, loopback: World
+) -> None:
+    loopback.searxng.routes[("GET", "/config")] = searxng_config("brave", "bing", timed=("brave", "bing"))
+    wrap_results(loopback, one_engine_with_time_ranges)
     topic = research(alice, question=RECENT_QUESTION)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert {r.param("time_range") for r in loopback.searxng.requests_to(SEARCH)} == {"year"}

@@ -506,6 +506,22 @@ class SearxngStandIn:
     _asked: Counter = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def config(self, request: Request) -> Response:
+        """GET /config: the enabled engines, their categories, paging and time-range support."""
+        engines = [
+            {
+                "name": engine.name,
+                "categories": list(engine.categories),
+                "enabled": True,
+                "paging": engine.paging,
+                "time_range_support": engine.time_range,
+                "timeout": 3.0,
+            }
+            for engine in self.engines
+        ]
+        categories = sorted({c for engine in self.engines for c in engine.categories})
+        return Response(200, {"engines": engines, "categories": categories, "instance_name": "SearXNG"})
+
     def __call__(self, request: Request) -> Response:
         if request.param("format") != "json":
             return Response(403, b"<html><body>403 Forbidden</body></html>", {"Content-Type": "text/html"})
@@ -1017,6 +1033,7 @@ def evidence_world(
         llm = stack.enter_context(
             FakeService({("POST", "/v1/chat/completions"): openai_chat(script)}, latency=llm_latency)
         )
-        searxng = stack.enter_context(FakeService({("GET", "/search"): search}, latency=search_latency))
+        routes = {("GET", "/search"): search, ("GET", "/config"): search.config}
+        searxng = stack.enter_context(FakeService(routes, latency=search_latency))
         read = stack.enter_context(FakeService(fallback=reader_route(web), latency=reader_latency))
         yield EvidenceWorld(web=web, llm=llm, searxng=searxng, reader=read, script=script, search=search)
