@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from research import views, views_archive
+from research import views, views_archive, views_citations
 
 urlpatterns = [
     path("", views.topic_list, name="home"),
@@ -32,7 +32,13 @@ urlpatterns = [
     path("topics/<int:topic_id>/report.md", views.report_markdown, name="report_markdown"),
     path("topics/<int:topic_id>/report.pdf", views.report_pdf, name="report_pdf"),
     path("topics/<int:topic_id>/report.docx", views.report_docx, name="report_docx"),
+    path("topics/<int:topic_id>/citations/<int:index>/", views_citations.citation_card, name="citation_card"),
     path("s/<str:token>/", views.shared_report, name="shared_report"),
+    path(
+        "s/<str:token>/citations/<int:index>/",
+        views_citations.shared_citation_card,
+        name="shared_citation_card",
+    ),
     path("s/<str:token>/report.md", views.shared_report_markdown, name="shared_report_markdown"),
     path("s/<str:token>/report.pdf", views.shared_report_pdf, name="shared_report_pdf"),
     path("s/<str:token>/report.docx", views.shared_report_docx, name="shared_report_docx"),

@@ -145,11 +145,29 @@ def upload_one(user: Any, uploaded_file: Any) -> UploadOutcome:
 
 @require_GET
 def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
+    """The document's facts and first passages; `?from=N` (a report's citation preview links
+    here) shows the passages from the N-th on, whole, with the first of them marked."""
     document = _document(request, document_id)
-    chunks = document.chunks.defer("embedding", "search_vector", "stemmed_vector")[:PREVIEW_CHUNKS]
-    previews = [(chunk, mark_words(Truncator(chunk.text).chars(PREVIEW_CHARS), _no_word)) for chunk in chunks]
-    context = {"document": document, "previews": previews, "embeddings": _embedding_problem()}
+    start = _position(request.GET.get("from"))
+    chunks = document.chunks.defer("embedding", "search_vector", "stemmed_vector")
+    if start is not None:
+        chunks = chunks.filter(position__gte=start)
+    limit = PREVIEW_CHARS if start is None else None
+    previews = [
+        (chunk, mark_words(Truncator(chunk.text).chars(limit) if limit else chunk.text, _no_word))
+        for chunk in chunks.order_by("position")[:PREVIEW_CHUNKS]
+    ]
+    context = {
+        "document": document,
+        "previews": previews,
+        "cited_from": start,
+        "embeddings": _embedding_problem(),
+    }
     return render(request, "retrieval/document_detail.html", context)
+
+
+def _position(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() and len(value) < 10 else None
 
 
 def _no_word(_word: str) -> bool:

@@ -1,0 +1,123 @@
+"""Citation previews: hover or focus on `[n]` in a report shows a card with the source's title and
+site, the passage the cited sentence rests on with the sentence's words marked, and the
+citation check's verdict when there is one (static/js/citations.js asks for it).
+
+A citation is named by its place among the report's citations in reading order — the order in
+which `rendering.render_markdown` links them and `citecheck.citation_occurrences` finds them — so
+two citations of one source in different sentences show different passages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_not_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.text import Truncator
+from django.utils.translation import gettext
+from django.views.decorators.http import require_GET
+
+from research.models import Citation, Document, Report
+from research.pipeline import citecheck, diversity
+from research.pipeline.answer import CITATION, SOURCES_HEADING
+from research.views import ShareGone, _reported, _shared, _topic
+from retrieval.highlight import highlight_all
+from retrieval.models import Chunk
+
+# Enough of a passage to recognise the claim in it; the sources list links to the whole page.
+PASSAGE_CHARS = 700
+# How much of a cited passage is looked for in the uploaded document's chunks.
+LOCATE_CHARS = 80
+
+
+@require_GET
+def citation_card(request: HttpRequest, topic_id: int, index: int) -> HttpResponse:
+    topic = _reported(_topic(request, topic_id))
+    return render(request, "research/_citation_card.html", card(topic.report, index, link_private=True))
+
+
+@login_not_required
+@require_GET
+def shared_citation_card(request: HttpRequest, token: str, index: int) -> HttpResponse:
+    try:
+        topic = _shared(token)
+    except ShareGone:
+        return render(request, "research/share_gone.html", status=404)
+    # Whoever holds the link sees the report, not the owner's document pages.
+    return render(request, "research/_citation_card.html", card(topic.report, index, link_private=False))
+
+
+def card(report: Report, index: int, *, link_private: bool) -> dict[str, Any]:
+    """What the card for the report's `index`-th citation (from 0, reading order) shows."""
+    body = SOURCES_HEADING.split(report.markdown)[0]
+    occurrences = citecheck.citation_occurrences(body, len(report.sources))
+    if not 0 <= index < len(occurrences):
+        raise Http404("The report has no such citation.")
+    sentence_index, n = occurrences[index]
+    source = next((s for s in report.sources if s.get("n") == n), None)
+    if source is None:
+        raise Http404("The report has no such source.")
+    citation = Citation.objects.filter(report=report, sentence_index=sentence_index, n=n).first()
+    document = Document.objects.filter(pk=source.get("document_id")).first()
+    sentence = citation.sentence if citation else _sentence(body, sentence_index)
+    raw = _passage(citation, source, document)
+    passage = Truncator(" ".join(raw.split())).chars(PASSAGE_CHARS)
+    marked = highlight_all(sentence, [passage])[0] if passage else ""
+    return {
+        "n": n,
+        "title": source.get("title") or source.get("url") or "",
+        "url": source.get("url") or "",
+        "site": diversity.site_of_url(source["url"]) if source.get("url") else "",
+        "private": not source.get("url"),
+        "pages_label": _pages_label(source.get("pages") or []),
+        "passage": marked,
+        "citation": citation,
+        "open_url": _document_url(document, raw) if link_private and not source.get("url") else "",
+    }
+
+
+def _pages_label(pages: list[int]) -> str:
+    if not pages:
+        return ""
+    if len(pages) == 1:
+        return gettext("page %(page)s") % {"page": pages[0]}
+    return gettext("pages %(first)s–%(last)s") % {"first": pages[0], "last": pages[-1]}
+
+
+def _sentence(body: str, sentence_index: int) -> str:
+    spans = citecheck.sentence_spans(body)
+    if not 0 <= sentence_index < len(spans):
+        return ""
+    start, end = spans[sentence_index]
+    return CITATION.sub("", body[start:end]).strip()
+
+
+def _passage(citation: Citation | None, source: dict[str, Any], document: Document | None) -> str:
+    """The closest passage the check found; else the first passage the writer was given; else the
+    opening of the document (a short one was given whole)."""
+    if citation and citation.passage:
+        return citation.passage
+    if document is None:
+        return ""
+    cited = source.get("passages") or []
+    return document.text[cited[0]["start"] : cited[0]["end"]] if cited else document.text[: PASSAGE_CHARS * 2]
+
+
+def _document_url(document: Document | None, passage: str) -> str:
+    """The owner's document page opened at the chunk the passage comes from (its page, for a
+    PDF), or at the passage the search found first."""
+    if document is None or document.uploaded_document_id is None:
+        return ""
+    chunks = Chunk.objects.filter(document_id=document.uploaded_document_id)
+    lines = [line.strip() for line in passage.splitlines() if len(line.strip()) >= 20]
+    snippet = lines[0][:LOCATE_CHARS] if lines else ""
+    chunk = chunks.filter(text__contains=snippet).order_by("position").first() if snippet else None
+    if chunk is None and document.hit_id is not None:
+        chunk = chunks.filter(hits__id=document.hit_id).first()
+    url = reverse("document_detail", args=[document.uploaded_document_id])
+    if chunk is None:
+        return url
+    return f"{url}?{urlencode({'from': chunk.position})}#passage-{chunk.position}"
