@@ -50,7 +50,7 @@ def process_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
