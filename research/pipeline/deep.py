@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
@@ -193,8 +193,11 @@ class Direction:
 
 
 def _learned(topic: Topic, number: int) -> list[Direction]:
+    # A page an earlier round's sub-query found but only this round read (read.py reads the best
+    # pages of the whole topic) is new in this round, yet that direction was followed already.
     documents = (
         Document.objects.filter(topic=topic, round=number, summary__score__isnull=False)
+        .filter(Q(hit__isnull=True) | Q(hit__subquery__round=number))
         .select_related("hit__subquery", "summary__score")
         .order_by("-summary__score__total", "url", "title")
     )

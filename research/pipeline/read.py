@@ -1,4 +1,4 @@
-"""Stage 5: the best hits of each sub-query are read as Markdown.
+"""Stage 5: the best hits of the topic are read as Markdown, `TOP_K` pages per sub-query.
 
 The reader goes first; when it fails, the page is fetched directly (SSRF-safe) and converted.
 A page that cannot be read at all gives its place to the next-best hit. Each document read goes
@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients import fetch, reader
-from research.models import CacheEntry, Document, Hit, SubQuery
+from research.models import CacheEntry, Document, Hit
 from research.pipeline import cache, private, summarise
 from research.pipeline.context import RunContext, db
 
@@ -44,9 +44,10 @@ PAYWALL = re.compile(
 
 def run(ctx: RunContext) -> None:
     passages = private.read_documents(ctx, STAGE)
-    subqueries = list(ctx.topic.subqueries.all())
-    plan = {sq.pk: _candidates(sq) for sq in subqueries}
-    wanted = sum(min(TOP_K, len(candidates)) for candidates in plan.values())
+    number = _current_round(ctx)
+    pool = _candidates(ctx)
+    searched = {hit.subquery_id for hit in pool}
+    wanted = min(TOP_K * len(searched), len(pool))
     have = _web_documents(ctx).count()
     if have >= wanted and not passages:
         return
@@ -58,50 +59,75 @@ def run(ctx: RunContext) -> None:
             done=have,
             total=wanted,
         )
-    async_to_sync(_read_all)(ctx, plan, wanted, passages)
+    queue = _reading_order(pool, number, attempts=wanted - have + SPARE_CANDIDATES * len(searched))
+    async_to_sync(_read_all)(ctx, queue, wanted, have, number, passages)
+
+
+def _current_round(ctx: RunContext) -> int:
+    return max((sq.round for sq in ctx.topic.subqueries.all()), default=1)
 
 
 def _web_documents(ctx: RunContext) -> QuerySet[Document]:
     return Document.objects.filter(topic=ctx.topic, hit__source=Hit.Source.WEB)
 
 
-def _candidates(subquery: SubQuery) -> list[Hit]:
-    """Web hits of a sub-query, best first: the top K and a few spares."""
-    hits = Hit.objects.filter(subquery=subquery, source=Hit.Source.WEB, score__isnull=False)
-    ordered = hits.select_related("document").order_by("-score__total", "position", "normalized_url")
-    return list(ordered[: TOP_K + SPARE_CANDIDATES])
+def _candidates(ctx: RunContext) -> list[Hit]:
+    """Every scored web hit of the topic, of every round, best first."""
+    hits = Hit.objects.filter(topic=ctx.topic, source=Hit.Source.WEB, score__isnull=False)
+    ordered = hits.select_related("document", "subquery").order_by(
+        "-score__total", "position", "normalized_url"
+    )
+    return list(ordered)
+
+
+def _reading_order(pool: list[Hit], number: int, *, attempts: int) -> list[Hit]:
+    """The unread hits to try, in order, at most `attempts` of them.
+
+    Reading is chosen across the whole topic, not per sub-query: the budget (`TOP_K` pages per
+    sub-query that found anything) goes to the best pages wherever they were found, so a
+    sub-query with eight good pages is not cut at five while another's fifth page is noise, and a
+    later round of deep mode reads the relevant pages earlier rounds found but had no place for.
+    Only each sub-query of the round being read that has no page yet goes first with its best
+    hit, so every direction has something to be followed from.
+    """
+    unread = [hit for hit in pool if not _has_document(hit)]
+    covered = {hit.subquery_id for hit in pool if _has_document(hit)}
+    first: list[Hit] = []
+    for hit in unread:
+        if hit.subquery.round == number and hit.subquery_id not in covered:
+            covered.add(hit.subquery_id)
+            first.append(hit)
+    leading = {hit.pk for hit in first}
+    rest = [hit for hit in unread if hit.pk not in leading]
+    return (first + rest)[: max(attempts, 0)]
 
 
 async def _read_all(
-    ctx: RunContext, plan: dict[int, list[Hit]], wanted: int, passages: list[Document]
+    ctx: RunContext, queue: list[Hit], wanted: int, have: int, number: int, passages: list[Document]
 ) -> None:
     """Read the web pages while the documents made of private passages are being summarised."""
-    counter = {"done": await db(_web_documents(ctx).count)()}
     private_documents = Document.objects.filter(topic=ctx.topic, fetched_via=Document.FetchedVia.PRIVATE)
     summaries = wanted + await db(private_documents.count)()
     await asyncio.gather(
-        *(_read_subquery(ctx, candidates, counter, wanted, summaries) for candidates in plan.values()),
+        _read_best(ctx, queue, wanted, have, number, summaries),
         *(summarise.summarise_document(ctx, document, summaries) for document in passages),
     )
 
 
-async def _read_subquery(
-    ctx: RunContext, candidates: list[Hit], counter: dict[str, int], wanted: int, summaries: int
+async def _read_best(
+    ctx: RunContext, queue: list[Hit], wanted: int, have: int, number: int, summaries: int
 ) -> None:
-    """Read candidates in order, a wave at a time, until K documents exist for the sub-query."""
-    have = sum(1 for hit in candidates if _has_document(hit))
-    queue = [hit for hit in candidates if not _has_document(hit)]
-    while have < TOP_K and queue:
-        wave, queue = queue[: TOP_K - have], queue[TOP_K - have :]
-        results = await asyncio.gather(*(_read_hit(ctx, hit, summaries) for hit in wave))
-        for ok in results:
-            have += ok
-            counter["done"] += ok
+    """Read the queue in order, a wave at a time, until the topic has `wanted` web documents; a
+    page that cannot be read gives its place to the next in the queue."""
+    while have < wanted and queue:
+        wave, queue = queue[: wanted - have], queue[wanted - have :]
+        results = await asyncio.gather(*(_read_hit(ctx, hit, number, summaries) for hit in wave))
+        have += sum(results)
         await db(ctx.emit)(
             STAGE,
-            gettext_noop("Read %(count)s pages for one sub-query"),
-            args={"count": have},
-            done=counter["done"],
+            gettext_noop("Reading the best %(count)s pages"),
+            args={"count": wanted},
+            done=have,
             total=wanted,
         )
 
@@ -113,7 +139,7 @@ def _has_document(hit: Hit) -> bool:
         return False
 
 
-async def _read_hit(ctx: RunContext, hit: Hit, summaries: int) -> int:
+async def _read_hit(ctx: RunContext, hit: Hit, number: int, summaries: int) -> int:
     try:
         page = await read_page(hit.url, user=ctx.owner_id)
     except (reader.ReadError, fetch.FetchError) as exc:
@@ -121,7 +147,7 @@ async def _read_hit(ctx: RunContext, hit: Hit, summaries: int) -> int:
             STAGE, gettext_noop("Could not read %(url)s: %(error)s"), args={"url": hit.url, "error": str(exc)}
         )
         return 0
-    document = await db(_save)(ctx, hit, page)
+    document = await db(_save)(ctx, hit, page, number)
     await summarise.summarise_document(ctx, document, summaries)
     return 1
 
@@ -168,7 +194,9 @@ async def _reader_then_direct(url: str, user: int | None) -> fetch.Page:
             raise fetch.FetchError(f"reader: {exc}; direct: {direct}") from direct
 
 
-def _save(ctx: RunContext, hit: Hit, page: dict[str, str]) -> Document:
+def _save(ctx: RunContext, hit: Hit, page: dict[str, str], number: int) -> Document:
+    """The page as a document of the round that read it (a page an earlier round found but had no
+    place for is new in this one)."""
     document, _ = Document.objects.get_or_create(
         hit=hit,
         defaults={
@@ -177,7 +205,7 @@ def _save(ctx: RunContext, hit: Hit, page: dict[str, str]) -> Document:
             "url": hit.url,
             "text": page["markdown"],
             "fetched_via": page["via"],
-            "round": hit.subquery.round,
+            "round": number,
         },
     )
     return document
