@@ -253,6 +253,7 @@ def detection_figures(report: Any, planted: list[Any]) -> dict[str, Any]:
     planted_texts = [claim_text(p.sentence) for p in planted]
     true_positive = sum(1 for v in flagged if any(t in normalised(v["sentence"]) for t in planted_texts))
     caught = sum(1 for t in planted_texts if any(t in normalised(v["sentence"]) for v in flagged))
+    false_alarms = [v for v in flagged if not any(t in normalised(v["sentence"]) for t in planted_texts)]
     return {
         "available": True,
         "verdicts": len(verdicts),
@@ -261,6 +262,8 @@ def detection_figures(report: Any, planted: list[Any]) -> dict[str, Any]:
         "flagged_planted": true_positive,
         "planted": len(planted_texts),
         "planted_caught": caught,
+        # What the check flagged that no one planted: the cause of a precision under target.
+        "false_alarms": false_alarms,
     }
 
 
@@ -270,7 +273,9 @@ def citation_verdicts(report: Any) -> list[dict[str, str]] | None:
     for name in ("verdicts", "citation_verdicts", "citations"):
         stored = getattr(report, name, None)
         if isinstance(stored, list) and stored and isinstance(stored[0], dict) and "verdict" in stored[0]:
-            return [{"verdict": str(v["verdict"]), "sentence": str(_sentence_of(v))} for v in stored]
+            return [
+                {**_detail(v), "verdict": str(v["verdict"]), "sentence": str(_sentence_of(v))} for v in stored
+            ]
     for model in apps.get_app_config("research").get_models():
         fields = {f.name: f for f in model._meta.get_fields()}
         report_field = next(
@@ -284,8 +289,19 @@ def citation_verdicts(report: Any) -> list[dict[str, str]] | None:
         if "verdict" not in fields or report_field is None:
             continue
         rows = model.objects.filter(**{report_field.name: report})
-        return [{"verdict": str(row.verdict), "sentence": str(_sentence_of(row))} for row in rows]
+        return [
+            {**_detail(row), "verdict": str(row.verdict), "sentence": str(_sentence_of(row))} for row in rows
+        ]
     return None
+
+
+DETAIL = ("n", "local_verdict", "method", "score", "coverage", "similarity", "note", "passage")
+
+
+def _detail(verdict: Any) -> dict[str, Any]:
+    """What a verdict says of itself beyond its sentence: how it was reached, on which passage."""
+    get = verdict.get if isinstance(verdict, dict) else lambda name: getattr(verdict, name, None)
+    return {name: get(name) for name in DETAIL if get(name) is not None}
 
 
 def _sentence_of(verdict: Any) -> str:
@@ -311,6 +327,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "recall": round(sum(d["planted_caught"] for d in detections) / planted, 3) if planted else None,
             "flagged_unsupported": flagged,
             "planted_in_reports": planted,
+            "false_alarms": [a for d in detections for a in d["false_alarms"]],
         }
     else:
         detection = {
