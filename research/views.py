@@ -217,12 +217,10 @@ def subquery_update(request: HttpRequest, topic_id: int, subquery_id: int) -> Ht
     subquery = get_object_or_404(topic.subqueries, pk=subquery_id)
     if f"text-{subquery.pk}" in request.POST:
         return _with_typed_saved(request, topic) or _plan_response(request, topic)
-    form = SubQueryForm(request.POST, instance=subquery)
+    form = SubQueryForm(request.POST)
     if not form.is_valid():
         return _plan_response(request, topic, form=form)
-    subquery = form.save(commit=False)
-    subquery.origin = SubQuery.Origin.USER
-    subquery.save(update_fields=["text", "origin"])
+    _refused_as_404(workflow.update_subquery, topic, subquery.pk, form.cleaned_data["text"])
     return _plan_response(request, topic, keep_new=False)
 
 
@@ -235,26 +233,28 @@ def subquery_delete(request: HttpRequest, topic_id: int, subquery_id: int) -> Ht
     request.POST.pop(f"text-{subquery.pk}", None)
     if (failed := _with_typed_saved(request, topic)) is not None:
         return failed
-    subquery.delete()
+    _refused_as_404(workflow.delete_subquery, topic, subquery.pk)
     return _plan_response(request, topic)
 
 
 @require_POST
 def subquery_move(request: HttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
-    """Swap a sub-query with its neighbour above or below, then renumber 0…n."""
+    """Swap a sub-query with its neighbour above or below."""
     topic = _reviewable(request, topic_id)
     if (failed := _with_typed_saved(request, topic)) is not None:
         return failed
-    ordered = list(topic.subqueries.order_by("position", "id"))
-    index = next((i for i, sq in enumerate(ordered) if sq.pk == subquery_id), None)
-    if index is None:
-        raise Http404
-    other = index - 1 if request.POST.get("direction") == "up" else index + 1
-    if 0 <= other < len(ordered):
-        ordered[index], ordered[other] = ordered[other], ordered[index]
-    for position, subquery in enumerate(ordered):
-        SubQuery.objects.filter(pk=subquery.pk).update(position=position)
+    up = request.POST.get("direction") == "up"
+    _refused_as_404(workflow.move_subquery, topic, subquery_id, up=up)
     return _plan_response(request, topic)
+
+
+def _refused_as_404(step: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+    """A plan step on a plan that was approved meanwhile (another tab), or on a sub-query that
+    is not in it, answers 404 like the page's other plan actions."""
+    try:
+        step(*args, **kwargs)
+    except workflow.Refused as refused:
+        raise Http404(refused.message) from None
 
 
 @require_POST

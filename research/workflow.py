@@ -1,5 +1,6 @@
 """What a user does to a topic, shared by the pages and the API: start it, edit and approve its
-plan, cancel it, research it again.
+plan, cancel it, research it again. Views, API operations and commands only parse their input,
+call one step here and answer; none writes a topic's plan or status itself.
 
 Each step checks the topic's state under a row lock, so two tabs or a page and a script cannot
 approve a plan twice or edit one the worker already runs. A step that the topic's state does not
@@ -13,11 +14,10 @@ topics planning, queued or running at a time (`OverLimit`, a kind of `Refused`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Case, Max, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -69,7 +69,7 @@ def planned_count(topic: Topic) -> int:
     return topic.subqueries.filter(round=1).count()
 
 
-def check_can_start(owner: Any, exclude: Topic | None = None) -> None:
+def check_can_start(owner: User, exclude: Topic | None = None) -> None:
     """One more topic of `owner` may be planning, queued or running; OverLimit otherwise."""
     limit = settings.RESEARCH_MAX_ACTIVE_TOPICS
     if not limit:
@@ -88,7 +88,7 @@ def check_can_start(owner: Any, exclude: Topic | None = None) -> None:
         )
 
 
-def _lock_owner(owner: Any) -> None:
+def _lock_owner(owner: User) -> None:
     """One start at a time per user between counting the active topics and adding one."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext('research.start'), %s::integer)", [owner.pk])
@@ -97,7 +97,7 @@ def _lock_owner(owner: Any) -> None:
 # --- Steps -------------------------------------------------------------------------------------
 
 
-def start_topic(topic: Topic, owner: Any) -> Topic:
+def start_topic(topic: Topic, owner: User) -> Topic:
     """Save a new topic (from a validated form) and queue its plan."""
     topic.owner = owner
     topic.language = "ru" if is_russian(topic.question) else "en"
@@ -126,6 +126,48 @@ def add_subquery(topic: Topic, text: str) -> SubQuery:
         return SubQuery.objects.create(topic=topic, text=text, position=position, origin=SubQuery.Origin.USER)
 
 
+def _in_plan(topic: Topic, subquery_id: int) -> SubQuery:
+    subquery = topic.subqueries.filter(pk=subquery_id).first()
+    if subquery is None:
+        raise NotInPlan(_("Sub-query %(id)s is not part of this plan.") % {"id": subquery_id})
+    return subquery
+
+
+def update_subquery(topic: Topic, subquery_id: int, text: str) -> SubQuery:
+    """Change one sub-query's text; changed, it becomes the user's own."""
+    with transaction.atomic():
+        _lock_reviewable(topic)
+        subquery = _in_plan(topic, subquery_id)
+        _save_subquery(subquery, text, subquery.position)
+    return subquery
+
+
+def delete_subquery(topic: Topic, subquery_id: int) -> None:
+    with transaction.atomic():
+        _lock_reviewable(topic)
+        _in_plan(topic, subquery_id).delete()
+
+
+def move_subquery(topic: Topic, subquery_id: int, *, up: bool) -> None:
+    """Swap a sub-query with its neighbour above (`up`) or below, and number the plan 0…n in
+    one statement. At either end it stays where it is."""
+    with transaction.atomic():
+        _lock_reviewable(topic)
+        ordered = list(topic.subqueries.order_by("position", "id").values_list("pk", flat=True))
+        if subquery_id not in ordered:
+            raise NotInPlan(_("Sub-query %(id)s is not part of this plan.") % {"id": subquery_id})
+        index = ordered.index(subquery_id)
+        other = index - 1 if up else index + 1
+        if 0 <= other < len(ordered):
+            ordered[index], ordered[other] = ordered[other], ordered[index]
+        _renumber(topic, ordered)
+
+
+def _renumber(topic: Topic, ordered: list[int]) -> None:
+    positions = [When(pk=pk, then=Value(position)) for position, pk in enumerate(ordered)]
+    topic.subqueries.filter(pk__in=ordered).update(position=Case(*positions))
+
+
 def replace_plan(topic: Topic, items: list[tuple[int | None, str]]) -> None:
     """Make the plan exactly these (id or None for a new one, text) sub-queries, in this order.
 
@@ -142,15 +184,17 @@ def replace_plan(topic: Topic, items: list[tuple[int | None, str]]) -> None:
         if len(ids) != len(set(ids)):
             raise Refused(_("A sub-query appears twice in the plan."))
         topic.subqueries.exclude(pk__in=ids).delete()
-        for position, (pk, text) in enumerate(items):
-            if pk is None:
+        for position, (item_id, text) in enumerate(items):
+            if item_id is None:
                 origin = SubQuery.Origin.USER
                 SubQuery.objects.create(topic=topic, text=text, position=position, origin=origin)
             else:
-                _update_subquery(existing[pk], text, position)
+                _save_subquery(existing[item_id], text, position)
 
 
-def _update_subquery(subquery: SubQuery, text: str, position: int) -> None:
+def _save_subquery(subquery: SubQuery, text: str, position: int) -> None:
+    if subquery.text == text and subquery.position == position:
+        return
     if subquery.text != text:
         subquery.text, subquery.origin = text, SubQuery.Origin.USER
     subquery.position = position
