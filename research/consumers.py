@@ -4,6 +4,11 @@ A browser says which event it shows last ({"since": n}) when it connects, so a r
 tab or a dropped connection gets exactly the missing events. With each batch of events the
 consumer also sends the parts of the page those events changed, as HTMX out-of-band swaps;
 research/feeds.py renders both once per process for all the topic's watchers.
+
+While the report is written, `report.draft` messages say its text has grown: the consumer sends
+the report card again, with the text so far (rendered once per version and language per process).
+A client that says where it is also gets the card with the current draft, so a reload or a new
+connection mid-stream goes on from the text so far.
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 
-from research import feeds
-from research.models import Topic
+from research import feeds, presenters
+from research.models import ReportDraft, Topic
 from research.progress import topic_group
 
 # Event numbers are 32-bit in PostgreSQL.
 MAX_SEQ = 2**31 - 1
+# The latest rendered report card per topic: {topic_id: ((version, language), html)}.
+_draft_cards: dict[int, tuple[tuple[int, str], str]] = {}
 
 
 def valid_since(value: object) -> int:
@@ -59,6 +67,8 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
             feeds.unwatch(self.feed)
+            if self.feed.watchers <= 0:
+                _draft_cards.pop(self.topic_id, None)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -77,6 +87,23 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         else:
             await super().dispatch(message)
 
+    async def report_draft(self, message: dict[str, Any]) -> None:
+        if self.last_seq is not None:  # as for events: not before the client says where it is
+            await self._send_draft(message.get("version", 0))
+
+    async def _send_draft(self, version: int | None = None) -> None:
+        """The report card with the text written so far; `version` None: only when a draft exists."""
+        language = self._language()
+        cached = _draft_cards.get(self.topic_id)
+        if version and cached and cached[0] == (version, language):
+            await self.send(text_data=cached[1])
+            return
+        html = await _report_card(self.topic_id, language, only_with_draft=version is None)
+        if html:
+            if version:
+                _draft_cards[self.topic_id] = ((version, language), html)
+            await self.send(text_data=html)
+
     async def run_event(self, message: dict[str, Any]) -> None:
         # Until the client has said where it is, it would only get duplicates.
         if self.last_seq is not None and message.get("seq", 0) > self.last_seq:
@@ -94,6 +121,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
     async def _catch_up(self, since: int) -> None:
         self.last_seq = since
         await self._send_since(since)
+        await self._send_draft()
 
     async def _send_since(self, since: int, upto: int | None = None) -> None:
         # Reading rows (not messages) keeps order and fills any gap left by lost messages.
@@ -127,3 +155,17 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
     @database_sync_to_async
     def _owns(self, user: Any, topic_id: int) -> bool:
         return Topic.objects.for_user(user).filter(pk=topic_id).exists()
+
+
+@database_sync_to_async
+def _report_card(topic_id: int, language: str, *, only_with_draft: bool) -> str:
+    """The report card as it is now (the draft while one is written, the report once saved);
+    with `only_with_draft`, "" unless a draft is being written."""
+    topic = Topic.objects.filter(pk=topic_id).first()
+    if topic is None:
+        return ""
+    if only_with_draft and (topic.is_finished or not ReportDraft.objects.filter(topic=topic).exists()):
+        return ""
+    context = presenters.panel_context(topic, {"report"})
+    with translation.override(language):
+        return render_to_string("research/_report.html", context)

@@ -356,6 +356,22 @@ class Report(models.Model):
         return f"Report on {self.topic}"
 
 
+class ReportDraft(models.Model):
+    """The report's text so far while the LLM writes it (streamed), for pages opened mid-stream.
+
+    Deleted when the finished report is saved (or the LLM fails and another engine writes it);
+    a draft is never shown as a report: the page shows it only while the topic is running.
+    """
+
+    topic = models.OneToOneField(Topic, on_delete=models.CASCADE, related_name="report_draft")
+    text = models.TextField(blank=True, default="")
+    version = models.PositiveIntegerField(default=0, help_text=_("Raised on every save of the text."))
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"Report draft on {self.topic}"
+
+
 class CitationQuerySet(OwnedQuerySet):
     owner_field = "report__topic__owner"
 

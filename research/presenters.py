@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from research import usage
 from research.forms import ShareLinkForm
-from research.models import Citation, Document, Hit, Report, RunEvent, Topic
+from research.models import Citation, Document, Hit, Report, ReportDraft, RunEvent, Topic
 from research.pipeline import citecheck, deep, passages
 from research.pipeline.answer import SOURCES_HEADING
 from research.rendering import CitationMark, render_markdown
@@ -67,8 +67,12 @@ def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     """The topic page: the panels with forms (status, plan, sharing) rendered per request, the
     others from the fragment cache."""
     context = panel_context(topic, {"status", "plan"})
+    panels = rendered_panels(topic)
+    # The text being written changes without an event: the report panel is rendered afresh then.
+    if not topic.is_finished and ReportDraft.objects.filter(topic=topic).exists():
+        panels["report"] = render_to_string("research/_report.html", panel_context(topic, {"report"}))
     context.update(
-        panels=rendered_panels(topic),
+        panels=panels,
         report=Report.objects.filter(topic=topic).exists(),
         share_form=ShareLinkForm(),
         share_links=list(topic.share_links.all()),
@@ -112,6 +116,7 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
         context["documents"] = documents_of(topic)
     if "report" in panels or "sharing" in panels:
         context["report"] = report_of(topic)
+        context["draft"] = draft_of(topic) if context["report"] is None else None
     if "sharing" in panels:
         context.update(share_form=ShareLinkForm(), share_links=list(topic.share_links.all()))
     return context
@@ -172,6 +177,17 @@ def report_of(topic: Topic) -> dict[str, Any] | None:
         "citation_counts": citecheck.counts(citations) if citations else None,
         "doubtful_citations": [c for c in citations if c.verdict != Citation.Verdict.SUPPORTED],
     }
+
+
+def draft_of(topic: Topic) -> dict[str, Any] | None:
+    """The report's text so far while the LLM writes it, through the same safe Markdown path as
+    the report (the model's own sources list left out, as from the report)."""
+    if topic.is_finished:
+        return None
+    draft = ReportDraft.objects.filter(topic=topic).only("text", "version").first()
+    if draft is None or not draft.text.strip():
+        return None
+    return {"html": render_markdown(SOURCES_HEADING.split(draft.text)[0]), "version": draft.version}
 
 
 def citation_marks(body: str, source_count: int, citations: list[Citation]) -> list[CitationMark | None]:

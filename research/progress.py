@@ -2,6 +2,9 @@
 
 The row is the truth; the channel-layer message only carries its id, so a client that missed
 messages (a reload, a dropped socket) catches up by replaying rows since its last `seq`.
+
+The report's text while the LLM writes it goes the same way, without filling the event log: a
+`ReportDraft` row (the page renders it on a reload), then a `report.draft` nudge with its version.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import threading
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.db.models import F
 
 from research.event_text import I18N_KEY, english, phrase
-from research.models import RunEvent, Topic
+from research.models import ReportDraft, RunEvent, Topic
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +67,40 @@ def record_event(
 
 def notify(event: RunEvent) -> None:
     """Tell live websockets about a saved event; losing this message loses nothing."""
+    message = {"type": "run.event", "event_id": event.pk, "seq": event.seq}
+    _publish(event.topic_id, message)  # on failure: the row is saved, clients replay it on connect
+
+
+def save_draft(topic_id: int, text: str) -> int:
+    """Save the report's text so far and tell live pages; its new version."""
+    updated = ReportDraft.objects.filter(topic_id=topic_id).update(text=text, version=F("version") + 1)
+    if not updated:
+        ReportDraft.objects.update_or_create(topic_id=topic_id, defaults={"text": text, "version": 1})
+    version = ReportDraft.objects.values_list("version", flat=True).get(topic_id=topic_id)
+    _publish(topic_id, {"type": "report.draft", "version": version})
+    return version
+
+
+def drop_draft(topic_id: int) -> None:
+    """The draft is no longer the report being written (the LLM failed; another engine writes)."""
+    if ReportDraft.objects.filter(topic_id=topic_id).delete()[0]:
+        _publish(topic_id, {"type": "report.draft", "version": 0})
+
+
+def _publish(topic_id: int, message: dict[str, Any]) -> bool:
     layer = get_channel_layer()
     if layer is None:
-        return
-    message = {"type": "run.event", "event_id": event.pk, "seq": event.seq}
+        return True
     future = asyncio.run_coroutine_threadsafe(
-        layer.group_send(topic_group(event.topic_id), message), _publisher_loop()
+        layer.group_send(topic_group(topic_id), message), _publisher_loop()
     )
     try:
         future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
     except Exception:
         future.cancel()
-        # The event row is saved; clients replay it on their next connect.
-        log.exception("could not publish run event %s of topic %s", event.seq, event.topic_id)
+        log.exception("could not publish %s to topic %s", message["type"], topic_id)
+        return False
+    return True
 
 
 _publisher: tuple[int, asyncio.AbstractEventLoop] | None = None

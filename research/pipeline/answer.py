@@ -7,6 +7,11 @@ best of every round first); of a long page only the passages most about its sub-
 Citation numbers the sources list does not have are dropped, and the sources list is always
 written here, not by the model, so every [n] resolves to a real URL or document.
 
+The LLM's answer is streamed: the text so far is saved as the topic's `ReportDraft` and announced
+at most every DRAFT_INTERVAL_SECONDS (a cached answer at once), and listeners with a
+`report_text` method (the console command) hear every piece. The finished report replaces the
+draft in the transaction that saves it; a draft is never taken for a report.
+
 Then every sentence that cites a source is checked against the text that was sent for it
 (`citecheck`: words, numbers and embeddings, and the LLM when one is configured), and the
 verdicts are stored as `Citation` rows with the report. An LLM answer whose citations are mostly
@@ -16,16 +21,18 @@ unsupported is asked for once more, with the verdicts; the better of the two ans
 from __future__ import annotations
 
 import re
+import time
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
-from research.models import CacheEntry, Citation, Document, Hit, Report, Topic
+from research import progress
+from research.models import CacheEntry, Citation, Document, Hit, Report, ReportDraft, Topic
 from research.pipeline import citecheck, diversity, extractive, passages
-from research.pipeline.context import RunContext, StageError
-from research.pipeline.llm import ask, data_block, load_prompt
+from research.pipeline.context import RunContext, StageError, db
+from research.pipeline.llm import Prompt, ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian, language_of
 
 STAGE = "answer"
@@ -37,6 +44,8 @@ CITATION = re.compile(r"(\s*)\[(\d{1,3})\]")
 MARKDOWN_SPECIAL = re.compile(r"[\\`*\[\]<>]")
 # The line under a private source's title in the answer request, where a web page has its URL.
 PRIVATE_ORIGIN = "(документ пользователя)"
+# How often the text being written is saved and sent to the page (the console hears every piece).
+DRAFT_INTERVAL_SECONDS = 0.3
 SOURCES_HEADING = re.compile(
     r"^#{1,3}\s*(источники|список источников|список литературы|sources|references)\s*:?\s*$", re.I | re.M
 )
@@ -70,7 +79,36 @@ def run(ctx: RunContext) -> None:
     with transaction.atomic():
         report = Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
         Citation.objects.bulk_create(citation_rows(report, verdicts))
+        ReportDraft.objects.filter(topic=ctx.topic).delete()
     ctx.emit(STAGE, gettext_noop("Report written"), args={}, done=1, total=1)
+
+
+class Draft:
+    """Hears the report's text as the LLM writes it: every piece goes to the run's text listeners,
+    and the text so far is saved and announced at most every DRAFT_INTERVAL_SECONDS (the first
+    words at once)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.topic_id = ctx.topic.pk
+        self.listeners = [hook for hook in (getattr(x, "report_text", None) for x in ctx.listeners) if hook]
+        self.text = self.saved = ""
+        self.saved_at = float("-inf")
+
+    async def __call__(self, text: str) -> None:
+        self.text = text
+        for listener in self.listeners:
+            listener(text)
+        if time.monotonic() - self.saved_at >= DRAFT_INTERVAL_SECONDS:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self.text != self.saved:
+            self.saved, self.saved_at = self.text, time.monotonic()
+            await db(progress.save_draft)(self.topic_id, self.text)
+
+    async def drop(self) -> None:
+        self.text = self.saved = ""
+        await db(progress.drop_draft)(self.topic_id)
 
 
 def check_citations(
@@ -182,9 +220,7 @@ def _write(
             if feedback:
                 request += "\n\n" + data_block(feedback)
             prompt = load_prompt("answer")
-            body = async_to_sync(ask)(
-                ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private
-            )
+            body = async_to_sync(_ask_streamed)(ctx, prompt, request, private, streamed=not feedback)
         except LLMError as exc:
             ctx.warn(
                 STAGE,
@@ -197,6 +233,27 @@ def _write(
     if feedback:
         return "", ""
     return _extractive(ctx.topic, documents, sources, excerpts), ""
+
+
+async def _ask_streamed(
+    ctx: RunContext, prompt: Prompt, request: str, private: bool, *, streamed: bool
+) -> str:
+    """The LLM's answer; when `streamed`, its text reaches the page and the console as it is written.
+    (A second answer, asked with the citation check's verdicts, is not: the first stays shown.)"""
+    if not streamed:
+        return await ask(ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private)
+    draft = Draft(ctx)
+    try:
+        body = await ask(
+            ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private, on_text=draft
+        )
+    except BaseException:
+        await draft.drop()
+        raise
+    await draft.flush()
+    if not body.strip():
+        await draft.drop()
+    return body
 
 
 def _request(question: str, documents: list[Document], excerpts: dict[int, str]) -> str:

@@ -52,21 +52,29 @@ async def ask(
     kind: str,
     private: bool = False,
     max_tokens: int | None = None,
+    on_text: llm_client.TextListener | None = None,
 ) -> str:
     """The answer text, from the cache when this exact question was asked of this model before.
 
     Private text is cached for its owner alone; with LLM_CACHE_SCOPE=user every answer is (no
-    user can then tell from a fast answer that someone else asked the same recently)."""
+    user can then tell from a fast answer that someone else asked the same recently).
+
+    With `on_text` the answer is streamed to it as it is written (a cached one at once, whole);
+    only a finished answer is cached or returned."""
     owner_id = ctx.owner_id if private or settings.LLM_CACHE_SCOPE == "user" else None
     key = result_cache.make_key("llm", stage, prompt.version, ctx.model, user_content)
     cached = await db(result_cache.get)(kind, key, owner_id)
     if cached is not None:
         await db(_record)(ctx, stage, prompt, cached, cache_hit=True, cache_kind=kind)
+        if on_text is not None:
+            await on_text(cached["text"])
         return cached["text"]
     messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
     try:
         await db(budget.check)(ctx.owner_id)
-        completion = await llm_client.complete(messages, max_tokens=max_tokens, user=ctx.owner_id)
+        completion = await llm_client.complete(
+            messages, max_tokens=max_tokens, user=ctx.owner_id, on_text=on_text
+        )
     except llm_client.LLMError as exc:
         await db(_record)(
             ctx,

@@ -19,3 +19,35 @@ document.addEventListener("htmx:wsAfterMessage", () => {
   if (log && followLog) log.scrollTop = log.scrollHeight;
 });
 eventLog()?.scrollTo(0, eventLog().scrollHeight);
+
+// The report, written live: while the text grows (the server re-sends the card), and once the
+// finished report replaces it — then the page leads with it, the tab title says so, the work
+// panels fold away and a sticky "Report ready" link jumps to it.
+const reportState = () => document.getElementById("report")?.dataset.state;
+let lastReportState = reportState();
+document.addEventListener("htmx:wsAfterMessage", () => {
+  const state = reportState();
+  if (state === "ready" && lastReportState !== "ready") reportReady();
+  lastReportState = state;
+});
+
+function reportReady() {
+  const live = document.getElementById("live");
+  const report = document.getElementById("report");
+  const status = document.getElementById("topic-status");
+  if (!live || !report) return;
+  if (status && status.nextElementSibling !== report) status.after(report);
+  if (live.dataset.readyTitle) document.title = live.dataset.readyTitle;
+  for (const panel of document.querySelectorAll("details.work-panel")) panel.open = false;
+  const jump = document.getElementById("report-ready");
+  if (jump && report.getBoundingClientRect().top < 0) {
+    jump.hidden = false;
+    const hide = new IntersectionObserver((entries) => {
+      if (entries.some((entry) => entry.isIntersecting)) {
+        jump.hidden = true;
+        hide.disconnect();
+      }
+    });
+    hide.observe(report);
+  }
+}

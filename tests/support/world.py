@@ -18,7 +18,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.fakes import FakeService, Request, html_page, openai_chat, reader, searxng_search
+from tests.support.fakes import FakeService, Pace, Request, html_page, openai_chat, reader, searxng_search
 
 RESULTS_PER_PAGE = 10
 TOPIC = "Расскажи об Mixture of Tokens, в том числе где используется и какие есть улучшения"
@@ -292,6 +292,7 @@ def world(
     reader_latency: float = 0.0,
     extra_pages: int = 0,
     queries_per_language: int = 2,
+    llm_pace: Pace | None = None,
 ) -> Iterator[World]:
     pages = PAGES + notes(extra_pages)
     script = ScriptedLLM(pages=pages, queries_per_language=queries_per_language)
@@ -301,7 +302,7 @@ def world(
             article = f"<article><h1>{title}</h1><p>{text}</p></article>"
             web.routes[("GET", f"/pages/{slug}")] = html_page(title, article)
         readable = {f"{web.url}pages/{p[0]}?utm_source=searx": (p[1], f"# {p[1]}\n\n{p[4]}") for p in pages}
-        chat = {("POST", "/v1/chat/completions"): openai_chat(script)}
+        chat = {("POST", "/v1/chat/completions"): openai_chat(script, pace=llm_pace)}
         llm = stack.enter_context(FakeService(chat, latency=llm_latency))
         search = {("GET", "/search"): searxng_search(search_pages(web.url, pages))}
         searxng = stack.enter_context(FakeService(search, latency=search_latency))

@@ -1,7 +1,8 @@
 """`manage.py research "QUESTION"`: run a topic in the foreground and print the report.
 
 The plan is shown for review (edit, add or delete sub-queries) unless --yes approves it as is.
-Progress is drawn as one bar per stage, from the same RunEvents the web page streams.
+Progress is drawn as one bar per stage, from the same RunEvents the web page streams; the
+report's text is printed as the LLM writes it, then what the checks changed (or the sources).
 """
 
 from __future__ import annotations
@@ -14,9 +15,33 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from research import workflow
 from research.models import RunEvent, SubQuery, Topic
+from research.pipeline.answer import SOURCES_HEADING, clean_citations
 from research.pipeline.run import plan_topic, run_topic
 
 BAR_WIDTH = 30
+
+
+class Listener:
+    """What the run tells the console: events drawn as bars and lines, and the report's text
+    printed piece by piece as it is written (`report_text`, see research/pipeline/answer.py)."""
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+        self.printed = ""
+
+    def __call__(self, event: RunEvent) -> None:
+        self.command.draw(event)
+
+    def report_text(self, text: str) -> None:
+        out = self.command.stdout
+        if not self.printed:
+            out.write("\n\nThe report, as it is written:\n")
+        elif not text.startswith(self.printed):  # a new attempt after a broken stream
+            out.write("\n\n(The answer broke off; written again:)\n")
+            self.printed = ""
+        out.write(text[len(self.printed) :], ending="")
+        out.flush()
+        self.printed = text
 
 
 class Command(BaseCommand):
@@ -46,7 +71,8 @@ class Command(BaseCommand):
             mode=options["mode"],
             auto_approve=yes,
         )
-        listeners = [self._draw]
+        self.listener = Listener(self)
+        listeners = [self.listener]
         self.stdout.write(f"Topic #{topic.pk}: {question}")
         if not plan_topic(topic.pk, listeners):
             topic.refresh_from_db()
@@ -118,7 +144,7 @@ class Command(BaseCommand):
             subquery.origin = SubQuery.Origin.USER
             subquery.save(update_fields=["text", "origin"])
 
-    def _draw(self, event: RunEvent) -> None:
+    def draw(self, event: RunEvent) -> None:
         if event.total:
             filled = int(BAR_WIDTH * (event.done or 0) / event.total)
             bar = "#" * filled + "-" * (BAR_WIDTH - filled)
@@ -136,4 +162,11 @@ class Command(BaseCommand):
         report = topic.report
         engine = f"model {report.model}" if report.model else "the extractive engine (no LLM configured)"
         self.stdout.write(f"\nWritten by {engine}.\n")
-        self.stdout.write(report.markdown)
+        heading = SOURCES_HEADING.search(report.markdown)
+        printed = self.listener.printed
+        streamed = clean_citations(printed, len(report.sources)) if printed else ""
+        if heading and streamed and streamed.strip() == report.markdown[: heading.start()].strip():
+            # The text is on the screen already: only the sources list, which the stage writes.
+            self.stdout.write("\n" + report.markdown[heading.start() :])
+        else:
+            self.stdout.write(report.markdown)
