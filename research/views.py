@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import wraps
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import User
 from django.core.cache import caches
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,18 +25,25 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.middleware import HtmxDetails
 
 from mindsearch.status import checks_for
 from research import export, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
-from research.models import ShareLink, SubQuery, Topic
+from research.models import ShareLink, Topic
 from research.presenters import panel_context, topic_context, topic_page_context
 
 PAGE_SIZE = 25
 
 
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it."""
+
+    htmx: HtmxDetails
+
+
 @require_GET
-def topic_list(request: HttpRequest) -> HttpResponse:
+def topic_list(request: HtmxHttpRequest) -> HttpResponse:
     topics = Topic.objects.for_user(request.user)
     has_any = topics.exists()
     query, status = request.GET.get("q", "").strip(), request.GET.get("status", "")
@@ -43,7 +53,8 @@ def topic_list(request: HttpRequest) -> HttpResponse:
         topics = topics.filter(status=status)
     topics = topics.only(*ROW_FIELDS).order_by("-created_at", "-id")
     page = Paginator(topics, PAGE_SIZE).get_page(request.GET.get("page"))
-    context = {"page": page, "query": query, "status": status, "statuses": Topic.Status.choices}
+    context: dict[str, Any] = {"page": page, "query": query, "status": status}
+    context["statuses"] = Topic.Status.choices
     rows = topic_rows(context)
     if request.htmx and request.htmx.target == "topic-rows":
         return HttpResponse(rows)
@@ -87,11 +98,18 @@ def topic_create(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _topic_list_with_form(request, form, status=400)
     try:
-        topic = workflow.start_topic(form.save(commit=False), request.user)
+        topic = workflow.start_topic(form.save(commit=False), _signed_in(request))
     except workflow.OverLimit as over:
         form.add_error(None, over.message)
         return _topic_list_with_form(request, form, status=429)
     return redirect("topic_detail", topic_id=topic.pk)
+
+
+def _signed_in(request: HttpRequest) -> User:
+    """The user of a workspace page (LoginRequiredMiddleware lets no one else reach it)."""
+    if not isinstance(request.user, User):
+        raise PermissionDenied
+    return request.user
 
 
 def _topic_list_with_form(request: HttpRequest, form: TopicForm, status: int) -> HttpResponse:
@@ -119,10 +137,10 @@ def topic_detail(request: HttpRequest, topic_id: int) -> HttpResponse:
 
 
 def _plan_response(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     topic: Topic,
     *,
-    typed: list[SubQuery] | None = None,
+    typed: list[TypedSubQuery] | None = None,
     form: SubQueryForm | None = None,
     error: str = "",
     keep_new: bool = True,
@@ -153,32 +171,44 @@ def _reviewable(request: HttpRequest, topic_id: int) -> Topic:
     return topic
 
 
-def _typed_plan(request: HttpRequest, topic: Topic) -> list[SubQuery]:
-    """The plan in its order with what the page's fields held (`text-<id>`), checked: each
-    sub-query's `text` is what was typed, `stored` what is saved, `errors` what is wrong."""
-    subqueries = list(topic.subqueries.order_by("round", "position", "id"))
-    for subquery in subqueries:
-        subquery.stored, subquery.errors = subquery.text, []
+@dataclass
+class TypedSubQuery:
+    """A row of the plan form as it was sent: `text` is what was typed, `stored` what is saved,
+    `errors` what is wrong with it (the page shows them beside its field)."""
+
+    pk: int
+    text: str
+    stored: str
+    errors: list[str] = field(default_factory=list)
+
+
+def _typed_plan(request: HttpRequest, topic: Topic, skip: int | None = None) -> list[TypedSubQuery]:
+    """The plan in its order with what the page's fields held (`text-<id>`), checked. The field
+    of sub-query `skip` (the one being deleted, which may be empty or wrong) is not read."""
+    typed = []
+    for subquery in topic.subqueries.order_by("round", "position", "id"):
+        row = TypedSubQuery(subquery.pk, subquery.text, subquery.text)
+        typed.append(row)
         sent = request.POST.get(f"text-{subquery.pk}")
-        if sent is None:  # added in another tab after this page was loaded
+        if sent is None or subquery.pk == skip:  # None: added in another tab after the page loaded
             continue
         form = SubQueryForm({"text": sent})
         if form.is_valid():
-            subquery.text = form.cleaned_data["text"]
+            row.text = form.cleaned_data["text"]
         else:
-            subquery.text, subquery.errors = sent, form.errors["text"]
-    return subqueries
+            row.text, row.errors = sent, [str(error) for error in form.errors["text"]]
+    return typed
 
 
-def _save_typed(topic: Topic, typed: list[SubQuery]) -> None:
+def _save_typed(topic: Topic, typed: list[TypedSubQuery]) -> None:
     """Save every field whose text differs from the stored one (it becomes the user's own)."""
     if any(sq.text != sq.stored for sq in typed):
         workflow.replace_plan(topic, [(sq.pk, sq.text) for sq in typed])
 
 
-def _with_typed_saved(request: HttpRequest, topic: Topic) -> HttpResponse | None:
+def _with_typed_saved(request: HtmxHttpRequest, topic: Topic, skip: int | None = None) -> HttpResponse | None:
     """First of every plan action: save what was typed. The error answer when it cannot be."""
-    typed = _typed_plan(request, topic)
+    typed = _typed_plan(request, topic, skip)
     if any(sq.errors for sq in typed):
         form = SubQueryForm(request.POST) if request.POST.get("text", "").strip() else None
         if form is not None:
@@ -192,7 +222,7 @@ def _with_typed_saved(request: HttpRequest, topic: Topic) -> HttpResponse | None
 
 
 @require_POST
-def subquery_add(request: HttpRequest, topic_id: int) -> HttpResponse:
+def subquery_add(request: HtmxHttpRequest, topic_id: int) -> HttpResponse:
     topic = _reviewable(request, topic_id)
     if (failed := _with_typed_saved(request, topic)) is not None:
         return failed
@@ -210,7 +240,7 @@ def subquery_add(request: HttpRequest, topic_id: int) -> HttpResponse:
 
 
 @require_POST
-def subquery_update(request: HttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
+def subquery_update(request: HtmxHttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
     """Save: every field of the plan form is saved, this one included. A lone `text` field (an
     older page, a script) still edits this sub-query."""
     topic = _reviewable(request, topic_id)
@@ -225,20 +255,18 @@ def subquery_update(request: HttpRequest, topic_id: int, subquery_id: int) -> Ht
 
 
 @require_POST
-def subquery_delete(request: HttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
+def subquery_delete(request: HtmxHttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
     topic = _reviewable(request, topic_id)
     subquery = get_object_or_404(topic.subqueries, pk=subquery_id)
     # The row being deleted may be empty or wrong: its field is not checked.
-    request.POST = request.POST.copy()
-    request.POST.pop(f"text-{subquery.pk}", None)
-    if (failed := _with_typed_saved(request, topic)) is not None:
+    if (failed := _with_typed_saved(request, topic, skip=subquery.pk)) is not None:
         return failed
     _refused_as_404(workflow.delete_subquery, topic, subquery.pk)
     return _plan_response(request, topic)
 
 
 @require_POST
-def subquery_move(request: HttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
+def subquery_move(request: HtmxHttpRequest, topic_id: int, subquery_id: int) -> HttpResponse:
     """Swap a sub-query with its neighbour above or below."""
     topic = _reviewable(request, topic_id)
     if (failed := _with_typed_saved(request, topic)) is not None:
@@ -258,7 +286,7 @@ def _refused_as_404(step: Callable[..., object], *args: Any, **kwargs: Any) -> N
 
 
 @require_POST
-def plan_approve(request: HttpRequest, topic_id: int) -> HttpResponse:
+def plan_approve(request: HtmxHttpRequest, topic_id: int) -> HttpResponse:
     """Approve exactly what the page shows: typed edits and a typed, not yet added sub-query too."""
     topic = _reviewable(request, topic_id)
     if (failed := _with_typed_saved(request, topic)) is not None:
