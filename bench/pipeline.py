@@ -4,7 +4,13 @@ Prints JSON: wall time; LLM calls per stage; the critical-path lower bound of th
 under the rate limits, and wall / bound; the speed-up over a sequential, one-hit-per-call
 baseline run against the same services; and a warm-cache re-run (external calls and time).
 
-    .venv/bin/python bench/pipeline.py [--searxng-rpm 60] [--extra-pages 60]
+The report is streamed: for the fixed latencies and for a realistic writing profile (the first
+token after 0.6 s, then 40 tokens/s; summaries ~250 tokens, the answer ~1,500, every other
+answer as long as its text), it also gives the time from approval to the first words of the
+report and to the finished report, against the critical-path bound of the stages before the
+answer (target: first words <= that bound + 1 s).
+
+    .venv/bin/python bench/pipeline.py [--searxng-rpm 60] [--extra-pages 60] [--no-baseline]
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import add_limit_arguments, limit_settings, setup_django
 
 LATENCY = {"llm": 1.0, "search": 0.3, "reader": 0.8}
+# The realistic profile: how a hosted model writes.
+FIRST_TOKEN_SECONDS, TOKENS_PER_SECOND = 0.6, 40.0
+PROFILE_TOKENS = {"summarise": 250, "answer": 1500}
 
 
 def main() -> None:
@@ -34,6 +43,14 @@ def main() -> None:
     from tests.support.world import TOPIC, world
 
     owner, _ = User.objects.get_or_create(username="bench")
+    if args.streaming_only:
+        limits = limit_settings(args)
+        print(
+            json.dumps(
+                {"benchmark": "pipeline", "limits": limits, **streaming(owner, args, limits)}, indent=2
+            )
+        )
+        return
     limits = limit_settings(args)
     latencies = {
         "llm_latency": LATENCY["llm"],
@@ -56,7 +73,96 @@ def main() -> None:
         baseline_calls = asyncio.run(sequential_baseline(TOPIC))
         baseline = time.perf_counter() - baseline_started
     bound = critical_path_bound(cold["llm_calls"], requests, limits)
-    print(json.dumps(report(cold, warm, bound, baseline, baseline_calls, requests, limits), indent=2))
+    result = report(cold, warm, bound, baseline, baseline_calls, requests, limits)
+    result["report_streaming"] = {"fixed": streamed_figures(cold, requests, limits, _fixed_llm_latency)}
+    result["report_streaming"].update(streaming(owner, args, limits, fixed=False)["report_streaming"])
+    print(json.dumps(result, indent=2))
+
+
+def streaming(owner: Any, args: argparse.Namespace, limits: dict, *, fixed: bool = True) -> dict[str, Any]:
+    """Approval → first words and → finished report, under the fixed latencies (unless `fixed` is
+    False: the main run measured them) and the realistic writing profile."""
+    from django.conf import settings
+
+    from tests.support.fakes import Pace
+    from tests.support.world import TOPIC, prompt_kind, world
+
+    figures: dict[str, Any] = {}
+    profiles: list[tuple[str, dict[str, Any]]] = []
+    if fixed:
+        profiles.append(("fixed", {"llm_latency": LATENCY["llm"]}))
+
+    def tokens(messages: list[dict], text: str) -> int:
+        return PROFILE_TOKENS.get(prompt_kind(messages[0]["content"]), len(text) // 4 + 1)
+
+    pace = Pace(first_token=FIRST_TOKEN_SECONDS, tokens_per_second=TOKENS_PER_SECOND, tokens=tokens)
+    profiles.append(("realistic", {"llm_pace": pace}))
+    for name, llm in profiles:
+        services = {"search_latency": LATENCY["search"], "reader_latency": LATENCY["reader"]}
+        with world(**services, **llm, extra_pages=args.extra_pages, queries_per_language=3) as w:
+            for setting, value in {**w.settings(), **limits}.items():
+                setattr(settings, setting, value)
+            # A question of its own, so nothing comes from the cache of an earlier run.
+            run = run_topic(owner, f"{TOPIC} ({name})")
+            requests = {
+                "llm": len(w.llm.requests),
+                "search": len(w.searxng.requests),
+                "reader": len(w.reader.requests),
+            }
+        latency = _fixed_llm_latency if name == "fixed" else _profile_llm_latency(run["topic_id"])
+        figures[name] = streamed_figures(run, requests, limits, latency)
+    return {"report_streaming": figures}
+
+
+def _fixed_llm_latency(stage: str) -> float:
+    return LATENCY["llm"]
+
+
+def _profile_llm_latency(topic_id: int) -> Any:
+    """One call's time in each stage under the realistic profile: the first token, then the
+    stage's longest answer at TOKENS_PER_SECOND (the profile's length, or the tokens it wrote)."""
+    from django.db.models import Max
+
+    from research.models import LLMCall
+
+    calls = LLMCall.objects.filter(topic_id=topic_id, cache_hit=False, error="")
+    rows = calls.values("stage").annotate(longest=Max("completion_tokens"))
+    longest = {row["stage"]: PROFILE_TOKENS.get(row["stage"], row["longest"]) for row in rows}
+    return lambda stage: FIRST_TOKEN_SECONDS + longest.get(stage, 0) / TOKENS_PER_SECOND
+
+
+def streamed_figures(run: dict, requests: dict, limits: dict, llm_latency: Any) -> dict[str, Any]:
+    before_answer = critical_path_bound(run["llm_calls"], requests, limits, llm_latency, upto_answer=True)
+    first_words = run["first_words_seconds"]
+    return {
+        "approval_to_answer_stage_seconds": run["answer_started_seconds"],
+        "approval_to_first_words_seconds": first_words,
+        "approval_to_finished_report_seconds": run["finished_report_seconds"],
+        "bound_before_answer_seconds": round(before_answer, 2),
+        "first_words_over_bound_plus_1s": round(first_words / (before_answer + 1.0), 3)
+        if first_words
+        else None,
+        "target": "first words <= bound before answer + 1 s",
+    }
+
+
+class Clock:
+    """Listens to a run: when the report's first words arrive and when the report is saved."""
+
+    def __init__(self) -> None:
+        self.answer_started: float | None = None
+        self.first_words: float | None = None
+        self.finished: float | None = None
+
+    def __call__(self, event: Any) -> None:
+        if event.stage == "answer" and event.done == 0 and self.answer_started is None:
+            self.answer_started = time.perf_counter()
+        if event.stage == "answer" and event.done == 1 and self.finished is None:
+            self.finished = time.perf_counter()
+
+    def report_text(self, text: str) -> None:
+        if self.first_words is None and text.strip():
+            self.first_words = time.perf_counter()
 
 
 def parse_args() -> argparse.Namespace:
@@ -69,6 +175,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--extra-pages", type=int, default=60, help="less relevant pages, to fill result pages"
     )
+    parser.add_argument(
+        "--streaming-only",
+        action="store_true",
+        help="only the report-streaming figures (fixed latencies and the realistic profile)",
+    )
     return parser.parse_args()
 
 
@@ -77,13 +188,28 @@ def run_topic(owner: Any, question: str) -> dict[str, Any]:
     from research.pipeline.run import plan_topic, run_topic
 
     topic = Topic.objects.create(owner=owner, question=question, auto_approve=True)
+    clock = Clock()
     started = time.perf_counter()
     plan_topic(topic.pk)
-    status = run_topic(topic.pk)
+    approved = time.perf_counter()  # auto-approved: the run starts as the plan is made
+    status = run_topic(topic.pk, [clock])
     wall = time.perf_counter() - started
     calls = LLMCall.objects.filter(topic=topic, cache_hit=False).values_list("stage", flat=True)
     hits = topic.hits.count()
-    return {"status": status, "wall_seconds": round(wall, 2), "llm_calls": dict(Counter(calls)), "hits": hits}
+
+    def since_approval(moment: float | None) -> float | None:
+        return round(moment - approved, 2) if moment else None
+
+    return {
+        "status": status,
+        "wall_seconds": round(wall, 2),
+        "llm_calls": dict(Counter(calls)),
+        "hits": hits,
+        "topic_id": topic.pk,
+        "answer_started_seconds": since_approval(clock.answer_started),
+        "first_words_seconds": since_approval(clock.first_words),
+        "finished_report_seconds": since_approval(clock.finished),
+    }
 
 
 def stage_time(calls: int, limit: float, window: float, latency: float) -> float:
@@ -99,13 +225,21 @@ def stage_time(calls: int, limit: float, window: float, latency: float) -> float
 
 
 def critical_path_bound(
-    llm_calls: dict[str, int], requests: dict[str, int], limits: dict[str, float]
+    llm_calls: dict[str, int],
+    requests: dict[str, int],
+    limits: dict[str, float],
+    llm_latency: Any = None,
+    *,
+    upto_answer: bool = False,
 ) -> float:
     """The least time the stage graph allows under the rate limits and latencies.
 
     Stages follow one another (each needs the rows of the one before), except that each page
     goes on to its summary as soon as it is read; within a stage every call is independent.
+    `llm_latency(stage)` is one LLM call's time in that stage (default: the fixed latency); with
+    `upto_answer`, the bound from approval (after the plan) to the answer's request.
     """
+    latency_of = llm_latency or _fixed_llm_latency
     llm_rps, reader_rps, rpm = (
         limits["LIMIT_AITUNNEL_RPS"],
         limits["LIMIT_JINA_RPS"],
@@ -113,12 +247,14 @@ def critical_path_bound(
     )
 
     def llm(stage: str) -> float:
-        return stage_time(llm_calls.get(stage, 0), llm_rps, 1.0, LATENCY["llm"])
+        return stage_time(llm_calls.get(stage, 0), llm_rps, 1.0, latency_of(stage))
 
     searching = stage_time(requests["search"], rpm, 60.0, LATENCY["search"])
     reading = stage_time(requests["reader"], reader_rps, 1.0, LATENCY["reader"])
     # Summaries start when the first page is in; the last one cannot start before the last page.
-    read_and_summarise = max(reading + LATENCY["llm"], LATENCY["reader"] + llm("summarise"))
+    read_and_summarise = max(reading + latency_of("summarise"), LATENCY["reader"] + llm("summarise"))
+    if upto_answer:
+        return llm("queries") + searching + llm("score_hits") + read_and_summarise + llm("score_summaries")
     before_reading = llm("plan") + llm("queries") + searching + llm("score_hits")
     return before_reading + read_and_summarise + llm("score_summaries") + llm("answer")
 
