@@ -74,6 +74,19 @@ def test_sentences_carry_their_citations_wherever_the_full_stop_is() -> None:
     ]
 
 
+def test_a_cited_colon_ends_a_claim_and_an_uncited_one_does_not() -> None:
+    body = (
+        'In his article "A Machine to End War", published in 1937, Tesla stated: [2] '
+        "Тесла умер 7 января 1943 года. [3] The review says: Tokens are mixed [1]."
+    )
+    found = citecheck.claims(body, 3)
+    assert [(c.text, c.sources) for c in found] == [
+        ('In his article "A Machine to End War", published in 1937, Tesla stated:', (2,)),
+        ("Тесла умер 7 января 1943 года.", (3,)),
+        ("The review says: Tokens are mixed.", (1,)),
+    ]
+
+
 def test_citations_of_sources_that_do_not_exist_are_not_claims() -> None:
     assert citecheck.claims("A fact [7]. Another [0].", 3) == []
     assert citecheck.claims("[1]", 3) == []  # nothing said, nothing to check
