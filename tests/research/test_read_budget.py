@@ -7,6 +7,7 @@ reader speaking r.jina.ai's format. No LLM: summaries are extractive.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -28,7 +29,7 @@ def page_text(slug: str) -> str:
 
 
 @pytest.fixture
-def web(settings: object) -> Iterator[FakeService]:
+def web(settings: Any) -> Iterator[FakeService]:
     pages = {f"{BASE}{slug}": (slug, page_text(slug)) for slug in [f"a{i}" for i in range(12)]}
     pages |= {f"{BASE}{slug}": (slug, page_text(slug)) for slug in [f"b{i}" for i in range(9)]}
     with FakeService(fallback=reader(pages)) as service:
