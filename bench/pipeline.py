@@ -213,7 +213,10 @@ def run_topic(owner: Any, question: str) -> dict[str, Any]:
 
 
 def stage_time(calls: int, limit: float, window: float, latency: float) -> float:
-    """Least time for `calls` requests when no `window` may hold more than `limit` of them."""
+    """Least time for `calls` requests under `limit` per `window` as the limiter grants them:
+    evenly spaced, one every window / limit seconds (issue 18: a minute's allowance never goes
+    out at once; SearXNG's own limiter also counts bursts, in a sliding 20-s window), then the
+    last one's latency."""
     from mindsearch.clients.ratelimit import window_of
 
     if calls == 0:
@@ -221,7 +224,7 @@ def stage_time(calls: int, limit: float, window: float, latency: float) -> float
     if limit <= 0:
         return latency
     grants, span = window_of(limit, window)
-    return (calls - 1) // grants * span + latency
+    return (calls - 1) * span / grants + latency
 
 
 def critical_path_bound(

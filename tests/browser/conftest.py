@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.cache import cache
@@ -40,11 +42,19 @@ expect.set_options(timeout=30_000)
 @pytest.fixture
 def site() -> Iterator[str]:
     """The base URL of a daphne + qcluster pair on the test database, wired to the fakes."""
+    with serving() as url:
+        yield url
+
+
+@contextmanager
+def serving(**world_options: Any) -> Iterator[str]:
+    """A daphne + qcluster pair on the test database with the loopback world behind them
+    (`world_options` go to `world`: an LLM's pace, for example)."""
     # The cache lives in a database table that flushing between tests leaves alone: without this,
     # every browser test's sign-ups from 127.0.0.1 count against SIGNUP_RATE_PER_HOUR together,
     # and the sixth account of the run is refused (as CI saw once the suite grew).
     cache.clear()
-    with world(llm_latency=LLM_LATENCY) as w:
+    with world(llm_latency=LLM_LATENCY, **world_options) as w:
         # The status page asks these; the world's fakes answer only what a run needs.
         w.llm.routes[("GET", "/v1/models")] = openai_models("test-model")
         w.searxng.routes[("GET", "/config")] = searxng_config("duckduckgo", "wikipedia")

@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.core.cache import cache
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import LLM_LATENCY, wait_for_worker
+from tests.browser.conftest import serving
 from tests.browser.test_journey import (
     RUN_TIMEOUT,
     assert_not_reloaded,
@@ -24,9 +23,8 @@ from tests.browser.test_journey import (
     status,
     submit_sign_up,
 )
-from tests.support import processes
-from tests.support.fakes import Pace, openai_models, searxng_config
-from tests.support.world import prompt_kind, world
+from tests.support.fakes import Pace
+from tests.support.world import prompt_kind
 
 pytestmark = [
     pytest.mark.processes,
@@ -43,17 +41,9 @@ def answer_tokens(messages: list[dict], text: str) -> int:
 
 @pytest.fixture
 def site() -> Iterator[str]:
-    """The browser tests' site (tests/browser/conftest.py), with an LLM that writes the report
-    at 40 tokens a second."""
-    cache.clear()
-    pace = Pace(tokens_per_second=40, tokens=answer_tokens)
-    with world(llm_latency=LLM_LATENCY, llm_pace=pace) as w:
-        w.llm.routes[("GET", "/v1/models")] = openai_models("test-model")
-        w.searxng.routes[("GET", "/config")] = searxng_config("duckduckgo", "wikipedia")
-        env = processes.process_env(**w.env())
-        with processes.daphne(env) as host, processes.qcluster(env):
-            wait_for_worker()
-            yield f"http://{host}"
+    """The browser tests' site, with an LLM that writes the report at 40 tokens a second."""
+    with serving(llm_pace=Pace(tokens_per_second=40, tokens=answer_tokens)) as url:
+        yield url
 
 
 def draft_length(page: Page) -> int:

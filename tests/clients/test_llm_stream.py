@@ -11,20 +11,12 @@ import pytest
 
 from mindsearch.clients import llm
 from mindsearch.clients.llm import LLMBadAnswer, LLMError
+from tests.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
 from tests.support.fakes import FakeService, Fault, Pace, estimate_tokens, openai_chat
 
 CHAT = "/v1/chat/completions"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]
 ANSWER = "Hello there! This answer comes in many small pieces, about four characters each."
-
-
-@pytest.fixture(autouse=True)
-def quick_llm(settings, monkeypatch):
-    settings.LIMIT_AITUNNEL_RPS = 0
-    settings.AITUNNEL_API_KEY = "test-key"
-    settings.AITUNNEL_MODEL = "test-model"
-    monkeypatch.setattr(llm, "BACKOFF_SECONDS", 0.05)
-    monkeypatch.setattr(llm, "TIMEOUT_SECONDS", 0.5)
 
 
 def serve(settings, pace: Pace | None = None) -> FakeService:
