@@ -48,6 +48,7 @@ class Estate:
             "url": "no-such-admin-page/",
             "rest": "no/such/operation",
             "job_id": self.import_job,
+            "index": 0,
         }
 
 

@@ -75,6 +75,8 @@ ACCESS = {
     "shared_report_markdown": SHARED,
     "shared_report_pdf": SHARED,
     "shared_report_docx": SHARED,
+    "citation_card": OWNED,
+    "shared_citation_card": SHARED,  # a citation's preview on the shared report
     # retrieval
     "document_list": ACCOUNT,
     "document_upload": ACCOUNT,
