@@ -261,6 +261,14 @@ JINA_API_KEY = env_str("JINA_API_KEY")
 LIMIT_SEARCHXNG_RPM = env_float("LIMIT_SEARCHXNG_RPM", 10)
 LIMIT_JINA_RPS = env_float("LIMIT_JINA_RPS", 5)
 LIMIT_AITUNNEL_RPS = env_float("LIMIT_AITUNNEL_RPS", 2)
+# An optional reranker (Jina/Cohere-style POST /rerank): reorders web hits before LLM scoring and
+# private passages before fusion; any failure keeps the original order (README, "Reranker").
+RERANK_URL = env_str("RERANK_URL")
+RERANK_MODEL = env_str("RERANK_MODEL")
+RERANK_API_KEY = env_str("RERANK_API_KEY")
+RERANK_PRIVATE = env_bool("RERANK_PRIVATE", True)
+RERANK_TIMEOUT_SECONDS = env_float("RERANK_TIMEOUT_SECONDS", 15)
+LIMIT_RERANK_RPS = env_float("LIMIT_RERANK_RPS", 2)
 CACHE_TTL_DAYS = env_int("CACHE_TTL_DAYS", 30)
 # A question may come with a picture: a vision-capable model on the same endpoint describes it
 # (empty = the picture is kept and shown, the topic goes on with the text alone).

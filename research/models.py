@@ -243,6 +243,9 @@ class Hit(models.Model):
     chunk = models.ForeignKey(
         "retrieval.Chunk", on_delete=models.SET_NULL, null=True, blank=True, related_name="hits"
     )
+    rerank_rank = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Place among its sub-query's web hits by the reranker, from 0.")
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -593,6 +596,7 @@ class CacheEntry(models.Model):
         RANKED_SUMMARIES = "ranked_summaries", _("Ranked summaries")
         ANSWERS = "answers", _("Answers")
         CITATION_CHECKS = "citation_checks", _("Citation checks")
+        RERANK = "rerank", _("Reranked orders")
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     key_hash = models.CharField(max_length=64)

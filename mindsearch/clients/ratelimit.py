@@ -193,6 +193,10 @@ async def acquire_reader(*, user: int | str | None) -> float:
     return await acquire("reader", settings.LIMIT_JINA_RPS, 1.0, user=user)
 
 
+async def acquire_rerank(*, user: int | str | None) -> float:
+    return await acquire("rerank", settings.LIMIT_RERANK_RPS, 1.0, user=user)
+
+
 async def _reserve(
     name: str, key: str, grants: int, window: float, margin: float, waited: float
 ) -> Reservation:
