@@ -63,6 +63,8 @@ def limit_for(method: str, path: str) -> int:
             return settings.UPLOAD_MAX_REQUEST_BYTES
         if path == "/topics/import/":
             return settings.IMPORT_MAX_REQUEST_BYTES
+        if path in ("/topics/new/", "/api/topics"):  # a question may come with a picture
+            return settings.TOPIC_REQUEST_MAX_BYTES
     return settings.REQUEST_MAX_BYTES
 
 

@@ -368,6 +368,10 @@ FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 UPLOAD_MAX_REQUEST_BYTES = env_int("UPLOAD_MAX_REQUEST_BYTES", UPLOAD_MAX_BYTES * UPLOAD_MAX_FILES + 2**20)
 IMPORT_MAX_REQUEST_BYTES = env_int("IMPORT_MAX_REQUEST_BYTES", 33 * 2**20)
 REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 2**20)
+# Starting a topic may carry a picture (a file on the page, base64 over the API): its own limit.
+TOPIC_REQUEST_MAX_BYTES = env_int("TOPIC_REQUEST_MAX_BYTES", 12 * 2**20)
+# Django's own cap on a non-file body; the limits above refuse larger bodies before Django.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, TOPIC_REQUEST_MAX_BYTES)
 # Addresses or networks of the reverse proxies in front: only their X-Forwarded-* are believed.
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
 for _proxy in TRUSTED_PROXIES:

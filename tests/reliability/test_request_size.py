@@ -224,6 +224,7 @@ def test_the_compose_proxy_refuses_the_same_bodies_and_is_the_only_door(settings
     assert limits["default"] == settings.REQUEST_MAX_BYTES
     assert limits["/documents/upload/"] == limits["/api/documents"] == settings.UPLOAD_MAX_REQUEST_BYTES
     assert limits["/topics/import/"] == settings.IMPORT_MAX_REQUEST_BYTES
+    assert limits["/topics/new/"] == limits["/api/topics"] == settings.TOPIC_REQUEST_MAX_BYTES
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     assert "ports" not in services["web"]  # daphne is reached through the proxy only
