@@ -137,6 +137,57 @@ class Topic(models.Model):
         return seq
 
 
+class TopicImage(models.Model):
+    """The picture a question was asked with (seed 001's visual retrieval), stored privately.
+
+    Only re-encoded pixels are kept (`research/images.py`): no EXIF, GPS or other metadata of
+    the upload survives. The vision model's description of it is saved here once it is made.
+    """
+
+    class Analysis(models.TextChoices):
+        PENDING = "pending", _("Not described yet")
+        DONE = "done", _("Described by the vision model")
+        NO_VISION = "no_vision", _("No vision model is configured")
+        FAILED = "failed", _("The vision model failed")
+
+    topic = models.OneToOneField(Topic, on_delete=models.CASCADE, related_name="image")
+    data = models.BinaryField(help_text=_("The re-encoded image, without metadata."))
+    content_type = models.CharField(max_length=30)
+    width = models.PositiveIntegerField()
+    height = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    original_bytes = models.PositiveIntegerField(default=0)
+    analysis = models.CharField(max_length=10, choices=Analysis.choices, default=Analysis.PENDING)
+    labels = models.JSONField(default=list, blank=True)
+    entities = models.JSONField(default=list, blank=True)
+    text = models.TextField(blank=True, default="", help_text=_("Text the vision model read in the picture."))
+    description = models.TextField(blank=True, default="")
+    vision_model = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Image of {self.topic}"
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.data or b"")
+
+    @property
+    def image_context(self) -> str:
+        """The bridge for a text-only model: what the vision model saw, as plain lines."""
+        if self.analysis != self.Analysis.DONE:
+            return ""
+        lines = [f"Описание: {self.description}"] if self.description else []
+        if self.labels:
+            lines.append("Метки: " + ", ".join(self.labels))
+        if self.entities:
+            lines.append("Объекты и имена: " + ", ".join(self.entities))
+        if self.text:
+            lines.append(f"Текст на изображении: {self.text}")
+        return "\n".join(lines)
+
+
 class SubQuery(models.Model):
     class Origin(models.TextChoices):
         LLM = "llm", _("Planned by the LLM")
@@ -303,6 +354,7 @@ class Document(models.Model):
         READER = "reader", _("Reader")
         DIRECT = "direct", _("Direct fetch")
         PRIVATE = "private", _("My documents")
+        DOMAIN = "domain", _("Domain data")
 
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="documents")
     hit = models.OneToOneField(Hit, on_delete=models.SET_NULL, null=True, blank=True, related_name="document")
@@ -597,6 +649,8 @@ class CacheEntry(models.Model):
         ANSWERS = "answers", _("Answers")
         CITATION_CHECKS = "citation_checks", _("Citation checks")
         RERANK = "rerank", _("Reranked orders")
+        VISION = "vision", _("Image descriptions")
+        DOMAIN_DATA = "domain_data", _("Domain data")
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     key_hash = models.CharField(max_length=64)
