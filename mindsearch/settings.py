@@ -346,6 +346,9 @@ RESEARCH_MMR_LAMBDA = env_float("RESEARCH_MMR_LAMBDA", 0.7)
 # planning, queued or running at once (0 = no limit).
 RESEARCH_MAX_SUBQUERIES = env_int("RESEARCH_MAX_SUBQUERIES", 20)
 RESEARCH_MAX_ACTIVE_TOPICS = env_int("RESEARCH_MAX_ACTIVE_TOPICS", 5)
+# Follow-up questions on a finished topic: at most this many per topic, each at most this long.
+RESEARCH_MAX_FOLLOWUPS = env_int("RESEARCH_MAX_FOLLOWUPS", 20)
+RESEARCH_FOLLOWUP_MAX_CHARS = env_int("RESEARCH_FOLLOWUP_MAX_CHARS", 1000)
 
 # --- Private documents (uploads) -----------------------------------------------------------------
 UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_BYTES", 20 * 1024 * 1024)

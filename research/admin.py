@@ -28,6 +28,7 @@ from research.models import (
     CacheEntry,
     Citation,
     Document,
+    FollowUp,
     Hit,
     HitScore,
     LLMCall,
@@ -408,6 +409,29 @@ class SubQueryInline(admin.TabularInline):
     fields = ("position", "round", "text", "origin")
 
 
+class FollowUpInline(admin.TabularInline):
+    """The topic's follow-up thread (asked on the topic page; read-only here)."""
+
+    model = FollowUp
+    extra = 0
+    fields = ("position", "kind", "question", "status", "searched", "model", "error", "created_at")
+    readonly_fields = fields
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(FollowUp)
+class FollowUpAdmin(ReadOnlyAdmin):
+    list_display = ("question", "topic", "position", "kind", "status", "searched", "model", "created_at")
+    list_filter = ("status", "kind", "searched")
+    search_fields = ("question", "topic__question", "topic__owner__username")
+    list_select_related = ("topic",)
+    raw_id_fields = ("topic", "subquery")
+    date_hierarchy = "created_at"
+
+
 @admin.register(Topic)
 class TopicAdmin(admin.ModelAdmin):
     list_display = ("question", "owner", "status", "mode", "sources", "domain", "created_at")
@@ -424,7 +448,7 @@ class TopicAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
     )
-    inlines = [SubQueryInline]
+    inlines = [SubQueryInline, FollowUpInline]
 
     @admin.display(description=_("LLM usage"))
     def usage_summary(self, topic: Topic) -> str:

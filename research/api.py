@@ -17,9 +17,9 @@ from ninja.responses import Status
 from mindsearch.api_common import Page, Text, choices_enum, errors, form_invalid, invalid
 from research import export, workflow
 from research.forms import SubQueryForm, TopicForm
-from research.models import Citation, Report, RunEvent, ShareLink, Topic
+from research.models import Citation, FollowUp, Report, RunEvent, ShareLink, Topic
 from research.pipeline import cache
-from research.presenters import report_of
+from research.presenters import followup_item, report_of, thread_context
 
 router = Router()
 
@@ -170,6 +170,35 @@ class ReportOut(Schema):
     citation_counts: CitationCountsOut | None = Field(
         description="How many citations each verdict got; null when nothing was checked."
     )
+
+
+FollowUpKind = choices_enum("FollowUpKind", FollowUp.Kind)
+FollowUpStatus = choices_enum("FollowUpStatus", FollowUp.Status)
+
+
+class FollowUpIn(Schema):
+    question: Text = Field("", description="A question about the topic, answered from its sources first.")
+    section: Text = Field(
+        "", description="Instead of a question: a heading of the report to expand (as the report writes it)."
+    )
+
+
+class FollowUpOut(Schema):
+    id: int
+    position: int = Field(description="Its place in the topic's thread, from 1.")
+    kind: FollowUpKind
+    question: str
+    section: str = Field(description="The heading expanded, for an expand follow-up.")
+    status: FollowUpStatus
+    searched: bool = Field(description="A new search was made: the topic's sources did not cover it.")
+    answer: str = Field(description="Markdown; [n] are the topic's source numbers, extended by `sources`.")
+    html: str = Field(description="The answer as sanitised HTML, citations linked to #source-n.")
+    sources: list[SourceOut] = Field(description="Sources this answer added, numbered after the topic's.")
+    citations: list[CitationOut] = Field(description="The answer's citations checked against their sources.")
+    model: str = Field(description="The LLM that wrote it; empty for the extractive engine.")
+    error: str = Field(description="Why it failed, for a failed follow-up.")
+    created_at: datetime
+    finished_at: datetime | None
 
 
 class ShareLinkIn(Schema):
@@ -390,6 +419,64 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
         "citations": shown["citations"],
         "citation_counts": shown["citation_counts"],
     }
+
+
+# --- Follow-up thread ------------------------------------------------------------------------------
+
+
+def _followup_out(followup: FollowUp, html: str = "") -> dict[str, Any]:
+    return {
+        **{name: getattr(followup, name) for name in FOLLOWUP_FIELDS},
+        "html": html,
+    }
+
+
+FOLLOWUP_FIELDS = (
+    "id",
+    "position",
+    "kind",
+    "question",
+    "section",
+    "status",
+    "searched",
+    "answer",
+    "sources",
+    "citations",
+    "model",
+    "error",
+    "created_at",
+    "finished_at",
+)
+
+
+@router.get(
+    "/topics/{topic_id}/followups", response={200: list[FollowUpOut], **errors(404)}, tags=["followups"]
+)
+def list_followups(request: HttpRequest, topic_id: int) -> list[dict[str, Any]]:
+    """The topic's follow-up thread, in order (answered, failed, and the one being answered)."""
+    topic = _topic(request, topic_id)
+    return [
+        _followup_out(item["followup"], str(item.get("html", ""))) for item in thread_context(topic)["thread"]
+    ]
+
+
+@router.post(
+    "/topics/{topic_id}/followups", response={201: FollowUpOut, **errors(404, 409)}, tags=["followups"]
+)
+def ask_followup(request: HttpRequest, topic_id: int, payload: FollowUpIn) -> Status:
+    """Ask a follow-up on a completed topic (or expand one of its report's sections). It is queued
+    and answered by the worker; poll the thread (or the topic's events) for the answer. 409 while
+    the topic is not completed or another follow-up of it is being answered; 429 past a limit."""
+    topic = _topic(request, topic_id)
+    try:
+        followup = workflow.ask_followup(topic, question=payload.question, section=payload.section)
+    except workflow.BadQuestion as bad:
+        raise invalid(("body", "section" if payload.section.strip() else "question"), [bad.message]) from None
+    except workflow.OverLimit:
+        raise
+    except workflow.Refused as refused:
+        raise HttpError(409, refused.message) from None
+    return Status(201, _followup_out(followup, str(followup_item(followup, 0).get("html", ""))))
 
 
 # Keyed by the int, as ninja keys its own responses: "200" would be a second, duplicate key.

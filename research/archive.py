@@ -24,7 +24,7 @@ from django.db import DatabaseError, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from research import archive_citations, export
+from research import archive_citations, archive_followups, export
 from research.archive_checks import REPORT_FIELDS, TABLES, TOPIC_FIELDS, ArchiveError, Checked, Table, check
 from research.models import LLMCall, Report, RunEvent, Topic
 
@@ -71,6 +71,7 @@ def topic_data(topic: Topic) -> dict[str, Any]:
         rows = table.model.objects.filter(**{table.topic_path: topic}).order_by("pk")
         data[table.name] = list(rows.values("id", *table.fields, *table.refs))
     data[archive_citations.KEY] = archive_citations.export_rows(topic)
+    data[archive_followups.KEY] = archive_followups.export_rows(topic)
     return data
 
 
@@ -187,9 +188,13 @@ def import_topic(data: dict[str, Any], owner: AbstractBaseUser, progress: Progre
     `progress(done, total)` hears of the rows saved so far (the import job's page shows it)."""
     checked = check(data)
     citations = archive_citations.check(data, checked.report)
+    tables = checked.tables
+    followups = archive_followups.check(data, checked.report, tables["subqueries"], tables["documents"])
     try:
         with transaction.atomic():
-            return _create(checked, owner, citations, progress or (lambda done, total: None))
+            topic = _create(checked, owner, citations, progress or (lambda done, total: None))
+            archive_followups.create(topic, followups, checked.new_ids)
+            return topic
     except DatabaseError:
         # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.
         log.exception("a checked topic archive could not be saved")
@@ -215,6 +220,7 @@ def _create(
         if "created_at" in table.fields:
             _restore_created_at(table.model, created, rows)
         new_ids[table.name] = {row["id"]: obj.pk for row, obj in zip(rows, created, strict=True)}
+    checked.new_ids = new_ids
     if checked.report is not None:
         documents = new_ids["documents"]
         sources = [

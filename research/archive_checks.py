@@ -186,6 +186,8 @@ class Checked:
     topic: dict[str, Any]
     report: dict[str, Any] | None
     tables: dict[str, list[dict[str, Any]]]
+    # The ids each table's rows got when they were saved: table → {archive id: new id}.
+    new_ids: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def check(data: dict[str, Any]) -> Checked:

@@ -26,13 +26,15 @@ from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 
 from research import feeds, presenters
-from research.models import ReportDraft, Topic
+from research.models import FollowUp, ReportDraft, Topic
 from research.progress import topic_group
 
 # Event numbers are 32-bit in PostgreSQL.
 MAX_SEQ = 2**31 - 1
 # The latest rendered report card per topic: {topic_id: ((version, language), html)}.
 _draft_cards: dict[int, tuple[tuple[int, str], str]] = {}
+# The latest rendered follow-up being written per topic: {topic_id: ((id, version, language), html)}.
+_followup_cards: dict[int, tuple[tuple[int, int, str], str]] = {}
 
 
 def valid_since(value: object) -> int:
@@ -69,6 +71,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             feeds.unwatch(self.feed)
             if self.feed.watchers <= 0:
                 _draft_cards.pop(self.topic_id, None)
+                _followup_cards.pop(self.topic_id, None)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -102,6 +105,24 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         if html:
             if version:
                 _draft_cards[self.topic_id] = ((version, language), html)
+            await self.send(text_data=html)
+
+    async def followup_draft(self, message: dict[str, Any]) -> None:
+        """A follow-up's answer has grown: its item of the thread, with the text so far."""
+        if self.last_seq is None:
+            return
+        followup_id, version = message.get("followup_id"), message.get("version", 0)
+        if not isinstance(followup_id, int):
+            return
+        language = self._language()
+        key = (followup_id, version, language)
+        cached = _followup_cards.get(self.topic_id)
+        if cached and cached[0] == key:
+            html = cached[1]
+        else:
+            html = await _followup_card(self.topic_id, followup_id, language)
+            _followup_cards[self.topic_id] = (key, html)
+        if html:
             await self.send(text_data=html)
 
     async def run_event(self, message: dict[str, Any]) -> None:
@@ -169,3 +190,15 @@ def _report_card(topic_id: int, language: str, *, only_with_draft: bool) -> str:
     context = presenters.panel_context(topic, {"report"})
     with translation.override(language):
         return render_to_string("research/_report.html", context)
+
+
+@database_sync_to_async
+def _followup_card(topic_id: int, followup_id: int, language: str) -> str:
+    """One follow-up of the thread as it is now (its text so far while it is written), swapped
+    into the page by its id; "" once it is no longer being answered (the thread panel follows)."""
+    followup = FollowUp.objects.filter(pk=followup_id, topic_id=topic_id).first()
+    if followup is None or not followup.is_pending:
+        return ""
+    context = {"item": presenters.followup_item(followup, 0), "oob": True}
+    with translation.override(language):
+        return render_to_string("research/_followup.html", context)

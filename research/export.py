@@ -26,7 +26,7 @@ from django.template.loader import render_to_string
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
-from research.models import Topic
+from research.models import FollowUp, Topic
 from research.presenters import topic_context
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,30 @@ def report_markdown(topic: Topic) -> str:
     }
     subqueries = "\n".join(f"- {sq.text}" for sq in topic.subqueries.order_by("round", "position"))
     heading = _("Sub-queries")
-    return f"> {header}\n>\n> {heading}:\n{_quote(subqueries)}\n\n{report.markdown.strip()}\n"
+    thread = thread_markdown(topic)
+    return f"> {header}\n>\n> {heading}:\n{_quote(subqueries)}\n\n{report.markdown.strip()}\n{thread}"
+
+
+def thread_markdown(topic: Topic) -> str:
+    """The answered follow-ups after the report, each with the sources it added (numbered after
+    the report's, so every [n] of the file means one source); "" without any."""
+    from research.pipeline.answer import sources_section
+
+    answered = topic.followups.filter(status=FollowUp.Status.COMPLETED).order_by("position")
+    parts = []
+    for followup in answered:
+        part = f"### {followup.position}. {_one_line(followup.question)}\n\n{followup.answer.strip()}\n"
+        if followup.sources:
+            listed = sources_section(topic.question, followup.sources).split("\n\n", 1)[1]
+            part += f"\n{_('New sources')}:\n\n{listed}\n"
+        parts.append(part)
+    if not parts:
+        return ""
+    return f"\n## {_('Follow-up questions')}\n\n" + "\n".join(parts)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()).replace("#", "\\#")
 
 
 def _quote(lines: str) -> str:

@@ -31,7 +31,8 @@ PANELS = {
     "score_summaries": ("documents",),
     "answer": ("report",),
     # Only the owner watches a topic, so the owner's share panel is everyone's.
-    "done": ("report", "documents", "sharing"),
+    "done": ("report", "documents", "sharing", "thread"),
+    "followup": ("thread",),
 }
 # Placeholder for each client's own CSRF token in panels rendered once for everyone.
 CSRF_PLACEHOLDER = "__csrf_token_placeholder__"
@@ -117,7 +118,7 @@ def _render_panels(topic_id: int, stages: set[str], language: str) -> str:
     topic = Topic.objects.get(pk=topic_id)
     names = {"status", "progress"} | {panel for stage in stages for panel in PANELS.get(stage, ())}
     if topic.is_finished:
-        names |= {"report", "documents", "hits", "plan", "sharing"}
+        names |= {"report", "documents", "hits", "plan", "sharing", "thread"}
     context = {**presenters.panel_context(topic, names), "csrf_token": CSRF_PLACEHOLDER}
     with translation.override(language):
         return "".join(render_to_string(f"research/_{name}.html", context) for name in sorted(names))

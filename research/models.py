@@ -195,6 +195,7 @@ class SubQuery(models.Model):
         USER = "user", _("Written by the user")
         DEEP = "deep", _("From what an earlier round found")
         PERIOD = "period", _("One year of the period asked about")
+        FOLLOWUP = "followup", _("Searched for a follow-up question")
 
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="subqueries")
     position = models.PositiveIntegerField(default=0)
@@ -425,6 +426,73 @@ class ReportDraft(models.Model):
 
     def __str__(self) -> str:
         return f"Report draft on {self.topic}"
+
+
+class FollowUpQuerySet(OwnedQuerySet):
+    owner_field = "topic__owner"
+
+    def pending(self) -> FollowUpQuerySet:
+        return self.filter(status__in=FollowUp.PENDING_STATUSES)
+
+
+class FollowUp(models.Model):
+    """A question asked about a finished topic, answered in its thread (research/pipeline/followup.py).
+
+    It is answered from the topic's sources first; when they do not cover it, one sub-query is
+    searched, read and scored as in a run, and the pages it brings are numbered after the
+    topic's sources so far (`sources` holds only those new ones). *Expand this section* is a
+    follow-up of kind `expand` naming a heading of the report.
+    """
+
+    class Kind(models.TextChoices):
+        QUESTION = "question", _("Follow-up question")
+        EXPAND = "expand", _("Expand a section")
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Being answered")
+        COMPLETED = "completed", _("Answered")
+        FAILED = "failed", _("Failed")
+
+    PENDING_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="followups")
+    position = models.PositiveIntegerField(help_text=_("Its place in the thread, from 1."))
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.QUESTION)
+    question = models.TextField(_("question"))
+    section = models.TextField(blank=True, default="", help_text=_("The report heading to expand."))
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    searched = models.BooleanField(
+        default=False, help_text=_("A new search was made because the topic's sources did not cover it.")
+    )
+    subquery = models.ForeignKey(
+        SubQuery, on_delete=models.SET_NULL, null=True, blank=True, related_name="followups"
+    )
+    answer = models.TextField(blank=True, default="", help_text=_("Markdown, citing the topic's numbers."))
+    sources = models.JSONField(
+        default=list, blank=True, help_text=_("Sources new in this answer, numbered after the topic's.")
+    )
+    citations = models.JSONField(default=list, blank=True, help_text=_("The citation check of the answer."))
+    model = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    draft = models.TextField(blank=True, default="", help_text=_("The answer so far while it is written."))
+    draft_version = models.PositiveIntegerField(default=0)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = FollowUpQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["topic", "position"]
+        constraints = [models.UniqueConstraint(fields=["topic", "position"], name="followup_unique_position")]
+
+    def __str__(self) -> str:
+        return f"#{self.position} {self.question[:70]}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status in self.PENDING_STATUSES
 
 
 class CitationQuerySet(OwnedQuerySet):

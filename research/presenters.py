@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from research import usage
 from research.forms import ShareLinkForm
-from research.models import Citation, Document, Hit, Report, ReportDraft, RunEvent, Topic
+from research.models import Citation, Document, FollowUp, Hit, Report, ReportDraft, RunEvent, Topic
 from research.pipeline import citecheck, deep, passages
 from research.pipeline.answer import SOURCES_HEADING
 from research.rendering import CitationMark, render_markdown
@@ -39,6 +39,7 @@ STAGE_LABELS = {
     "years": _("Per-year search"),
     "deep": _("Deep rounds"),
     "citecheck": _("Citation check"),
+    "followup": _("Follow-up"),
 }
 
 
@@ -56,6 +57,7 @@ def recent_events(topic: Topic) -> dict[str, Any]:
 def topic_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     context = panel_context(topic, {"status", "plan", "progress", "hits", "documents", "report"})
     context.update(recent_events(topic), share_links=list(topic.share_links.all()), **extra)
+    context.update(thread_context(topic, shared=True))
     return context
 
 
@@ -66,7 +68,7 @@ CACHED_PANELS = ("progress", "events", "report", "documents", "hits")
 def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     """The topic page: the panels with forms (status, plan, sharing) rendered per request, the
     others from the fragment cache."""
-    context = panel_context(topic, {"status", "plan"})
+    context = panel_context(topic, {"status", "plan", "thread"})
     panels = rendered_panels(topic)
     # The text being written changes without an event: the report panel is rendered afresh then.
     if not topic.is_finished and ReportDraft.objects.filter(topic=topic).exists():
@@ -119,7 +121,60 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
         context["draft"] = draft_of(topic) if context["report"] is None else None
     if "sharing" in panels:
         context.update(share_form=ShareLinkForm(), share_links=list(topic.share_links.all()))
+    if "thread" in panels:
+        context.update(thread_context(topic))
     return context
+
+
+# --- The follow-up thread --------------------------------------------------------------------------
+
+
+def thread_context(topic: Topic, *, shared: bool = False) -> dict[str, Any]:
+    """The thread of follow-ups under the report (only the answered ones behind a share link),
+    and what the owner may ask next."""
+    from research.pipeline.followup import report_sections
+
+    followups = list(topic.followups.order_by("position"))
+    if shared:
+        followups = [f for f in followups if f.status == FollowUp.Status.COMPLETED]
+    report = Report.objects.filter(topic=topic).only("markdown", "sources").first()
+    numbered = len(report.sources) if report else 0
+    items = []
+    for followup in followups:
+        if followup.status == FollowUp.Status.COMPLETED:
+            numbered = max([numbered, *(s.get("n", 0) for s in followup.sources)])
+        items.append(followup_item(followup, numbered))
+    can_ask = topic.status == Topic.Status.COMPLETED and report is not None and not shared
+    return {
+        "thread": items,
+        "thread_open": can_ask or bool(items),
+        "can_ask": can_ask,
+        "answering": any(f.is_pending for f in followups),
+        "sections": report_sections(report.markdown) if can_ask and report else [],
+        "followup_max_chars": settings.RESEARCH_FOLLOWUP_MAX_CHARS,
+        "followups_left": max(0, settings.RESEARCH_MAX_FOLLOWUPS - len(followups)),
+    }
+
+
+def followup_item(followup: FollowUp, source_count: int) -> dict[str, Any]:
+    """One follow-up as the thread shows it: its answer rendered like the report (citations
+    marked with their verdicts, linked to the numbered sources), or its text so far."""
+    item: dict[str, Any] = {"followup": followup}
+    if followup.status == FollowUp.Status.COMPLETED:
+        citations = followup_citations(followup)
+        marks = citation_marks(followup.answer, source_count, citations)
+        item["html"] = render_markdown(followup.answer, source_count=source_count, citation_marks=marks)
+        item["sources"] = [{**source, "passage_url": _passage_url(source)} for source in followup.sources]
+        item["citation_counts"] = citecheck.counts(citations) if citations else None
+    elif followup.is_pending and followup.draft.strip():
+        item["draft_html"] = render_markdown(SOURCES_HEADING.split(followup.draft)[0])
+    return item
+
+
+def followup_citations(followup: FollowUp) -> list[Citation]:
+    """The citation check of a follow-up's answer, as (unsaved) Citation rows."""
+    fields = {field.name for field in Citation._meta.get_fields()}
+    return [Citation(**{k: v for k, v in row.items() if k in fields}) for row in followup.citations]
 
 
 def stage_progress(topic: Topic) -> list[dict[str, Any]]:

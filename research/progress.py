@@ -19,7 +19,7 @@ from channels.layers import get_channel_layer
 from django.db.models import F
 
 from research.event_text import I18N_KEY, english, phrase
-from research.models import ReportDraft, RunEvent, Topic
+from research.models import FollowUp, ReportDraft, RunEvent, Topic
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,14 @@ def drop_draft(topic_id: int) -> None:
     """The draft is no longer the report being written (the LLM failed; another engine writes)."""
     if ReportDraft.objects.filter(topic_id=topic_id).delete()[0]:
         _publish(topic_id, {"type": "report.draft", "version": 0})
+
+
+def save_followup_draft(topic_id: int, followup_id: int, text: str) -> int:
+    """Save a follow-up's answer so far ("" when it is dropped) and tell live pages; its version."""
+    FollowUp.objects.filter(pk=followup_id).update(draft=text, draft_version=F("draft_version") + 1)
+    version = FollowUp.objects.filter(pk=followup_id).values_list("draft_version", flat=True).first() or 0
+    _publish(topic_id, {"type": "followup.draft", "followup_id": followup_id, "version": version})
+    return version
 
 
 def _publish(topic_id: int, message: dict[str, Any]) -> bool:

@@ -20,8 +20,9 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from mindsearch import lifecycle
-from research.models import Topic
+from research.models import FollowUp, Topic
 from research.pipeline import cache
+from research.pipeline.followup import answer_pending
 from research.pipeline.run import is_running_somewhere, plan_topic, run_topic
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,89 @@ def run(topic_id: int) -> str:
         if not lifecycle.is_stop(exc):
             raise
         return hand_back(topic_id)
+
+
+def followup(followup_id: int) -> list[int]:
+    """Answer a follow-up: every queued follow-up of its topic, in order, under the topic's lock
+    (a task that finds the lock taken leaves its follow-up to the run holding it)."""
+    topic_id = FollowUp.objects.filter(pk=followup_id).values_list("topic_id", flat=True).first()
+    if topic_id is None:
+        return []
+    if lifecycle.stopping():
+        hand_back_followups(topic_id)
+        return []
+    try:
+        with followup_heartbeat(topic_id):
+            return answer_pending(topic_id)
+    except BaseException as exc:
+        if not lifecycle.is_stop(exc):
+            raise
+        hand_back_followups(topic_id)
+        return []
+
+
+def hand_back_followups(topic_id: int) -> None:
+    """Queue a topic's follow-up being answered again; the next worker starts it afresh (a search
+    it had begun continues from its saved rows)."""
+    moved = (
+        FollowUp.objects.filter(topic_id=topic_id)
+        .pending()
+        .update(status=FollowUp.Status.QUEUED, heartbeat_at=None)
+    )
+    first = FollowUp.objects.filter(topic_id=topic_id).pending().order_by("position").first()
+    if moved and first is not None:
+        async_task("research.tasks.followup", first.pk, task_name=f"hand back follow-up {first.pk}")
+        log.info("worker stopping: follow-ups of topic %s handed back to the queue", topic_id)
+
+
+@contextmanager
+def followup_heartbeat(topic_id: int) -> Iterator[None]:
+    """Refresh the heartbeat of the topic's follow-up being answered while it goes on."""
+    done = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not done.wait(HEARTBEAT_SECONDS):
+                try:
+                    running = FollowUp.objects.filter(topic_id=topic_id, status=FollowUp.Status.RUNNING)
+                    running.update(heartbeat_at=timezone.now())
+                except Exception:
+                    log.warning("could not refresh the follow-ups of topic %s", topic_id, exc_info=True)
+                    close_old_connections()
+        finally:
+            close_old_connections()
+
+    thread = threading.Thread(target=beat, name=f"followup-heartbeat-{topic_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=HEARTBEAT_SECONDS * 2)
+
+
+def enqueue_followup(followup: FollowUp) -> None:
+    transaction.on_commit(
+        lambda: async_task("research.tasks.followup", followup.pk, task_name=f"follow-up {followup.pk}")
+    )
+
+
+def resume_stalled_followups() -> list[int]:
+    """Re-queue follow-ups whose worker died while answering them (silent heartbeat, topic lock
+    free), as `resume_stalled_topics` does for runs."""
+    silent_since = timezone.now() - timedelta(seconds=settings.RESUME_STALLED_AFTER_SECONDS)
+    stalled = FollowUp.objects.filter(status=FollowUp.Status.RUNNING, heartbeat_at__lt=silent_since)
+    resumed = []
+    for row in stalled:
+        if is_running_somewhere(row.topic_id):
+            continue
+        again = FollowUp.objects.filter(pk=row.pk, status=row.status, heartbeat_at=row.heartbeat_at)
+        if not again.update(status=FollowUp.Status.QUEUED, heartbeat_at=None):
+            continue
+        log.warning("resuming follow-up %s of topic %s", row.pk, row.topic_id)
+        async_task("research.tasks.followup", row.pk, task_name=f"resume follow-up {row.pk}")
+        resumed.append(row.pk)
+    return resumed
 
 
 def hand_back(topic_id: int) -> str:
@@ -134,6 +218,7 @@ def resume_stalled_topics() -> list[int]:
             continue
         async_task(task, topic.pk, task_name=f"resume topic {topic.pk}")
         resumed.append(topic.pk)
+    resume_stalled_followups()
     return resumed
 
 

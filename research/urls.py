@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from research import views, views_archive, views_citations
+from research import views, views_archive, views_citations, views_followups
 
 urlpatterns = [
     path("", views.topic_list, name="home"),
@@ -33,7 +33,18 @@ urlpatterns = [
     path("topics/<int:topic_id>/report.pdf", views.report_pdf, name="report_pdf"),
     path("topics/<int:topic_id>/report.docx", views.report_docx, name="report_docx"),
     path("topics/<int:topic_id>/citations/<int:index>/", views_citations.citation_card, name="citation_card"),
+    path("topics/<int:topic_id>/followups/", views_followups.followup_create, name="followup_create"),
+    path(
+        "topics/<int:topic_id>/followups/<int:followup_id>/citations/<int:index>/",
+        views_citations.followup_citation_card,
+        name="followup_citation_card",
+    ),
     path("s/<str:token>/", views.shared_report, name="shared_report"),
+    path(
+        "s/<str:token>/followups/<int:followup_id>/citations/<int:index>/",
+        views_citations.shared_followup_citation_card,
+        name="shared_followup_citation_card",
+    ),
     path(
         "s/<str:token>/citations/<int:index>/",
         views_citations.shared_citation_card,

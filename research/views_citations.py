@@ -9,20 +9,23 @@ two citations of one source in different sentences show different passages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_not_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.text import Truncator
 from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
 
-from research.models import Citation, Document, Report
+from research.models import Citation, Document, FollowUp, Report
 from research.pipeline import citecheck, diversity
 from research.pipeline.answer import CITATION, SOURCES_HEADING
+from research.pipeline.followup import sources_by_number
+from research.presenters import followup_citations
 from research.views import ShareGone, _reported, _shared, _topic
 from retrieval.highlight import highlight_all
 from retrieval.models import Chunk
@@ -50,17 +53,67 @@ def shared_citation_card(request: HttpRequest, token: str, index: int) -> HttpRe
     return render(request, "research/_citation_card.html", card(topic.report, index, link_private=False))
 
 
+@require_GET
+def followup_citation_card(request: HttpRequest, topic_id: int, followup_id: int, index: int) -> HttpResponse:
+    topic = _reported(_topic(request, topic_id))
+    followup = get_object_or_404(topic.followups, pk=followup_id, status=FollowUp.Status.COMPLETED)
+    return render(request, "research/_citation_card.html", followup_card(followup, index, link_private=True))
+
+
+@login_not_required
+@require_GET
+def shared_followup_citation_card(
+    request: HttpRequest, token: str, followup_id: int, index: int
+) -> HttpResponse:
+    try:
+        topic = _shared(token)
+    except ShareGone:
+        return render(request, "research/share_gone.html", status=404)
+    followup = get_object_or_404(topic.followups, pk=followup_id, status=FollowUp.Status.COMPLETED)
+    return render(request, "research/_citation_card.html", followup_card(followup, index, link_private=False))
+
+
 def card(report: Report, index: int, *, link_private: bool) -> dict[str, Any]:
     """What the card for the report's `index`-th citation (from 0, reading order) shows."""
     body = SOURCES_HEADING.split(report.markdown)[0]
-    occurrences = citecheck.citation_occurrences(body, len(report.sources))
+    sources = {s.get("n"): s for s in report.sources}
+
+    def checked(sentence_index: int, n: int) -> Citation | None:
+        return Citation.objects.filter(report=report, sentence_index=sentence_index, n=n).first()
+
+    return _card(body, len(report.sources), sources, checked, index, link_private=link_private)
+
+
+def followup_card(followup: FollowUp, index: int, *, link_private: bool) -> dict[str, Any]:
+    """The card for the `index`-th citation of a follow-up's answer: its numbers are the thread's
+    (the report's sources, then those each answer up to this one added)."""
+    sources = sources_by_number(followup.topic, upto=followup)
+    rows = {(c.sentence_index, c.n): c for c in followup_citations(followup)}
+
+    def checked(sentence_index: int, n: int) -> Citation | None:
+        return rows.get((sentence_index, n))
+
+    count = max(sources, default=0)
+    return _card(followup.answer, count, sources, checked, index, link_private=link_private)
+
+
+def _card(
+    body: str,
+    source_count: int,
+    sources: dict[Any, dict[str, Any]],
+    checked: Callable[[int, int], Citation | None],
+    index: int,
+    *,
+    link_private: bool,
+) -> dict[str, Any]:
+    occurrences = citecheck.citation_occurrences(body, source_count)
     if not 0 <= index < len(occurrences):
         raise Http404("The report has no such citation.")
     sentence_index, n = occurrences[index]
-    source = next((s for s in report.sources if s.get("n") == n), None)
+    source = sources.get(n)
     if source is None:
         raise Http404("The report has no such source.")
-    citation = Citation.objects.filter(report=report, sentence_index=sentence_index, n=n).first()
+    citation = checked(sentence_index, n)
     document = Document.objects.filter(pk=source.get("document_id")).first()
     sentence = citation.sentence if citation else _sentence(body, sentence_index)
     raw = _passage(citation, source, document)

@@ -23,7 +23,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from research import tasks
-from research.models import SubQuery, Topic
+from research.models import FollowUp, Report, SubQuery, Topic
 from research.pipeline.parsing import is_russian
 
 
@@ -37,6 +37,11 @@ class Refused(Exception):
 
 class NotInPlan(Refused):
     """A sub-query id that is not one of this topic's (another topic's, or none at all)."""
+
+
+class BadQuestion(Refused):
+    """A follow-up question that cannot be asked as written: empty, too long, or naming a section
+    the report does not have."""
 
 
 class OverLimit(Refused):
@@ -77,7 +82,9 @@ def check_can_start(owner: User, exclude: Topic | None = None) -> None:
     active = Topic.objects.filter(owner=owner).active()
     if exclude is not None:
         active = active.exclude(pk=exclude.pk)
-    if active.count() >= limit:
+    # A follow-up being answered is research going on too (its search, reads and LLM calls).
+    answering = FollowUp.objects.filter(topic__owner=owner).pending().count()
+    if active.count() + answering >= limit:
         raise OverLimit(
             ngettext(
                 "You already have %(limit)d topic being researched; wait for it to finish or cancel it.",
@@ -264,3 +271,65 @@ def _copy_with_plan(topic: Topic) -> Topic:
     )
     tasks.enqueue_run(copy)
     return copy
+
+# --- Follow-ups ----------------------------------------------------------------------------------
+
+
+def ask_followup(topic: Topic, question: str = "", section: str = "") -> FollowUp:
+    """Queue a follow-up on a completed topic: a question, or *Expand this section* naming one
+    of the report's headings. One follow-up of a topic is answered at a time; the thread has at
+    most RESEARCH_MAX_FOLLOWUPS; it counts as an active topic of its owner while it is answered."""
+    from research.pipeline.followup import expand_question, report_sections, russian_topic
+
+    question, section = " ".join(question.split()), " ".join(section.split())
+    with transaction.atomic():
+        locked = Topic.objects.select_for_update().get(pk=topic.pk)
+        report = Report.objects.filter(topic=locked).first()
+        if locked.status != Topic.Status.COMPLETED or report is None:
+            raise Refused(_("Follow-up questions can be asked once the topic's report is ready."))
+        if section:
+            if section not in report_sections(report.markdown):
+                raise BadQuestion(_("The report has no section “%(section)s”.") % {"section": section[:200]})
+            question = expand_question(section, russian_topic(locked))
+        check_followup_text(question)
+        thread = locked.followups.all()
+        if thread.pending().exists():
+            raise Refused(_("A follow-up of this topic is being answered; ask the next one when it is done."))
+        limit = settings.RESEARCH_MAX_FOLLOWUPS
+        if thread.count() >= limit:
+            raise OverLimit(
+                ngettext(
+                    "A topic may have at most %(limit)d follow-up question.",
+                    "A topic may have at most %(limit)d follow-up questions.",
+                    limit,
+                )
+                % {"limit": limit}
+            )
+        _lock_owner(locked.owner)
+        check_can_start(locked.owner)
+        position = (thread.aggregate(Max("position"))["position__max"] or 0) + 1
+        followup = FollowUp.objects.create(
+            topic=locked,
+            position=position,
+            kind=FollowUp.Kind.EXPAND if section else FollowUp.Kind.QUESTION,
+            question=question,
+            section=section,
+        )
+        tasks.enqueue_followup(followup)
+    return followup
+
+
+def check_followup_text(question: str) -> None:
+    """A follow-up question is not empty and at most RESEARCH_FOLLOWUP_MAX_CHARS long."""
+    if not question.strip():
+        raise BadQuestion(_("Write a question, or choose a section to expand."))
+    limit = settings.RESEARCH_FOLLOWUP_MAX_CHARS
+    if len(question) > limit:
+        raise BadQuestion(
+            ngettext(
+                "A follow-up question may be at most %(limit)d character long; this one has %(count)d.",
+                "A follow-up question may be at most %(limit)d characters long; this one has %(count)d.",
+                limit,
+            )
+            % {"limit": limit, "count": len(question)}
+        )

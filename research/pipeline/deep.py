@@ -355,7 +355,9 @@ def rounds_of(topic: Topic) -> list[dict]:
     if topic.mode != Topic.Mode.DEEP:
         return []
     measured = {row.number: row for row in topic.rounds.all()}
-    asked = dict(topic.subqueries.values_list("round").annotate(n=Count("id")))
+    # A follow-up's search (research/pipeline/followup.py) is not a round of the run.
+    rounds = topic.subqueries.exclude(origin=SubQuery.Origin.FOLLOWUP)
+    asked = dict(rounds.values_list("round").annotate(n=Count("id")))
     read = dict(Document.objects.filter(topic=topic).values_list("round").annotate(n=Count("id")))
     rows = []
     for number in sorted(set(asked) | set(measured)):

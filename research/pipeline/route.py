@@ -68,6 +68,15 @@ def run(ctx: RunContext) -> bool:
     return False
 
 
+def classify(ctx: RunContext) -> Route:
+    """The domain and whether a search is needed for `ctx.question` (a follow-up's too), read as
+    the route stage reads a topic's question: small talk needs none; the LLM, or keywords."""
+    if looks_like_small_talk(ctx.question):
+        return Route(Domain.GENERAL, False, False)
+    today = timezone.localdate(ctx.topic.created_at)
+    return _classify(ctx, timeparse.parse_period(ctx.question, today))
+
+
 def answered_directly(topic: Topic) -> bool:
     return Report.objects.filter(topic=topic).exists() and not topic.subqueries.exists()
 

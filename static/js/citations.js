@@ -6,7 +6,10 @@
 // Escape or leaving the link closes it; clicking still jumps to the sources list.
 (function () {
   "use strict";
-  var SELECTOR = "#report article.markdown:not(.report-draft) a[href^='#source-']";
+  // A follow-up's answer in the thread (#thread) numbers its citations among its own, and its
+  // cards come from "followups/<id>/citations/<k>/" (the article's data-cite-base).
+  var SELECTOR = "#report article.markdown:not(.report-draft) a[href^='#source-'], " +
+    "#thread article.followup-answer a[href^='#source-']";
   var OPEN_DELAY = 150;
   var CLOSE_DELAY = 250;
   var cards = {};
@@ -20,8 +23,14 @@
   }
 
   function indexOf(link) {
-    var links = Array.prototype.filter.call(document.querySelectorAll(SELECTOR), isCitation);
+    var article = link.closest("article");
+    var links = Array.prototype.filter.call(article.querySelectorAll("a[href^='#source-']"), isCitation);
     return links.indexOf(link);
+  }
+
+  function baseOf(link) {
+    var article = link.closest("article");
+    return (article && article.dataset.citeBase) || "";
   }
 
   function element() {
@@ -38,8 +47,8 @@
     return card;
   }
 
-  function load(index) {
-    var url = new URL("citations/" + index + "/", window.location.href).toString();
+  function load(base, index) {
+    var url = new URL(base + "citations/" + index + "/", window.location.href).toString();
     if (!cards[url]) {
       cards[url] = fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } }).then(function (response) {
         if (!response.ok) { delete cards[url]; throw new Error("HTTP " + response.status); }
@@ -63,7 +72,7 @@
     if (index < 0) { return; }
     owner = link;
     element();
-    load(index).then(function (html) {
+    load(baseOf(link), index).then(function (html) {
       if (owner !== link) { return; }
       card.innerHTML = html;
       card.hidden = false;

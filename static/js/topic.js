@@ -51,3 +51,29 @@ function reportReady() {
     hide.observe(report);
   }
 }
+
+// "Expand this section" beside each heading of a finished report: it asks the follow-up that
+// the thread's expand form would ask for that heading (the form works without this script too).
+function addExpandButtons() {
+  const form = document.getElementById("expand-form");
+  const select = document.getElementById("expand-section");
+  if (!form || !select) return;
+  const titles = new Set(Array.from(select.options, (option) => option.value));
+  const label = form.querySelector("[data-expand-label]")?.dataset.expandLabel || "Expand";
+  for (const heading of document.querySelectorAll("#report article.markdown:not(.report-draft) :is(h2, h3)")) {
+    const title = heading.textContent.trim().replace(/\s+/g, " ");
+    if (!titles.has(title) || heading.querySelector(".expand-section")) continue;
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "expand-section";
+    button.textContent = label;
+    button.setAttribute("aria-label", `${label}: ${title}`);
+    button.addEventListener("click", () => {
+      select.value = title;
+      form.requestSubmit();
+    });
+    heading.append(" ", button);
+  }
+}
+addExpandButtons();
+document.addEventListener("htmx:wsAfterMessage", addExpandButtons);

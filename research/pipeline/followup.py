@@ -1,0 +1,566 @@
+"""Follow-up questions on a finished topic: its thread.
+
+A follow-up is answered from the topic's sources first: the sources numbered so far (the
+report's, then those earlier follow-ups added) are ranked by how well their passages match the
+question. A new search is made only when the question needs one: when those passages do not
+hold most of the question's words and the route stage's classification (`route.classify`: the
+LLM, or keywords without one) does not say it needs no search. The search is the run's own path
+for one sub-query — queries, search, scored hits, pages read, summarised and scored — and the
+best pages it brings are numbered after the topic's sources so far, so every `[n]` in the thread
+means one source everywhere on the page and in exports.
+
+The answer is streamed like the report (the text so far on the `FollowUp` row, announced with a
+`followup.draft` message at most every DRAFT_INTERVAL_SECONDS) and its citations are checked as
+the report's are. A follow-up that fails says why on its row; the thread and the topic stay as
+they were. Follow-ups of one topic are answered one at a time under the topic's run lock, in
+their order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+from django.utils.translation import gettext_noop
+
+from mindsearch import lifecycle
+from mindsearch.clients.llm import LLMError
+from research import progress
+from research.models import CacheEntry, Document, FollowUp, Report, RunEvent, SubQuery, Topic
+from research.pipeline import (
+    answer,
+    citecheck,
+    deep,
+    extractive,
+    passages,
+    queries,
+    read,
+    route,
+    score_hits,
+    score_summaries,
+    search,
+    summarise,
+)
+from research.pipeline.context import Cancelled, RunContext, StageError, db
+from research.pipeline.llm import ask, data_block, load_prompt
+from research.pipeline.parsing import is_russian, language_of
+from research.pipeline.run import topic_lock
+
+log = logging.getLogger(__name__)
+
+STAGE = "followup"
+# The topic's sources sent with a follow-up: the best-matching ones, keeping their numbers.
+MAX_KNOWN_SOURCES = 8
+# The best pages a follow-up's own search adds to the numbering.
+MAX_NEW_SOURCES = 5
+# Share of the question's content words found in the topic's passages from which the question
+# counts as covered by them (no search is made, whatever the classifier says).
+COVERED = 0.7
+# What the writer sees of the report and of the thread before this question.
+REPORT_CONTEXT_CHARS = 6_000
+EARLIER_FOLLOWUPS = 3
+EARLIER_ANSWER_CHARS = 1_500
+# A section to expand: its heading and this much of its text are what passages are ranked by.
+SECTION_CONTEXT_CHARS = 1_500
+SEARCH_STAGES = (queries, search, score_hits, read, summarise, score_summaries)
+DRAFT_INTERVAL_SECONDS = answer.DRAFT_INTERVAL_SECONDS
+
+
+@dataclass
+class FollowUpContext(RunContext):
+    """A run's context whose question is the follow-up's: queries, scores, summaries and the
+    cache see the question being answered, while the topic stays the one searched."""
+
+    followup_question: str = ""
+
+    @property
+    def question(self) -> str:
+        return self.followup_question or self.topic.question
+
+
+@dataclass
+class Numbered:
+    """One source of the topic's numbering: its entry in a sources list and its document."""
+
+    source: dict[str, Any]
+    document: Document | None
+
+
+def expand_question(section: str, russian: bool) -> str:
+    """The question an *Expand this section* follow-up asks, in the topic's language."""
+    if russian:
+        return f"Раскройте подробнее раздел «{section}»"
+    return f"Expand the section “{section}”"
+
+
+def report_sections(markdown: str) -> list[str]:
+    """The headings of a report (## and ###) a reader may ask to expand, in order, without the
+    sources list."""
+    body = answer.SOURCES_HEADING.split(markdown)[0]
+    found = []
+    for line in body.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("## ", "### ")):
+            title = passages.plain(stripped.lstrip("#").strip())
+            if title and title not in found:
+                found.append(title)
+    return found
+
+
+def section_text(markdown: str, title: str) -> str:
+    """The text under a heading of the report, up to the next heading of its level or above."""
+    body = answer.SOURCES_HEADING.split(markdown)[0]
+    lines = body.splitlines()
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        level = len(stripped) - len(stripped.lstrip("#"))
+        if level in (2, 3) and passages.plain(stripped.lstrip("#").strip()) == title:
+            taken = []
+            for following in lines[index + 1 :]:
+                depth = len(following.strip()) - len(following.strip().lstrip("#"))
+                if following.strip().startswith("#") and depth <= level:
+                    break
+                taken.append(following)
+            return "\n".join(taken).strip()
+    return ""
+
+
+# --- The thread's numbering ----------------------------------------------------------------------
+
+
+def numbered_sources(topic: Topic, before: int | None = None) -> list[Numbered]:
+    """The topic's sources as numbered so far: the report's, then each answered follow-up's new
+    ones (those before position `before`, when given), with their documents."""
+    report = Report.objects.filter(topic=topic).first()
+    sources = list(report.sources) if report else []
+    earlier = topic.followups.filter(status=FollowUp.Status.COMPLETED)
+    if before is not None:
+        earlier = earlier.filter(position__lt=before)
+    for followup in earlier.order_by("position"):
+        sources.extend(followup.sources)
+    ids = [source.get("document_id") for source in sources if source.get("document_id")]
+    documents = Document.objects.filter(topic=topic).select_related("hit__subquery").in_bulk(ids)
+    return [Numbered(source, documents.get(source.get("document_id"))) for source in sources]
+
+
+def sources_by_number(topic: Topic, upto: FollowUp | None = None) -> dict[int, dict[str, Any]]:
+    """Every number of the thread up to and including `upto` (all when None) → its source."""
+    report = Report.objects.filter(topic=topic).first()
+    sources = list(report.sources) if report else []
+    followups = topic.followups.filter(status=FollowUp.Status.COMPLETED)
+    if upto is not None:
+        followups = followups.filter(position__lte=upto.position)
+    for followup in followups.order_by("position"):
+        sources.extend(followup.sources)
+    return {source["n"]: source for source in sources if isinstance(source.get("n"), int)}
+
+
+def next_number(known: list[Numbered]) -> int:
+    return max((entry.source.get("n", 0) for entry in known), default=0) + 1
+
+
+# --- Answering -----------------------------------------------------------------------------------
+
+Listener = Callable[[RunEvent], None]
+
+
+def answer_followup(followup_id: int, listeners: list[Listener] | None = None) -> str:
+    """Answer one queued follow-up; its status afterwards ("" when it is gone). Another run of
+    the topic holding the lock leaves it queued for that run to take (`answer_pending`)."""
+    followup = FollowUp.objects.select_related("topic").filter(pk=followup_id).first()
+    if followup is None:
+        return ""
+    with topic_lock(followup.topic_id) as locked:
+        if not locked:
+            return followup.status
+        _answer_locked(followup_id, listeners)
+    followup.refresh_from_db()
+    return followup.status
+
+
+def answer_pending(topic_id: int, listeners: list[Listener] | None = None) -> list[int]:
+    """Answer every queued follow-up of a topic in order, while holding its lock; the ids done."""
+    done: list[int] = []
+    while True:
+        with topic_lock(topic_id) as locked:
+            if not locked:
+                return done
+            pending = list(
+                FollowUp.objects.filter(topic_id=topic_id)
+                .pending()
+                .order_by("position")
+                .values_list("pk", flat=True)
+            )
+            for followup_id in pending:
+                _answer_locked(followup_id, listeners)
+                done.append(followup_id)
+        # One queued while the lock was held, whose own task found it taken, is answered now.
+        if not FollowUp.objects.filter(topic_id=topic_id).pending().exists():
+            return done
+
+
+def _answer_locked(followup_id: int, listeners: list[Listener] | None) -> None:
+    followup = FollowUp.objects.select_related("topic").filter(pk=followup_id).first()
+    if followup is None or not followup.is_pending:
+        return
+    topic = followup.topic
+    followup.status, followup.error, followup.heartbeat_at = FollowUp.Status.RUNNING, "", timezone.now()
+    followup.save(update_fields=["status", "error", "heartbeat_at"])
+    ctx = FollowUpContext.for_topic(topic, listeners)
+    ctx.followup_question = followup.question
+    try:
+        _answer(ctx, followup)
+    except BaseException as exc:
+        if lifecycle.is_stop(exc):
+            raise  # the worker is stopping: the task hands the follow-up back
+        if isinstance(exc, Cancelled):
+            return  # the topic was deleted meanwhile
+        if not isinstance(exc, Exception):
+            raise
+        _failed(ctx, followup, exc)
+
+
+def _failed(ctx: RunContext, followup: FollowUp, exc: Exception) -> None:
+    message = str(exc) if isinstance(exc, StageError) else f"{type(exc).__name__}: {exc}"
+    if not isinstance(exc, StageError):
+        log.exception("follow-up %s of topic %s failed", followup.pk, followup.topic_id)
+    FollowUp.objects.filter(pk=followup.pk).update(
+        status=FollowUp.Status.FAILED, error=message[:2000], draft="", finished_at=timezone.now()
+    )
+    ctx.emit(
+        STAGE,
+        gettext_noop("Follow-up %(number)s could not be answered: %(error)s"),
+        args={"number": followup.position, "error": message[:500]},
+        level=RunEvent.Level.ERROR,
+        data={"followup": followup.pk},
+    )
+
+
+def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
+    topic = ctx.topic
+    ctx.emit(
+        STAGE,
+        gettext_noop("Follow-up %(number)s: %(question)s"),
+        args={"number": followup.position, "question": followup.question},
+        data={"followup": followup.pk},
+    )
+    known = numbered_sources(topic, before=followup.position)
+    query = _ranking_query(topic, followup)
+    ranked = _rank_known(known, query)
+    excerpts = {entry.source["n"]: excerpt for entry, excerpt in ranked}
+    new: list[Document] = []
+    if _needs_search(ctx, followup, query, list(excerpts.values())):
+        new = _search(ctx, followup, {entry.document.pk for entry in known if entry.document})
+    chosen = [(entry.source, entry.document) for entry, _excerpt in ranked]
+    new_sources = [answer._source(n, document, query) for n, document in enumerate(new, next_number(known))]
+    for source, document in zip(new_sources, new, strict=True):
+        excerpts[source["n"]] = passages.document_excerpt(document, query, answer.MAX_CHARS_PER_SOURCE)
+        chosen.append((source, document))
+    if not chosen:
+        raise StageError(
+            "The topic has no sources to answer from, and no new search found any: ask a new topic instead."
+        )
+    ctx.emit(
+        STAGE,
+        gettext_noop("Answering follow-up %(number)s from %(count)s sources"),
+        args={"number": followup.position, "count": len(chosen)},
+        data={"followup": followup.pk},
+    )
+    private = any(source.get("fetched_via") == Document.FetchedVia.PRIVATE for source, _d in chosen)
+    body, model = _write(ctx, followup, chosen, excerpts, query, private)
+    body = clean_citations(body, set(excerpts))
+    verdicts = _check(ctx, body, excerpts, private)
+    with transaction.atomic():
+        locked = FollowUp.objects.select_for_update().get(pk=followup.pk)
+        locked.answer, locked.sources, locked.model = body, new_sources, model
+        locked.citations = [_verdict_row(verdict) for verdict in verdicts]
+        locked.status, locked.finished_at = FollowUp.Status.COMPLETED, timezone.now()
+        locked.draft, locked.error = "", ""
+        locked.save()
+    ctx.emit(
+        STAGE,
+        gettext_noop("Follow-up %(number)s answered"),
+        args={"number": followup.position},
+        data={"followup": followup.pk},
+    )
+
+
+def _ranking_query(topic: Topic, followup: FollowUp) -> str:
+    """What the topic's passages are ranked by: the question, or the section to expand."""
+    if followup.kind != FollowUp.Kind.EXPAND:
+        return followup.question
+    report = Report.objects.filter(topic=topic).first()
+    text = section_text(report.markdown, followup.section) if report else ""
+    return f"{followup.section} {passages.plain(text)[:SECTION_CONTEXT_CHARS]}".strip()
+
+
+def _rank_known(known: list[Numbered], query: str) -> list[tuple[Numbered, str]]:
+    """The topic's sources most about the query (at most MAX_KNOWN_SOURCES), in number order,
+    each with its passages most about the query."""
+    usable = [entry for entry in known if entry.document is not None and entry.document.text.strip()]
+    if not usable:
+        return []
+    excerpts = [
+        passages.document_excerpt(entry.document, query, answer.MAX_CHARS_PER_SOURCE)
+        for entry in usable
+        if entry.document is not None
+    ]
+    scores = extractive.BM25([extractive.tokenize(text) for text in excerpts]).scores(
+        extractive.tokenize(query)
+    )
+    order = sorted(range(len(usable)), key=lambda i: (-scores[i], usable[i].source["n"]))
+    best = sorted(order[:MAX_KNOWN_SOURCES])
+    return [(usable[i], excerpts[i]) for i in best]
+
+
+def coverage(query: str, texts: list[str]) -> float:
+    """Share of the query's content words (stemmed, a shared prefix counting) in the texts."""
+    words = extractive.tokenize(query)
+    if not words:
+        return 1.0
+    found = frozenset(token for text in texts for token in extractive.tokenize(text))
+    return citecheck.coverage(words, found)
+
+
+def _needs_search(ctx: FollowUpContext, followup: FollowUp, query: str, excerpts: list[str]) -> bool:
+    """The route stage's decision, after the topic's own sources had their say."""
+    if route.looks_like_small_talk(followup.question) and excerpts:
+        return False
+    share = coverage(query, excerpts) if excerpts else 0.0
+    percent = f"{share:.0%}"
+    if share >= COVERED:
+        ctx.emit(
+            STAGE,
+            gettext_noop(
+                "The topic's sources hold %(share)s of the question's words: answering from them, "
+                "without a new search"
+            ),
+            args={"share": percent},
+            data={"followup": followup.pk, "coverage": round(share, 3)},
+        )
+        return False
+    decided = route.classify(ctx)
+    if excerpts and decided.by_llm and not decided.needs_search:
+        ctx.emit(
+            STAGE,
+            gettext_noop(
+                "The route stage says this question needs no search: answering from the topic's sources"
+            ),
+            args={},
+            data={"followup": followup.pk, "coverage": round(share, 3)},
+        )
+        return False
+    ctx.emit(
+        STAGE,
+        gettext_noop("The topic's sources hold only %(share)s of the question's words: searching for it"),
+        args={"share": percent},
+        data={"followup": followup.pk, "coverage": round(share, 3)},
+    )
+    return True
+
+
+def _search(ctx: FollowUpContext, followup: FollowUp, numbered: set[int]) -> list[Document]:
+    """One sub-query through the run's search path; the best new documents it brought."""
+    topic = ctx.topic
+    subquery = followup.subquery
+    if subquery is None:
+        number = (topic.subqueries.aggregate(last=Max("round"))["last"] or 1) + 1
+        text = deep.merge_with_question(followup.question, topic.question)
+        subquery = SubQuery.objects.create(
+            topic=topic, text=text, position=0, origin=SubQuery.Origin.FOLLOWUP, round=number
+        )
+        followup.subquery, followup.searched = subquery, True
+        followup.save(update_fields=["subquery", "searched"])
+    try:
+        for stage in SEARCH_STAGES:
+            ctx.check_cancelled()
+            stage.run(ctx)
+    except StageError as exc:
+        ctx.warn(
+            STAGE,
+            gettext_noop("The new search failed (%(error)s); answering from the topic's sources"),
+            args={"error": str(exc)},
+            data={"followup": followup.pk},
+        )
+    documents = (
+        Document.objects.filter(topic=topic, summary__score__isnull=False)
+        .filter(Q(hit__subquery=subquery) | Q(round=subquery.round))
+        .exclude(pk__in=numbered)
+        .select_related("hit__subquery", "summary__score")
+        .order_by("-summary__score__total", "url", "title")
+    )
+    return list(documents[:MAX_NEW_SOURCES])
+
+
+# --- Writing -------------------------------------------------------------------------------------
+
+
+class Draft:
+    """Hears the answer as the LLM writes it: the text so far is saved on the follow-up and
+    announced at most every DRAFT_INTERVAL_SECONDS (the first words at once)."""
+
+    def __init__(self, followup: FollowUp) -> None:
+        self.followup_id, self.topic_id = followup.pk, followup.topic_id
+        self.text = self.saved = ""
+        self.saved_at = float("-inf")
+
+    async def __call__(self, text: str) -> None:
+        self.text = text
+        if time.monotonic() - self.saved_at >= DRAFT_INTERVAL_SECONDS:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self.text != self.saved:
+            self.saved, self.saved_at = self.text, time.monotonic()
+            await db(progress.save_followup_draft)(self.topic_id, self.followup_id, self.text)
+
+    async def drop(self) -> None:
+        self.text = self.saved = ""
+        await db(progress.save_followup_draft)(self.topic_id, self.followup_id, "")
+
+
+def _write(
+    ctx: FollowUpContext,
+    followup: FollowUp,
+    chosen: list[tuple[dict[str, Any], Document | None]],
+    excerpts: dict[int, str],
+    query: str,
+    private: bool,
+) -> tuple[str, str]:
+    """The answer's Markdown and the model that wrote it ("" for the extractive engine)."""
+    if ctx.llm_enabled:
+        request = _request(ctx.topic, followup, chosen, excerpts)
+        try:
+            body = async_to_sync(_ask_streamed)(ctx, followup, request, private)
+        except LLMError as exc:
+            ctx.warn(
+                STAGE,
+                gettext_noop("The LLM could not answer the follow-up (%(error)s); answering with extracts."),
+                args={"error": str(exc)},
+                data={"followup": followup.pk},
+            )
+        else:
+            if body.strip():
+                return body.strip(), ctx.model
+    return extractive_answer(query, excerpts), ""
+
+
+async def _ask_streamed(ctx: FollowUpContext, followup: FollowUp, request: str, private: bool) -> str:
+    draft = Draft(followup)
+    try:
+        body = await ask(
+            ctx,
+            STAGE,
+            load_prompt("followup"),
+            request,
+            kind=CacheEntry.Kind.ANSWERS,
+            private=private,
+            on_text=draft,
+        )
+    except BaseException:
+        await draft.drop()
+        raise
+    await draft.flush()
+    return body
+
+
+def _request(
+    topic: Topic,
+    followup: FollowUp,
+    chosen: list[tuple[dict[str, Any], Document | None]],
+    excerpts: dict[int, str],
+) -> str:
+    report = Report.objects.filter(topic=topic).first()
+    body = answer.SOURCES_HEADING.split(report.markdown)[0].strip() if report else ""
+    earlier = [
+        f"Вопрос: {f.question}\nОтвет:\n{f.answer[:EARLIER_ANSWER_CHARS]}"
+        for f in topic.followups.filter(
+            status=FollowUp.Status.COMPLETED, position__lt=followup.position
+        ).order_by("-position")[:EARLIER_FOLLOWUPS][::-1]
+    ]
+    blocks = [
+        f"[{source['n']}] {source.get('title') or source.get('url')}\n"
+        f"{source.get('url') or answer.PRIVATE_ORIGIN}\n\n{excerpts[source['n']]}"
+        for source, _document in sorted(chosen, key=lambda pair: pair[0]["n"])
+    ]
+    context = f"Отчёт:\n{body[:REPORT_CONTEXT_CHARS]}"
+    if earlier:
+        context += "\n\nПредыдущие уточняющие вопросы:\n\n" + "\n\n".join(earlier)
+    return (
+        f"Исходный запрос: {topic.question}\nУточняющий вопрос: {followup.question}\n"
+        f"Язык ответа: {language_of(followup.question)}\n\n"
+        + data_block(context)
+        + "\n\nИсточники:\n"
+        + data_block("\n\n---\n\n".join(blocks))
+    )
+
+
+def extractive_answer(query: str, excerpts: dict[int, str], sources: int = 3) -> str:
+    """Without an LLM: the sentences of the best-matching sources most about the question, each
+    paragraph citing its source."""
+    numbers = sorted(excerpts)
+    texts = [excerpts[n] for n in numbers]
+    scores = extractive.BM25([extractive.tokenize(text) for text in texts]).scores(extractive.tokenize(query))
+    best = sorted(range(len(numbers)), key=lambda i: (-scores[i], numbers[i]))[:sources]
+    paragraphs = []
+    for i in sorted(best, key=lambda i: numbers[i]):
+        summary = extractive.extractive_summary(texts[i], query, max_sentences=3).strip()
+        if summary:
+            paragraphs.append(f"{summary} [{numbers[i]}]")
+    return "\n\n".join(paragraphs)
+
+
+def clean_citations(body: str, numbers: set[int]) -> str:
+    """Drop the model's own sources list and any [n] that is not one of the numbers it was sent."""
+    body = answer.SOURCES_HEADING.split(body)[0].rstrip()
+    return answer.CITATION.sub(lambda m: m.group(0) if int(m.group(2)) in numbers else "", body)
+
+
+def _check(ctx: RunContext, body: str, excerpts: dict[int, str], private: bool) -> list[citecheck.Verdict]:
+    claims = citecheck.claims(body, max(excerpts, default=0))
+    if not claims:
+        return []
+    verdicts = citecheck.check(claims, excerpts)
+    if ctx.llm_enabled:
+        verdicts = async_to_sync(citecheck.verify)(ctx, verdicts, private=private, stage=answer.CHECK_STAGE)
+    tally = citecheck.counts(verdicts)
+    ctx.emit(
+        answer.CHECK_STAGE,
+        gettext_noop(
+            "Citations checked: %(supported)s of %(total)s supported by their sources, "
+            "%(weak)s weakly, %(unsupported)s not"
+        ),
+        args={key: tally[key] for key in ("supported", "total", "weak", "unsupported")},
+    )
+    return verdicts
+
+
+CITATION_FIELDS = (
+    "sentence_index",
+    "sentence",
+    "n",
+    "verdict",
+    "local_verdict",
+    "method",
+    "score",
+    "coverage",
+    "similarity",
+    "passage",
+    "note",
+)
+
+
+def _verdict_row(verdict: citecheck.Verdict) -> dict[str, Any]:
+    row = {name: getattr(verdict, name) for name in CITATION_FIELDS if name != "sentence_index"}
+    return {"sentence_index": verdict.index, **row}
+
+
+def russian_topic(topic: Topic) -> bool:
+    return topic.language == "ru" or is_russian(topic.question)
