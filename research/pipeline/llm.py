@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from mindsearch.clients import llm as llm_client
 from research import budget
@@ -95,20 +96,33 @@ async def ask(
         "prompt_tokens": completion.prompt_tokens,
         "completion_tokens": completion.completion_tokens,
     }
-    # Saved before anything else happens to it, so a crash right after does not pay for it twice.
-    await db(result_cache.put)(
-        kind, key, payload, owner_id=owner_id, description=f"{stage}: {ctx.question[:200]}"
-    )
-    await db(_record)(
-        ctx,
-        stage,
-        prompt,
-        payload,
-        cache_kind=kind,
-        attempts=completion.attempts,
-        latency_ms=completion.latency_ms,
-    )
+    # Saved before anything else happens to it, so a crash right after does not pay for it twice;
+    # the answer and its `LLMCall` row in one transaction, so a saved answer is always counted.
+    await db(_save)(ctx, stage, prompt, kind, key, owner_id, payload, completion)
     return completion.text
+
+
+def _save(
+    ctx: RunContext,
+    stage: str,
+    prompt: Prompt,
+    kind: str,
+    key: str,
+    owner_id: int | None,
+    payload: dict[str, Any],
+    completion: llm_client.Completion,
+) -> None:
+    with transaction.atomic():
+        result_cache.put(kind, key, payload, owner_id=owner_id, description=f"{stage}: {ctx.question[:200]}")
+        _record(
+            ctx,
+            stage,
+            prompt,
+            payload,
+            cache_kind=kind,
+            attempts=completion.attempts,
+            latency_ms=completion.latency_ms,
+        )
 
 
 def _record(ctx: RunContext, stage: str, prompt: Prompt, usage: dict[str, Any], **fields: Any) -> None:

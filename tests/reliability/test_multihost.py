@@ -50,8 +50,9 @@ REDIS_DB = 14
 TOPICS_PER_USER = 2
 USERS = ("ada", "grace")
 PASSWORD = "correct horse battery staple 7"
-# An answer that left the service this long before the kill must have been saved by then.
-SAVE_GRACE = 1.0
+# An answer that left the service this long before the kill must have been saved by then (a
+# worker starved of CPU on a busy 2-core machine has been seen to take over a second).
+SAVE_GRACE = 3.0
 EVENT = re.compile(r'data-seq="(\d+)"')
 CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 TAG = re.compile(r"\(тема (\d+)\)")
@@ -380,14 +381,12 @@ def test_two_web_processes_and_two_workers_survive_a_killed_worker(redis_base: s
     # No answered call asked again, counted at the fake LLM and SearXNG.
     assert asked_again_after_kill(llm, run.killed_at) == []
     assert asked_again_after_kill(search, run.killed_at) == []
-    # Every request the LLM had is one recorded call, but those cut off by the kill (in flight,
-    # or answered too shortly before it to be saved).
+    # Every request the LLM had is one recorded call, but those the kill cut off. A saved answer
+    # is recorded in the same transaction, so a request that was not recorded was not saved
+    # either: it was the killed worker's, before the kill, and the resumed run asked it again.
     asked = list(w.llm.requests)
-    before_kill = sum(1 for r in asked if r.arrived < run.killed_at)
-    saved_in_time = sum(
-        1 for times in llm.answered.values() for at in times if at < run.killed_at - SAVE_GRACE
-    )
-    cut_off = before_kill - saved_in_time
+    after_kill = {llm.key(r) for r in asked if r.arrived > run.killed_at}
+    cut_off = sum(1 for r in asked if r.arrived < run.killed_at and llm.key(r) in after_kill)
     recorded = counts["uncached_requests"]
     at_llm = Counter(prompt_kind(r.json()["messages"][0]["content"]) for r in asked)
     assert recorded <= len(asked) <= recorded + cut_off, (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import pytest
@@ -266,3 +267,20 @@ def test_a_cancelled_topic_does_not_run(alice: User, loopback: World) -> None:
     Topic.objects.filter(pk=topic.pk).update(status=Topic.Status.CANCELLED)
     assert run_topic(topic.pk) == Topic.Status.CANCELLED
     assert not Hit.objects.filter(topic=topic).exists()
+
+
+def test_an_answer_is_cached_only_with_its_llm_call_row(
+    alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache entry and the `LLMCall` row are one transaction: a worker that dies between them
+    (here: the row cannot be written) leaves no answer that was paid for but never counted."""
+
+    def refuse(**fields: object) -> None:
+        raise RuntimeError("the worker died here")
+
+    monkeypatch.setattr(LLMCall.objects, "create", refuse)
+    topic = new_topic(alice)
+    with contextlib.suppress(RuntimeError):
+        plan_topic(topic.pk)
+    assert loopback.llm.requests, "the plan was never asked for"
+    assert not CacheEntry.objects.exists()
