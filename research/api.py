@@ -15,11 +15,12 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from mindsearch.api_common import Page, Text, choices_enum, errors, form_invalid, invalid
-from research import export, workflow
+from research import export, images, workflow
 from research.forms import SubQueryForm, TopicForm
-from research.models import Citation, FollowUp, Report, RunEvent, ShareLink, Topic
+from research.models import Citation, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
 from research.pipeline import cache
 from research.presenters import followup_item, report_of, thread_context
+from research.views import image_response
 
 router = Router()
 
@@ -46,6 +47,26 @@ class TopicIn(Schema):
     mode: TopicMode = Field(TopicMode.QUICK, description="Deep mode searches in rounds.")
     time_range: TopicTimeRange = Field(TopicTimeRange.NONE, description="Only results from this period.")
     auto_approve: bool = Field(False, description="Run the plan without waiting for review.")
+    image: str | None = Field(
+        None,
+        description="A picture the question is about, base64 or a data URL (JPEG, PNG, GIF or WebP, "
+        "at most TOPIC_IMAGE_MAX_BYTES). Stored privately without its metadata; a vision model "
+        "(VISION_MODEL) describes it and its labels join the question.",
+    )
+
+
+class TopicImageOut(Schema):
+    url: str = Field(description="Where the owner downloads the stored (re-encoded) picture.")
+    content_type: str
+    width: int
+    height: int
+    analysis: str = Field(description="pending, done, no_vision (no VISION_MODEL) or failed.")
+    labels: list[str]
+    entities: list[str]
+    text: str = Field(description="Text the vision model read in the picture.")
+    description: str
+    vision_model: str
+    error: str
 
 
 class TopicOut(Schema):
@@ -62,10 +83,25 @@ class TopicOut(Schema):
     llm_model: str = Field(description="Empty when the topic was researched without an LLM.")
     last_event_seq: int
     has_report: bool
+    image: TopicImageOut | None = Field(None, description="The picture the question came with, if any.")
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @staticmethod
+    def resolve_image(topic: Topic) -> dict[str, Any] | None:
+        image = TopicImage.objects.defer("data").filter(topic=topic).first()
+        if image is None:
+            return None
+        fields = ("content_type", "width", "height", "analysis", "labels", "entities", "text")
+        return {
+            "url": reverse("api:get_topic_image", args=[topic.pk]),
+            **{name: getattr(image, name) for name in fields},
+            "description": image.description,
+            "vision_model": image.vision_model,
+            "error": image.error,
+        }
 
     @staticmethod
     def resolve_has_report(topic: Topic) -> bool:
@@ -265,12 +301,30 @@ def _reported(topic: Topic) -> Topic:
 @router.post("/topics", response={201: TopicOut, **errors()}, tags=["topics"])
 def create_topic(request: HttpRequest, payload: TopicIn) -> Status:
     """Start researching a question; its plan is written next (poll the topic or its events)."""
-    form = TopicForm(data=payload.model_dump(mode="json"))
+    fields = payload.model_dump(mode="json", exclude={"image"})
+    form = TopicForm(data=fields)
     if not form.is_valid():
         raise form_invalid(form)
-    topic = workflow.start_topic(form.save(commit=False), request.auth)
+    image = None
+    if payload.image:
+        try:
+            image = images.prepare(images.decode_base64(payload.image))
+        except images.ImageRejected as rejected:
+            raise invalid(("body", "image"), [rejected.message]) from None
+    topic = workflow.start_topic(form.save(commit=False), request.auth, image=image)
     topic.report_exists = False
     return Status(201, topic)
+
+
+@router.get(
+    "/topics/{topic_id}/image",
+    response={200: None, **errors(404)},
+    tags=["topics"],
+    openapi_extra={"responses": {200: {"description": "The picture (image/jpeg or image/png)."}}},
+)
+def get_topic_image(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """The question's picture as stored: re-encoded, without metadata."""
+    return image_response(_topic(request, topic_id))
 
 
 @router.get("/topics", response={200: TopicPage, **errors()}, tags=["topics"])

@@ -6,6 +6,7 @@ from django import forms
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
+from research import images
 from research.models import SubQuery, Topic
 
 MAX_QUESTION_CHARS = 2000
@@ -13,6 +14,17 @@ MAX_SUBQUERY_CHARS = 500
 
 
 class TopicForm(forms.ModelForm):
+    image = forms.FileField(
+        label=_("Picture (optional)"),
+        required=False,
+        help_text=_(
+            "A photo or screenshot the question is about (JPEG, PNG, GIF or WebP). It is stored "
+            "privately, without its metadata (EXIF, location), and described by the vision model."
+        ),
+        widget=forms.ClearableFileInput(attrs={"accept": "image/jpeg,image/png,image/gif,image/webp"}),
+    )
+    field_order = ("question", "image", "sources", "mode", "time_range", "auto_approve")
+
     class Meta:
         model = Topic
         fields = ("question", "sources", "mode", "time_range", "auto_approve")
@@ -53,6 +65,21 @@ class TopicForm(forms.ModelForm):
                 "will fail; <em>My documents</em> works now, and <em>Web and my documents</em> "
                 "searches your documents only."
             )
+
+    def clean_image(self) -> images.PreparedImage | None:
+        """The picture re-encoded without metadata (read by its content, within the size limit)."""
+        upload = self.cleaned_data.get("image")
+        if not upload:
+            return None
+        if upload.size > images.max_bytes():
+            raise forms.ValidationError(
+                _("The picture is %(size).1f MB; the limit is %(limit).1f MB.")
+                % {"size": upload.size / 2**20, "limit": images.max_bytes() / 2**20}
+            )
+        try:
+            return images.prepare(upload.read(images.max_bytes() + 1))
+        except images.ImageRejected as rejected:
+            raise forms.ValidationError(rejected.message) from None
 
     def clean_question(self) -> str:
         question = " ".join(self.cleaned_data["question"].split())

@@ -30,7 +30,7 @@ from django_htmx.middleware import HtmxDetails
 from mindsearch.status import checks_for
 from research import export, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
-from research.models import ShareLink, Topic
+from research.models import ShareLink, Topic, TopicImage
 from research.presenters import panel_context, topic_context, topic_page_context
 
 PAGE_SIZE = 25
@@ -94,11 +94,12 @@ def blank_form_fields() -> SafeString:
 
 @require_POST
 def topic_create(request: HttpRequest) -> HttpResponse:
-    form = TopicForm(request.POST)
+    form = TopicForm(request.POST, request.FILES)
     if not form.is_valid():
         return _topic_list_with_form(request, form, status=400)
     try:
-        topic = workflow.start_topic(form.save(commit=False), _signed_in(request))
+        image = form.cleaned_data.get("image")
+        topic = workflow.start_topic(form.save(commit=False), _signed_in(request), image=image)
     except workflow.OverLimit as over:
         form.add_error(None, over.message)
         return _topic_list_with_form(request, form, status=429)
@@ -413,6 +414,30 @@ def shared(view: Callable[[HttpRequest, Topic, str], HttpResponse]) -> Callable[
 @shared
 def shared_report(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
     return render(request, "research/shared_report.html", topic_context(topic, shared_token=token))
+
+
+@shared
+def shared_topic_image(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
+    return image_response(topic)
+
+
+@require_GET
+def topic_image(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """The question's picture, for its owner only (another user's topic is a 404)."""
+    return image_response(_topic(request, topic_id))
+
+
+def image_response(topic: Topic) -> HttpResponse:
+    image = TopicImage.objects.filter(topic=topic).first()
+    if image is None:
+        raise Http404("This topic has no picture.")
+    response = HttpResponse(bytes(image.data), content_type=image.content_type)
+    response["Content-Disposition"] = (
+        f'inline; filename="topic-{topic.pk}.{image.content_type.split("/")[-1]}"'
+    )
+    response["Cache-Control"] = "private, max-age=3600"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @shared

@@ -23,7 +23,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from research import tasks
-from research.models import FollowUp, Report, SubQuery, Topic
+from research.images import PreparedImage
+from research.models import FollowUp, Report, SubQuery, Topic, TopicImage
 from research.pipeline.parsing import is_russian
 
 
@@ -104,16 +105,30 @@ def _lock_owner(owner: User) -> None:
 # --- Steps -------------------------------------------------------------------------------------
 
 
-def start_topic(topic: Topic, owner: User) -> Topic:
-    """Save a new topic (from a validated form) and queue its plan."""
+def start_topic(topic: Topic, owner: User, image: PreparedImage | None = None) -> Topic:
+    """Save a new topic (from a validated form), with its picture if any, and queue its plan."""
     topic.owner = owner
     topic.language = "ru" if is_russian(topic.question) else "en"
     with transaction.atomic():
         _lock_owner(owner)
         check_can_start(owner)
         topic.save()
+        if image is not None:
+            save_image(topic, image)
         tasks.enqueue_plan(topic)
     return topic
+
+
+def save_image(topic: Topic, image: PreparedImage) -> TopicImage:
+    return TopicImage.objects.create(
+        topic=topic,
+        data=image.data,
+        content_type=image.content_type,
+        width=image.width,
+        height=image.height,
+        sha256=image.sha256,
+        original_bytes=image.original_bytes,
+    )
 
 
 def _lock_reviewable(topic: Topic) -> Topic:
@@ -271,6 +286,7 @@ def _copy_with_plan(topic: Topic) -> Topic:
     )
     tasks.enqueue_run(copy)
     return copy
+
 
 # --- Follow-ups ----------------------------------------------------------------------------------
 

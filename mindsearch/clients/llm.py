@@ -93,21 +93,23 @@ TextListener = Callable[[str], Awaitable[None]]
 
 
 async def complete(
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     *,
     max_tokens: int | None = None,
     temperature: float = 0.2,
     user: int | None = None,
     on_text: TextListener | None = None,
+    model: str = "",
 ) -> Completion:
     """One chat completion, retried on transient failures; `user` is whose share of the limit it
     takes. With `on_text` it is streamed, and `on_text` hears the text so far as it grows (from
-    the start again when an attempt is retried)."""
+    the start again when an attempt is retried). `model` picks another model of the same
+    endpoint (the vision model); the same global limit holds for it."""
     if not is_configured():
         raise LLMNotConfigured(
             "No LLM is configured: set AITUNNEL_MODEL and AITUNNEL_API_KEY (or AITUNNEL_BASE_URL)"
         )
-    request = {"model": settings.AITUNNEL_MODEL, "messages": messages, "temperature": temperature}
+    request = {"model": model or settings.AITUNNEL_MODEL, "messages": messages, "temperature": temperature}
     if max_tokens is not None:
         request["max_tokens"] = max_tokens
     started = time.monotonic()

@@ -30,7 +30,7 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError
 from research import progress
 from research.models import CacheEntry, Citation, Document, Hit, Report, ReportDraft, Topic
-from research.pipeline import citecheck, diversity, extractive, passages
+from research.pipeline import citecheck, diversity, domain, extractive, passages, vision
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.llm import Prompt, ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian, language_of
@@ -54,7 +54,9 @@ SOURCES_HEADING = re.compile(
 def run(ctx: RunContext) -> None:
     if Report.objects.filter(topic=ctx.topic).exists():
         return
-    documents = diversity.final_documents(ctx)
+    # Domain data comes first, as the pre-context the report must prefer (domain.py).
+    chosen = domain.domain_documents(ctx.topic)
+    documents = chosen + [d for d in diversity.final_documents(ctx) if d not in chosen]
     if not documents:
         raise StageError(_nothing_to_write_from(ctx))
     ctx.emit(
@@ -216,7 +218,7 @@ def _write(
     if ctx.llm_enabled:
         private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
         try:
-            request = _request(ctx.question, documents, excerpts)
+            request = _request(ctx.question, documents, excerpts) + vision.context_block(ctx)
             if feedback:
                 request += "\n\n" + data_block(feedback)
             prompt = load_prompt("answer")
@@ -261,8 +263,18 @@ def _request(question: str, documents: list[Document], excerpts: dict[int, str])
         f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{excerpts[n]}"
         for n, document in enumerate(documents, 1)
     ]
-    return f"Исходный запрос: {question}\nЯзык ответа: {language_of(question)}\n\nИсточники:\n" + data_block(
-        "\n\n---\n\n".join(blocks)
+    pre = [n for n, d in enumerate(documents, 1) if d.fetched_via == Document.FetchedVia.DOMAIN]
+    note = (
+        "\nПредварительные данные (pre-context): источники "
+        + ", ".join(f"[{n}]" for n in pre)
+        + " – структурированные данные профильного сервиса с временем их получения. Для цифр и фактов "
+        "бери их в первую очередь, ссылайся на них и назови время получения; веб-источники – дополнение.\n"
+        if pre
+        else ""
+    )
+    return (
+        f"Исходный запрос: {question}\nЯзык ответа: {language_of(question)}\n{note}\nИсточники:\n"
+        + data_block("\n\n---\n\n".join(blocks))
     )
 
 

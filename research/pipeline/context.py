@@ -12,7 +12,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch import lifecycle
 from mindsearch.clients import llm as llm_client
-from research.models import RunEvent, Topic
+from research.models import RunEvent, Topic, TopicImage
 from research.progress import record_event
 
 T = TypeVar("T")
@@ -38,6 +38,9 @@ class RunContext:
     model: str
     listeners: list[Callable[[RunEvent], None]] = field(default_factory=list)
     llm_failures: int = 0
+    # What the vision model saw in the question's picture (research/pipeline/vision.py).
+    image_labels: list[str] = field(default_factory=list)
+    image_context: str = ""
 
     # After this many failed asks in a row (each already retried), the LLM is given up on for
     # the rest of the run and the extractive engine does the work.
@@ -47,11 +50,22 @@ class RunContext:
     def for_topic(cls, topic: Topic, listeners: list[Callable[[RunEvent], None]] | None = None) -> RunContext:
         enabled = llm_client.is_configured()
         model = settings.AITUNNEL_MODEL if enabled else ""
-        return cls(topic=topic, llm_enabled=enabled, model=model, listeners=list(listeners or []))
+        ctx = cls(topic=topic, llm_enabled=enabled, model=model, listeners=list(listeners or []))
+        image = TopicImage.objects.filter(topic=topic).first()
+        if image is not None:
+            ctx.load_image(image)
+        return ctx
+
+    def load_image(self, image: TopicImage) -> None:
+        self.image_labels = [*image.labels, *image.entities]
+        self.image_context = image.image_context
 
     @property
     def question(self) -> str:
-        return self.topic.question
+        """The question as planning and search see it: with the picture's labels, if any."""
+        if not self.image_labels:
+            return self.topic.question
+        return f"{self.topic.question} ({', '.join(dict.fromkeys(self.image_labels))})"
 
     @property
     def owner_id(self) -> int:

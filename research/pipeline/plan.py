@@ -7,7 +7,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SubQuery
-from research.pipeline import extractive
+from research.pipeline import extractive, vision
 from research.pipeline.context import RunContext
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import language_of, parse_prefixed_lines
@@ -41,7 +41,8 @@ def _plan(ctx: RunContext) -> tuple[list[str], str]:
                 ctx,
                 STAGE,
                 load_prompt("plan"),
-                f'Запрос: "{ctx.question}"\nЯзык подзапросов: {language_of(ctx.question)}',
+                f'Запрос: "{ctx.question}"\nЯзык подзапросов: {language_of(ctx.question)}'
+                + vision.context_block(ctx),
                 kind=CacheEntry.Kind.SEARCH_QUERIES,
             )
         except LLMError as exc:

@@ -24,6 +24,7 @@ from research.models import Report, RunEvent, Topic
 from research.pipeline import (
     answer,
     deep,
+    domain,
     plan,
     private,
     queries,
@@ -33,6 +34,7 @@ from research.pipeline import (
     score_summaries,
     search,
     summarise,
+    vision,
     years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
@@ -89,9 +91,11 @@ def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
 
 def _route_then_plan(ctx: RunContext) -> None:
     private.check_before_planning(ctx)
+    _stage(ctx, vision)  # the picture's labels join the question before it is routed
     if _stage(ctx, route):
         _answered_directly(ctx)
         return
+    _stage(ctx, domain)  # domain data before the web
     plan.run(ctx)
 
 
@@ -111,6 +115,7 @@ def _answered_directly(ctx: RunContext) -> None:
 def _run_stages(ctx: RunContext) -> None:
     if _stage(ctx, route):  # a copy of a topic that was answered directly
         return
+    _stage(ctx, domain)
     while True:
         for stage in ROUND_STAGES:
             _stage(ctx, stage)

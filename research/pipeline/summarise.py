@@ -25,7 +25,8 @@ MAX_INPUT_CHARS = passages.SUMMARY_BUDGET
 
 def run(ctx: RunContext) -> None:
     documents = Document.objects.filter(topic=ctx.topic)
-    pending = list(documents.filter(summary__isnull=True))
+    # Domain data is not summarised: the report gets it whole, as pre-context (domain.py).
+    pending = list(documents.filter(summary__isnull=True).exclude(fetched_via=Document.FetchedVia.DOMAIN))
     if not pending:
         return
     total = documents.count()

@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from research import workflow
+from research import images, workflow
 from research.models import RunEvent, SubQuery, Topic
 from research.pipeline.answer import SOURCES_HEADING, clean_citations
 from research.pipeline.run import plan_topic, run_topic
@@ -56,9 +56,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--mode", choices=Topic.Mode.values, default=Topic.Mode.QUICK, help="deep: search in rounds"
         )
+        parser.add_argument(
+            "--image",
+            default="",
+            help="A picture the question is about (JPEG, PNG, GIF or WebP); VISION_MODEL describes it.",
+        )
 
     def handle(self, *args: Any, question: str, user: str, yes: bool, sources: str, **options: Any) -> None:
         owner = self._owner(user)
+        image = self._image(options["image"]) if options.get("image") else None
         try:
             workflow.check_can_start(owner)
         except workflow.OverLimit as over:
@@ -71,6 +77,8 @@ class Command(BaseCommand):
             mode=options["mode"],
             auto_approve=yes,
         )
+        if image is not None:
+            workflow.save_image(topic, image)
         self.listener = Listener(self)
         listeners = [self.listener]
         self.stdout.write(f"Topic #{topic.pk}: {question}")
@@ -89,6 +97,18 @@ class Command(BaseCommand):
         if status != Topic.Status.COMPLETED:
             raise CommandError(f"The topic {status}: {topic.error}")
         self._print_report(topic)
+
+    def _image(self, path: str) -> images.PreparedImage:
+        """The picture, read by its content and re-encoded; a clear error before anything is saved."""
+        try:
+            with open(path, "rb") as file:
+                data = file.read(images.max_bytes() + 1)
+        except OSError as exc:
+            raise CommandError(f"Cannot read the picture {path}: {exc.strerror or exc}") from None
+        try:
+            return images.prepare(data)
+        except images.ImageRejected as rejected:
+            raise CommandError(f"{path}: {rejected.message}") from None
 
     def _owner(self, username: str) -> Any:
         users = get_user_model().objects
@@ -152,9 +172,11 @@ class Command(BaseCommand):
             self.stdout.write(line, ending="")
             if (event.done or 0) >= event.total:
                 self.stdout.write("")
+                if event.stage in ("vision", "domain"):  # what the picture shows, what data came
+                    self.stdout.write(event.message)
         elif event.level != RunEvent.Level.INFO:
             self.stdout.write(f"\n{event.level.upper()}: {event.message}")
-        elif event.stage == "deep":  # rounds and their growth
+        elif event.stage in ("deep", "domain"):  # rounds and their growth; web alone
             self.stdout.write(f"\n{event.message}")
         self.stdout.flush()
 

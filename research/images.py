@@ -1,0 +1,126 @@
+"""A question's picture: accepted by its content, re-encoded without metadata, stored privately.
+
+The type is read from the first bytes (JPEG, PNG, GIF, WebP), never from the name or the
+browser's word. Pillow then decodes the pixels (with its decompression-bomb guard) and they are
+written again as a new JPEG or PNG: EXIF (GPS, camera, owner), XMP, ICC comments and anything
+appended after the image are left behind. A picture larger than `MAX_SIDE` is scaled down.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import warnings
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils.translation import gettext as _
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+MAX_SIDE = 2048
+MAX_PIXELS = 40_000_000
+MAGIC = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+)
+
+
+class ImageRejected(Exception):
+    """The upload is not a picture MindSearch accepts; `message` says why, for the user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    data: bytes
+    content_type: str
+    width: int
+    height: int
+    sha256: str
+    original_bytes: int
+
+
+def sniff(data: bytes) -> str:
+    """ "JPEG", "PNG", "GIF" or "WEBP" from the first bytes; "" for anything else."""
+    for magic, kind in MAGIC:
+        if data.startswith(magic):
+            return kind
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return ""
+
+
+def max_bytes() -> int:
+    return settings.TOPIC_IMAGE_MAX_BYTES
+
+
+def prepare(data: bytes) -> PreparedImage:
+    """The picture re-encoded without metadata, or ImageRejected with the reason."""
+    if not data:
+        raise ImageRejected(_("The picture is empty."))
+    if len(data) > max_bytes():
+        raise ImageRejected(
+            _("The picture is %(size).1f MB; the limit is %(limit).1f MB.")
+            % {"size": len(data) / 2**20, "limit": max_bytes() / 2**20}
+        )
+    kind = sniff(data)
+    if not kind:
+        raise ImageRejected(_("This file is not a JPEG, PNG, GIF or WebP picture."))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=[kind]) as opened:
+                if opened.width * opened.height > MAX_PIXELS:
+                    raise ImageRejected(_("The picture has too many pixels."))
+                opened.seek(0)  # an animation: its first frame
+                image = ImageOps.exif_transpose(opened)  # the pixels as the camera meant them
+                image.load()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError,
+            Image.DecompressionBombWarning) as exc:  # fmt: skip
+        raise ImageRejected(_("The picture could not be read: it is damaged or not what it says.")) from exc
+    image.thumbnail((MAX_SIDE, MAX_SIDE))
+    has_alpha = image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info)
+    out = io.BytesIO()
+    if has_alpha:
+        clean = image.convert("RGBA")
+        clean.save(out, format="PNG", optimize=True)
+        content_type = "image/png"
+    else:
+        clean = image.convert("RGB")
+        clean.save(out, format="JPEG", quality=88)
+        content_type = "image/jpeg"
+    encoded = out.getvalue()
+    return PreparedImage(
+        data=encoded,
+        content_type=content_type,
+        width=clean.width,
+        height=clean.height,
+        sha256=hashlib.sha256(encoded).hexdigest(),
+        original_bytes=len(data),
+    )
+
+
+def decode_base64(text: str) -> bytes:
+    """An API client's picture: plain base64, or a data URL (data:image/…;base64,…)."""
+    if text.startswith("data:"):
+        text = text.split(",", 1)[-1]
+    if len(text) > max_bytes() * 4 // 3 + 16:
+        raise ImageRejected(
+            _("The picture is over the limit of %(limit).1f MB.") % {"limit": max_bytes() / 2**20}
+        )
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ImageRejected(_("The picture is not valid base64.")) from exc
+
+
+def data_url(data: bytes, content_type: str) -> str:
+    """The image as the chat-completions API takes it inline (an `image_url` content part)."""
+    return f"data:{content_type};base64,{base64.b64encode(data).decode()}"

@@ -1,0 +1,336 @@
+"""The loopback world plus what seed 001 adds before the web: a vision-capable model on the LLM
+endpoint and Open-Meteo's geocoding and forecast APIs.
+
+The vision model really looks at the picture it is sent: it decodes the data URL of the
+`image_url` content part and names what it sees by the picture's colour (a red picture is the
+Eiffel Tower, a blue one Lake Baikal), so labels come from the pixels, not from the test.
+Like OpenAI's, the text-only model refuses an `image_url` part with HTTP 400, and the vision
+model answers its JSON inside a fenced block with a sentence around it.
+
+Open-Meteo's stand-in speaks the real JSON (`/v1/search`, `/v1/forecast`) and fails the real
+ways: a name it cannot find is an answer without `results`; an unknown variable or a missing
+coordinate is HTTP 400 `{"error": true, "reason": …}`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+from PIL import Image
+
+from tests.support.fakes import FakeService, Request, Response, html_page, openai_chat, reader, searxng_search
+from tests.support.world import PAGES, ScriptedLLM, World, search_pages
+
+VISION_MODEL = "test-vision"
+TEXT_MODEL = "test-model"
+
+# What the vision model recognises, by the picture's dominant colour.
+SCENES = {
+    "red": {
+        "labels": ["Eiffel Tower", "Paris", "wrought-iron lattice tower"],
+        "entities": ["Eiffel Tower"],
+        "text": "TOUR EIFFEL 1889",
+        "description": "A wrought-iron lattice tower in Paris against the sky.",
+    },
+    "blue": {
+        "labels": ["Lake Baikal", "ice", "lake"],
+        "entities": ["Baikal"],
+        "text": "",
+        "description": "Clear blue ice on a frozen lake.",
+    },
+}
+
+# Open-Meteo's geocoding database: name → the fields its API returns.
+PLACES = {
+    "Kazan": {
+        "id": 551487,
+        "name": "Kazan",
+        "latitude": 55.78874,
+        "longitude": 49.12214,
+        "elevation": 116.0,
+        "feature_code": "PPLA",
+        "country_code": "RU",
+        "timezone": "Europe/Moscow",
+        "population": 1243500,
+        "country": "Russia",
+        "admin1": "Tatarstan Republic",
+        "names": ["kazan", "казань"],
+    },
+    "Paris": {
+        "id": 2988507,
+        "name": "Paris",
+        "latitude": 48.85341,
+        "longitude": 2.3488,
+        "elevation": 42.0,
+        "feature_code": "PPLC",
+        "country_code": "FR",
+        "timezone": "Europe/Paris",
+        "population": 2138551,
+        "country": "France",
+        "admin1": "Île-de-France",
+        "names": ["paris", "париж"],
+    },
+}
+CURRENT_UNITS = {
+    "time": "iso8601",
+    "interval": "seconds",
+    "temperature_2m": "°C",
+    "relative_humidity_2m": "%",
+    "apparent_temperature": "°C",
+    "precipitation": "mm",
+    "weather_code": "wmo code",
+    "wind_speed_10m": "km/h",
+}
+DAILY_UNITS = {
+    "time": "iso8601",
+    "weather_code": "wmo code",
+    "temperature_2m_max": "°C",
+    "temperature_2m_min": "°C",
+    "precipitation_sum": "mm",
+    "precipitation_probability_max": "%",
+    "wind_speed_10m_max": "km/h",
+}
+
+
+def colour_of(data_url: str) -> str:
+    """The dominant colour of a data-URL image ("red", "blue", or "other")."""
+    match = re.fullmatch(r"data:image/(?:jpeg|png|gif|webp);base64,([A-Za-z0-9+/=]+)", data_url)
+    if not match:
+        raise ValueError("not a base64 data URL of an image")
+    with Image.open(io.BytesIO(base64.b64decode(match.group(1)))) as image:
+        r, g, b = image.convert("RGB").resize((1, 1)).getpixel((0, 0))
+    if r > max(g, b) + 60:
+        return "red"
+    if b > max(r, g) + 60:
+        return "blue"
+    return "other"
+
+
+def image_parts(messages: list[dict[str, Any]]) -> list[str]:
+    return [
+        part["image_url"]["url"]
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+
+
+@dataclass
+class SeedScript(ScriptedLLM):
+    """The world's scripted model, which also sees pictures (as VISION_MODEL), routes weather
+    questions, plans from the question it is given, and writes weather facts into its report."""
+
+    seen_images: list[str] = field(default_factory=list)
+    requests: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        self.requests.append(messages)
+        if image_parts(messages):
+            return self.vision(messages)
+        return super().__call__(messages)
+
+    def vision(self, messages: list[dict[str, Any]]) -> str:
+        self.calls["vision"] += 1
+        url = image_parts(messages)[0]
+        self.seen_images.append(url)
+        scene = SCENES.get(colour_of(url), {"labels": [], "entities": [], "text": "", "description": "?"})
+        return "Here is what I see:\n```json\n" + json.dumps(scene, ensure_ascii=False) + "\n```"
+
+    def route(self, user: str) -> str:
+        weather = re.search(r"weather|погод", user, re.I)
+        return json.dumps({"domain": "weather" if weather else "general", "needs_search": True})
+
+    def plan(self, user: str) -> str:
+        """Sub-queries made of the question as it was put (a real model would do as much)."""
+        question = re.search(r'Запрос: "(.*)"', user).group(1)
+        return (
+            f"ПОДЗАПРОС: {question} — что это\nПОДЗАПРОС: {question} — история\n"
+            "ПОДЗАПРОС: Mixture of Tokens улучшения"
+        )
+
+    def queries(self, user: str) -> str:
+        topic = re.search(r'Тема: "(.*)"', user).group(1)
+        if "Mixture" in topic:
+            return super().queries(user)
+        return f"ЗАПРОС: {topic}\nЗАПРОС: {topic} mixture tokens\nЗАПРОС: {topic} en\nЗАПРОС: {topic} wiki"
+
+    def answer(self, user: str) -> str:
+        if "pre-context" not in user:
+            return super().answer(user)
+        numbers = re.findall(r"^\[(\d+)\] ", user, re.M)
+        fetched = re.search(r"(?:fetched|получены) (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", user).group(1)
+        days = re.findall(
+            r"^- (\d{4}-\d\d-\d\d): ([^;]+); (?:temperature|температура) (?:от )?([^;]+?)(?:;| to)",
+            user,
+            re.M,
+        )
+        first = days[0] if days else ("?", "?", "?")
+        return (
+            "# Weather\n\n## Introduction\n\n"
+            f"Open-Meteo's forecast, fetched {fetched}, says {first[0]} will be {first[1]} [1]. "
+            f"Mixture of Tokens is unrelated [{numbers[-1]}].\n\n## Conclusion\n\nSee the forecast [1]."
+        )
+
+
+def _refuse_images_for_text_models(script: SeedScript) -> Any:
+    chat = openai_chat(script, model_ids=(TEXT_MODEL, VISION_MODEL))
+
+    def route(request: Request) -> Response:
+        payload = request.json() or {}
+        if payload.get("model") == TEXT_MODEL and image_parts(payload.get("messages", [])):
+            return Response(
+                400,
+                {
+                    "error": {
+                        "message": "Invalid content type. image_url is only supported by certain models.",
+                        "type": "invalid_request_error",
+                        "param": "messages.[1].content.[1].type",
+                        "code": None,
+                    }
+                },
+            )
+        return chat(request)
+
+    return route
+
+
+def _open_meteo_error(reason: str) -> Response:
+    return Response(400, {"error": True, "reason": reason})
+
+
+def geocoding(request: Request) -> Response:
+    name = request.param("name").strip().lower()
+    answer: dict[str, Any] = {"generationtime_ms": 0.52}
+    if len(name) < 2:
+        return Response(200, answer)
+    found = [
+        place
+        for place in PLACES.values()
+        if any(n == name or (len(name) >= 3 and n.startswith(name)) for n in place["names"])
+    ]
+    if found:  # no match: the real API leaves `results` out altogether
+        answer["results"] = [{k: v for k, v in place.items() if k != "names"} for place in found]
+    return Response(200, answer)
+
+
+def forecast(request: Request) -> Response:
+    try:
+        latitude, longitude = float(request.param("latitude")), float(request.param("longitude"))
+    except ValueError:
+        return _open_meteo_error("Parameter 'latitude' and 'longitude' must be numbers")
+    current = [v for v in request.param("current").split(",") if v]
+    daily = [v for v in request.param("daily").split(",") if v]
+    for variable in current + daily:
+        if variable not in CURRENT_UNITS and variable not in DAILY_UNITS:
+            return _open_meteo_error(
+                f"Cannot initialize WeatherVariable from invalid String value {variable}."
+            )
+    if daily and request.param("timezone") == "":
+        return _open_meteo_error("Timezone is required for daily data")
+    days = int(request.param("forecast_days", "7"))
+    start = date(2026, 11, 24)
+    seed = int(abs(latitude * 10 + longitude))
+    zone = next((p["timezone"] for p in PLACES.values() if abs(p["latitude"] - latitude) < 0.1), "GMT")
+    values = {
+        "weather_code": [(3, 61, 71, 0, 2, 45, 80)[(seed + i) % 7] for i in range(days)],
+        "temperature_2m_max": [round(2.5 + (seed + i) % 6 * 1.3, 1) for i in range(days)],
+        "temperature_2m_min": [round(-4.0 + (seed + i) % 5 * 0.9, 1) for i in range(days)],
+        "precipitation_sum": [round((seed + i) % 4 * 1.7, 1) for i in range(days)],
+        "precipitation_probability_max": [(seed * 7 + i * 13) % 100 for i in range(days)],
+        "wind_speed_10m_max": [round(12 + (seed + i) % 9 * 2.1, 1) for i in range(days)],
+    }
+    return Response(
+        200,
+        {
+            "latitude": round(latitude, 2) + 0.005,  # snapped to the model's grid, as the real one does
+            "longitude": round(longitude, 2) - 0.004,
+            "generationtime_ms": 0.21,
+            "utc_offset_seconds": 10800,
+            "timezone": zone,
+            "timezone_abbreviation": "GMT+3",
+            "elevation": 116.0,
+            "current_units": {k: CURRENT_UNITS[k] for k in ["time", "interval", *current]},
+            "current": {
+                "time": "2026-11-24T06:00",
+                "interval": 900,
+                **{v: {"weather_code": 3, "relative_humidity_2m": 87}.get(v, 1.5) for v in current},
+            },
+            "daily_units": {k: DAILY_UNITS[k] for k in ["time", *daily]},
+            "daily": {
+                "time": [(start + timedelta(days=i)).isoformat() for i in range(days)],
+                **{v: values[v] for v in daily},
+            },
+        },
+    )
+
+
+@dataclass
+class SeedWorld(World):
+    geocoder: FakeService = None  # type: ignore[assignment]
+    weather: FakeService = None  # type: ignore[assignment]
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            **super().settings(),
+            "VISION_MODEL": VISION_MODEL,
+            "OPEN_METEO_URL": self.weather.url,
+            "OPEN_METEO_GEOCODING_URL": self.geocoder.url,
+            "LIMIT_OPEN_METEO_RPM": 0,
+        }
+
+
+@contextmanager
+def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
+    """The scripted world (tests/support/world.py) with SeedScript, a vision model and Open-Meteo."""
+    script = SeedScript(pages=list(PAGES))
+    with ExitStack() as stack:
+        web = stack.enter_context(FakeService())
+        for slug, title, _, _, text in PAGES:
+            web.routes[("GET", f"/pages/{slug}")] = html_page(
+                title, f"<article><h1>{title}</h1><p>{text}</p></article>"
+            )
+        readable = {f"{web.url}pages/{p[0]}?utm_source=searx": (p[1], f"# {p[1]}\n\n{p[4]}") for p in PAGES}
+        chat = {("POST", "/v1/chat/completions"): _refuse_images_for_text_models(script)}
+        llm = stack.enter_context(FakeService(chat, latency=llm_latency))
+        searxng = stack.enter_context(
+            FakeService({("GET", "/search"): searxng_search(search_pages(web.url, PAGES))})
+        )
+        read = stack.enter_context(FakeService(fallback=reader(readable)))
+        geocoder = stack.enter_context(FakeService({("GET", "/v1/search"): geocoding}))
+        weather = stack.enter_context(FakeService({("GET", "/v1/forecast"): forecast}))
+        yield SeedWorld(
+            llm=llm, searxng=searxng, reader=read, web=web, script=script, geocoder=geocoder, weather=weather
+        )
+
+
+@contextmanager
+def loopback_seed_world(settings: Any, **options: Any) -> Iterator[SeedWorld]:
+    with seed_world(**options) as w:
+        for name, value in w.settings().items():
+            setattr(settings, name, value)
+        yield w
+
+
+def picture(
+    colour: tuple[int, int, int], *, size: tuple[int, int] = (64, 48), exif_gps: bool = False
+) -> bytes:
+    """A JPEG of one colour; with `exif_gps`, carrying a camera make and a GPS position in EXIF."""
+    image = Image.new("RGB", size, colour)
+    out = io.BytesIO()
+    if exif_gps:
+        exif = Image.Exif()
+        exif[0x010F] = "SpyCam"  # Make
+        exif[0x8825] = {1: "N", 2: (55.0, 47.0, 19.0), 3: "E", 4: (49.0, 7.0, 20.0)}  # GPS IFD
+        image.save(out, format="JPEG", exif=exif)
+    else:
+        image.save(out, format="JPEG")
+    return out.getvalue()
