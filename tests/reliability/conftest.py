@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,22 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from mindsearch.models import ApiToken
-from research.models import Document, Hit, HitScore, Report, ShareLink, SubQuery, Summary, SummaryScore, Topic
+from research import images, workflow
+from research.models import (
+    Document,
+    FollowUp,
+    Hit,
+    HitScore,
+    Report,
+    ShareLink,
+    SubQuery,
+    Summary,
+    SummaryScore,
+    Topic,
+)
+
+# A 1×1 PNG, the picture Alice's topic was asked with.
+PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 # Words that appear only in Alice's things: a page another user sees must not contain them.
 SECRET = "Quetzalcoatl-7731"
@@ -49,6 +65,7 @@ class Estate:
             "rest": "no/such/operation",
             "job_id": self.import_job,
             "index": 0,
+            "followup_id": self.topic.followups.values_list("pk", flat=True).first(),
         }
 
 
@@ -67,6 +84,15 @@ def _finished_topic(owner: User) -> Topic:
     SummaryScore.objects.create(summary=summary, **SCORES)
     sources = [{"n": 1, "title": SECRET, "url": url, "document_id": document.pk, "fetched_via": "reader"}]
     Report.objects.create(topic=topic, markdown=f"# {SECRET}\n\nFound [1].", sources=sources, model="m")
+    workflow.save_image(topic, images.prepare(base64.b64decode(PIXEL_PNG)))  # asked with a picture
+    FollowUp.objects.create(
+        topic=topic,
+        position=1,
+        question=f"And {SECRET}?",
+        status=FollowUp.Status.COMPLETED,
+        answer=f"{SECRET} again [1].",
+        citations=[],
+    )
     return topic
 
 

@@ -77,6 +77,11 @@ ACCESS = {
     "shared_report_docx": SHARED,
     "citation_card": OWNED,
     "shared_citation_card": SHARED,  # a citation's preview on the shared report
+    "topic_image": OWNED,  # the question's picture
+    "shared_topic_image": SHARED,
+    "followup_create": OWNED,
+    "followup_citation_card": OWNED,
+    "shared_followup_citation_card": SHARED,  # a follow-up's citation on the shared report
     # retrieval
     "document_list": ACCOUNT,
     "document_upload": ACCOUNT,
@@ -104,6 +109,9 @@ ACCESS = {
     "api:list_events": OWNED,
     "api:get_report": OWNED,
     "api:get_report_markdown": OWNED,
+    "api:get_topic_image": OWNED,
+    "api:list_followups": OWNED,
+    "api:ask_followup": OWNED,
     "api:list_share_links": OWNED,
     "api:create_share_link": OWNED,
     "api:revoke_share_link": OWNED,
