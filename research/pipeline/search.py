@@ -4,8 +4,8 @@ How real SearXNG instances behave, and what this stage does about it:
 
 - With `time_range` set, SearXNG silently skips every engine that does not support time
   ranges; on many instances that is all of them, and the answer is empty, on others all but one
-  or two, and the answer is thin. A time-filtered answer that is empty, or has fewer than
-  `THIN_RESULTS` results while `/config` lists engines the filter skips, is asked again without
+  or two, and the answer is thin. A time-filtered answer that is empty, or short of a full page
+  (`RESULTS_PER_QUERY`) while `/config` lists engines the filter skips, is asked again without
   the filter: the period stays in the query words, dated results outside
   it are dropped (undated ones are kept), and they follow the filtered ones; the event log says
   so.
@@ -38,8 +38,9 @@ from research.pipeline.urls import normalize_url
 STAGE = "search"
 RESULTS_PER_QUERY = 10
 MIN_NEW_HITS = 5
-# A time-filtered answer with fewer results than this is widened (see `_search_widening`).
-THIN_RESULTS = 5
+# A time-filtered answer with fewer results than this (a full page) is widened when the filter
+# skips engines (see `_search_widening`).
+THIN_RESULTS = RESULTS_PER_QUERY
 PARTIAL_TTL = timedelta(hours=1)
 
 
@@ -160,13 +161,17 @@ async def _second_pages(ctx: RunContext, thin: list[tuple[SearchQuery, dict]]) -
 
 async def _search_widening(ctx: RunContext, query: SearchQuery) -> dict:
     """The query with the topic's time range; asked again without it when that finds nothing, or
-    fewer than `THIN_RESULTS` results while the instance's `/config` shows engines the filter
-    skips.
+    less than a full page (`THIN_RESULTS`) while the instance's `/config` shows engines the
+    filter skips.
 
     Real instances skip every engine without time-range support, so a filtered answer is often
-    not empty but thin: the two or three results of the one engine that supports it. The
-    unfiltered answer's results not dated outside the period are added after them. A thin answer
-    from engines that all support the filter is the answer (the web has little on it then).
+    not empty but thin: the two or three results of the one engine that supports it. Nor is
+    five or eight enough: a filtered answer short of a page means the engines that filter have
+    run out of what they know of the period, and the recent pages only the skipped engines index
+    (often most of them: Bing, Mojeek, Wikipedia, Semantic Scholar on many instances) are not
+    among them at all. The unfiltered answer's results not dated outside the period are added
+    after them. A thin answer from engines that all support the filter is the answer (the web has
+    little on it then); a full page is enough (page 2 follows where it brought little new).
     """
     time_range = ctx.topic.time_range
     response = await _search(ctx, query, time_range=time_range)

@@ -126,6 +126,42 @@ def test_a_time_filter_that_leaves_few_results_is_widened_and_keeps_them_first(
     assert widened.exists()
 
 
+def engines_that_filter_know_part_of_the_web(request: Request, response: Response) -> Response:
+    """The engines that support time ranges answer a filtered search with six results, none of
+    them the recent page only the skipped engine indexes (nor the old page, which they filter out)."""
+    if request.param("time_range"):
+        hidden = ("/pages/mot-improve?", "/pages/mot-paper?")
+        results = [item for item in body_of(response)["results"] if not any(h in item["url"] for h in hidden)]
+        return Response(200, {**body_of(response), "results": results[:6], "number_of_results": 6})
+    return response
+
+
+def test_a_time_filtered_answer_short_of_a_page_is_widened_when_the_filter_skips_engines(
+    alice: User, loopback: World
+) -> None:
+    """Six results are not "thin", yet they are all the filtering engines know of the period:
+    the recent page only a skipped engine indexes is found by asking without the filter."""
+    now = timezone.now()
+    old, recent = (now - timedelta(days=900)).isoformat(), (now - timedelta(days=20)).isoformat()
+    loopback.searxng.routes[("GET", "/config")] = searxng_config("brave", "bing", timed=("brave",))
+    wrap_results(
+        loopback,
+        lambda request, response: dated({"mot-paper": old, "mot-improve": recent})(
+            request, engines_that_filter_know_part_of_the_web(request, response)
+        ),
+    )
+    topic = research(alice, question=RECENT_QUESTION)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    filtered = [r for r in loopback.searxng.requests_to(SEARCH) if r.param("time_range")]
+    assert filtered and all(r.param("time_range") == "year" for r in filtered)
+    assert "" in {r.param("time_range") for r in loopback.searxng.requests_to(SEARCH)}
+    hits = Hit.objects.filter(topic=topic)
+    assert hits.filter(normalized_url__endswith="/pages/mot-improve").exists()
+    assert not hits.filter(normalized_url__endswith="/pages/mot-paper").exists()
+    widened = RunEvent.objects.filter(topic=topic, stage="search", message__startswith="Only 6 results for")
+    assert widened.exists()
+
+
 def test_a_time_filter_that_finds_something_is_kept(alice: User, loopback: World) -> None:
     topic = research(alice, question=RECENT_QUESTION)
     assert topic.status == Topic.Status.COMPLETED, topic.error
