@@ -16,6 +16,11 @@ Then every sentence that cites a source is checked against the text that was sen
 (`citecheck`: words, numbers and embeddings, and the LLM when one is configured), and the
 verdicts are stored as `Citation` rows with the report. An LLM answer whose citations are mostly
 unsupported is asked for once more, with the verdicts; the better of the two answers is kept.
+
+Before that, an LLM answer in another language than the question's (`parsing.report_language`:
+the report's own words, by script; quotations, links and citations left out) is asked for once
+more with an explicit instruction; the event log says so, and when the second answer is in the
+wrong language too, the one with more of the question's language is kept and the log says that.
 """
 
 from __future__ import annotations
@@ -33,7 +38,13 @@ from research.models import CacheEntry, Citation, Document, Hit, Report, ReportD
 from research.pipeline import citecheck, diversity, domain, extractive, passages, vision
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.llm import Prompt, ask, data_block, load_prompt
-from research.pipeline.parsing import is_russian, language_of
+from research.pipeline.parsing import (
+    is_russian,
+    language_of,
+    language_share,
+    question_language,
+    report_language,
+)
 
 STAGE = "answer"
 CHECK_STAGE = "citecheck"
@@ -73,6 +84,8 @@ def run(ctx: RunContext) -> None:
     }
     private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
     body, model = _write(ctx, documents, sources, excerpts)
+    if model:
+        body, model = in_question_language(ctx, documents, sources, excerpts, body, model)
     body = clean_citations(body, len(sources))
     verdicts = check_citations(ctx, body, excerpts, private=private)
     if model and citecheck.mostly_unsupported(verdicts):
@@ -162,7 +175,10 @@ def _ask_again(
         return body, model, verdicts
     second = clean_citations(second, len(sources))
     second_verdicts = check_citations(ctx, second, excerpts, private=private)
-    keep_second = citecheck.quality(second_verdicts) > citecheck.quality(verdicts)
+    wanted = question_language(ctx.question)
+    keep_second = citecheck.quality(second_verdicts) > citecheck.quality(verdicts) and (
+        _language(second) in (wanted, None) or _language(body) not in (wanted, None)
+    )
     kept = citecheck.counts(second_verdicts if keep_second else verdicts)
     ctx.emit(
         CHECK_STAGE,
@@ -196,6 +212,60 @@ def citation_rows(report: Report, verdicts: list[citecheck.Verdict]) -> list[Cit
     ]
 
 
+def in_question_language(
+    ctx: RunContext,
+    documents: list[Document],
+    sources: list[dict],
+    excerpts: dict[int, str],
+    body: str,
+    model: str,
+) -> tuple[str, str]:
+    """The LLM's report in the question's language: asked once more, with an explicit instruction,
+    when it came back in the other one; when the second is no better, the one with more of the
+    question's language is kept, and the event log says which."""
+    wanted = question_language(ctx.question)
+    found = _language(body)
+    if found in (wanted, None):
+        return body, model
+    ctx.warn(
+        STAGE,
+        gettext_noop(
+            "The report came back in another language than the question's: asking the LLM once more, "
+            "in the question's language"
+        ),
+        args={},
+        data={"question_language": wanted, "report_language": found},
+    )
+    instruction = LANGUAGE_INSTRUCTION.format(language=language_of(ctx.question))
+    second, second_model = _write(ctx, documents, sources, excerpts, instruction=instruction)
+    if second_model and _language(second) in (wanted, None):
+        ctx.emit(STAGE, gettext_noop("The second answer is in the question's language: it is kept"), args={})
+        return second, second_model
+    if second_model and language_share(second, wanted) > language_share(body, wanted):
+        body, model = second, second_model
+    ctx.warn(
+        STAGE,
+        gettext_noop(
+            "The second answer is not in the question's language either: kept the one with more of it"
+        ),
+        args={},
+    )
+    return body, model
+
+
+def _language(body: str) -> str | None:
+    """The language of the report the model wrote, its own sources list left out."""
+    return report_language(SOURCES_HEADING.split(body)[0])
+
+
+# Asked with the sources after an answer in the wrong language (`in_question_language`).
+LANGUAGE_INSTRUCTION = (
+    "Важно: предыдущий вариант отчёта был написан не на том языке. Напиши весь отчёт — заголовки, "
+    "текст и выводы — на языке: {language}. Цитаты из источников переводи на этот язык или приводи "
+    "в кавычках; ссылки [n] сохрани."
+)
+
+
 def _nothing_to_write_from(ctx: RunContext) -> str:
     if not Hit.objects.filter(topic=ctx.topic).exists():
         return (
@@ -212,17 +282,22 @@ def _write(
     excerpts: dict[int, str],
     *,
     feedback: str = "",
+    instruction: str = "",
 ) -> tuple[str, str]:
     """The report's body and the model that wrote it ("" for the extractive engine). With
-    `feedback` (the citation check of an earlier answer) only the LLM is asked: no fallback."""
+    `feedback` (the citation check of an earlier answer) or an `instruction` (the language an
+    earlier answer missed) only the LLM is asked, not streamed: no fallback."""
+    again = bool(feedback or instruction)
     if ctx.llm_enabled:
         private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
         try:
             request = _request(ctx.question, documents, excerpts) + vision.context_block(ctx)
+            if instruction:
+                request += "\n\n" + instruction
             if feedback:
                 request += "\n\n" + data_block(feedback)
             prompt = load_prompt("answer")
-            body = async_to_sync(_ask_streamed)(ctx, prompt, request, private, streamed=not feedback)
+            body = async_to_sync(_ask_streamed)(ctx, prompt, request, private, streamed=not again)
         except LLMError as exc:
             ctx.warn(
                 STAGE,
@@ -232,7 +307,7 @@ def _write(
         else:
             if body.strip():
                 return body.strip(), ctx.model
-    if feedback:
+    if again:
         return "", ""
     return _extractive(ctx.topic, documents, sources, excerpts), ""
 

@@ -62,6 +62,54 @@ def is_russian(text: str) -> bool:
     return cyrillic > 0 and cyrillic >= _RUSSIAN_SHARE * (cyrillic + latin)
 
 
+# What a report quotes or links is not its own language: citations, URLs and Markdown links,
+# code, and text in quotation marks (a Russian report quoting an English abstract is Russian).
+_NOT_OWN_WORDS = re.compile(
+    r"```[\s\S]*?```|`[^`\n]*`|\]\([^)\s]*\)|https?://\S+|www\.\S+|\[\d{1,3}\]"
+    r"|«[^»\n]*»|“[^”\n]*”|„[^“”\n]*[“”]|\"[^\"\n]*\""
+)
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
+# Fewer letters than this say nothing about a language ("# CRISPR-Cas9").
+_MIN_LETTERS = 20
+
+
+def report_language(markdown: str) -> str | None:
+    """ "ru" or "en": the language a report is written in, by script; None when too little of it
+    is its own words to tell.
+
+    The report's headings are its own words and never quoted, so they decide when they have
+    enough letters: a Russian report may quote English abstracts sentence by sentence, name
+    English terms and cite English titles and URLs, and is still Russian. Without such headings
+    the rest decides, with quotations, links, citations and code left out. A Latin-script
+    language other than English counts as "en": Russian and English are told apart by script.
+    """
+    own = _NOT_OWN_WORDS.sub(" ", markdown or "")
+    headings = " ".join(_HEADING.findall(own))
+    for text in (headings, _HEADING.sub(" ", own)):
+        if _letters(text) >= _MIN_LETTERS:
+            return "ru" if is_russian(text) else "en"
+    return None
+
+
+def language_share(markdown: str, language: str) -> float:
+    """The share of the report's own letters (as `report_language` reads them) in `language`'s
+    script: which of two reports in the wrong language is less wrong."""
+    own = _NOT_OWN_WORDS.sub(" ", markdown or "")
+    cyrillic, latin = len(_CYRILLIC.findall(own)), len(_LATIN.findall(own))
+    if not cyrillic + latin:
+        return 0.0
+    return (cyrillic if language == "ru" else latin) / (cyrillic + latin)
+
+
+def question_language(question: str) -> str:
+    """ "ru" or "en", as `report_language` names them."""
+    return "ru" if is_russian(question) else "en"
+
+
+def _letters(text: str) -> int:
+    return len(_CYRILLIC.findall(text)) + len(_LATIN.findall(text))
+
+
 def language_of(text: str) -> str:
     """The language a reply to `text` is written in, named for a Russian prompt: the plan, the
     report and follow-ups answer in the question's language (the search queries stay Russian
