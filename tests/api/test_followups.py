@@ -35,7 +35,9 @@ def test_ask_then_list_the_answered_thread(alice: User, alice_api: ApiClient, se
     assert expand.status_code == 201 and expand.json()["kind"] == "expand"
 
 
-def test_bad_questions_and_limits(alice: User, alice_api: ApiClient, bob_api: ApiClient, settings: Any) -> None:
+def test_bad_questions_and_limits(
+    alice: User, alice_api: ApiClient, bob_api: ApiClient, settings: Any
+) -> None:
     settings.RESEARCH_FOLLOWUP_MAX_CHARS = 20
     settings.RESEARCH_MAX_FOLLOWUPS = 1
     topic = completed_topic(alice)

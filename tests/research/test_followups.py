@@ -154,11 +154,14 @@ def add_page(loopback: World) -> None:
     """A page the topic never found, which SearXNG returns for 'arcade' and the reader reads."""
     loopback.script.pages.append(NEW_PAGE)
     slug, title, _words, _score, text = NEW_PAGE
-    loopback.web.routes[("GET", f"/pages/{slug}")] = html_page(title, f"<article><h1>{title}</h1><p>{text}</p></article>")
+    article = f"<article><h1>{title}</h1><p>{text}</p></article>"
+    loopback.web.routes[("GET", f"/pages/{slug}")] = html_page(title, article)
     real = loopback.script.queries
 
     def queries(user: str) -> str:
-        return "ЗАПРОС: arcade minted history\nЗАПРОС: arcade history" if "arcade" in user.lower() else real(user)
+        if "arcade" in user.lower():
+            return "ЗАПРОС: arcade minted history\nЗАПРОС: arcade history"
+        return real(user)
 
     loopback.script.queries = queries  # type: ignore[method-assign]
     loopback.script.answer = first_sentences  # type: ignore[method-assign]
@@ -199,7 +202,8 @@ def test_a_question_the_sources_do_not_cover_is_searched_and_numbered_after_them
     card = alice_client.get(reverse("followup_citation_card", args=[topic.pk, followup.pk, index]))
     assert card.status_code == 200
     text = card.content.decode()
-    assert "Arcade token history" in text and "<mark>Arcade</mark> <mark>tokens</mark> were <mark>minted</mark>" in text
+    assert "Arcade token history" in text
+    assert "<mark>Arcade</mark> <mark>tokens</mark> were <mark>minted</mark>" in text
     # A later follow-up numbers after this one's sources; the deep-rounds table is not touched.
     assert followups.next_number(followups.numbered_sources(topic)) == count + len(new) + 1
 
@@ -291,7 +295,8 @@ def test_the_page_asks_and_refuses_with_the_text_kept(
     asked = alice_client.post(url, {"question": "Where is it used?"})
     followup = FollowUp.objects.get()
     assert asked.status_code == 302 and asked["Location"].endswith(f"#followup-{followup.pk}")
-    page = alice_client.get(reverse("topic_detail", args=[topic.pk]), HTTP_ACCEPT_LANGUAGE="ru").content.decode()
+    detail = reverse("topic_detail", args=[topic.pk])
+    page = alice_client.get(detail, HTTP_ACCEPT_LANGUAGE="ru").content.decode()
     assert "Where is it used?" in page and "Ждёт ответа" in page
 
 
