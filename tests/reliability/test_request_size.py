@@ -32,6 +32,7 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, in
         env = process_env(
             REQUEST_MAX_BYTES=str(SMALL),
             UPLOAD_MAX_REQUEST_BYTES=str(UPLOADS),
+            TOPIC_REQUEST_MAX_BYTES=str(SMALL),  # /api/topics: a question and maybe a picture
             TRUSTED_PROXIES="10.9.8.7",
         )
         with daphne(env) as address:
