@@ -70,6 +70,12 @@ def run(ctx: RunContext) -> None:
     documents = chosen + [d for d in diversity.final_documents(ctx) if d not in chosen]
     if not documents:
         raise StageError(_nothing_to_write_from(ctx))
+    write_report(ctx, documents)
+
+
+def write_report(ctx: RunContext, documents: list[Document]) -> None:
+    """The report from `documents`: the answer stage's choice, or the passages the local-RAG
+    branch took from the owner's documents (`local_rag.py`)."""
     ctx.emit(
         STAGE,
         gettext_noop("Writing the report from %(count)s sources"),

@@ -16,7 +16,7 @@ the search engine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from django.utils.translation import gettext_noop
 
 from research.event_text import english, phrase
 from research.models import Document, Hit, SubQuery, Topic
-from research.pipeline import route
+from research.pipeline import rerank, route
 from research.pipeline.context import RunContext, StageError
 from retrieval.models import Chunk, UploadedDocument
 from retrieval.search import Passage, hybrid_search
@@ -117,9 +117,12 @@ def search_documents(ctx: RunContext, stage: str) -> None:
     total = subqueries.count()
     done = total - len(pending)
     ctx.emit(stage, gettext_noop("Searching your documents"), args={}, done=done, total=total)
+    reorder = rerank.passage_reorderer(ctx, stage)
     for subquery in pending:
         ctx.check_cancelled()
-        found = find_passages(ctx.topic.owner, phrasings(subquery), route.period_of(ctx.topic))
+        found = find_passages(
+            ctx.topic.owner, phrasings(subquery), route.period_of(ctx.topic), reorder=reorder
+        )
         added = save_hits(ctx.topic, subquery, found)
         done += 1
         ctx.emit(
@@ -138,10 +141,26 @@ def phrasings(subquery: SubQuery) -> list[str]:
 
 
 def find_passages(
-    owner: Any, texts: list[str], published: tuple[date | None, date | None] | None = None
+    owner: Any,
+    texts: list[str],
+    published: tuple[date | None, date | None] | None = None,
+    *,
+    reorder: Callable[[str, list[Passage]], list[Passage]] | None = None,
 ) -> list[Passage]:
-    """`published`: the period the question asks about (route.period_of), or None."""
-    rankings = [hybrid_search(owner, text, k=PASSAGES_PER_PHRASING, published=published) for text in texts]
+    """`published`: the period the question asks about (route.period_of), or None. `reorder`
+    (the reranker, `rerank.passage_reorderer`) orders each phrasing's larger pool before it is
+    cut and fused; it returns the pool as it came when it cannot."""
+    if reorder is None:
+        rankings = [
+            hybrid_search(owner, text, k=PASSAGES_PER_PHRASING, published=published) for text in texts
+        ]
+    else:
+        rankings = [
+            reorder(text, hybrid_search(owner, text, k=rerank.PASSAGE_POOL, published=published))[
+                :PASSAGES_PER_PHRASING
+            ]
+            for text in texts
+        ]
     by_chunk = {passage.chunk_id: passage for ranking in rankings for passage in ranking}
     order = fuse_rankings([[passage.chunk_id for passage in ranking] for ranking in rankings])
     return [by_chunk[chunk_id] for chunk_id in order[:PASSAGES_PER_SUBQUERY]]

@@ -12,7 +12,7 @@ import re
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients import fetch, reader
@@ -74,8 +74,10 @@ def _web_documents(ctx: RunContext) -> QuerySet[Document]:
 def _candidates(ctx: RunContext) -> list[Hit]:
     """Every scored web hit of the topic, of every round, best first."""
     hits = Hit.objects.filter(topic=ctx.topic, source=Hit.Source.WEB, score__isnull=False)
+    # Equal scores (sums of five small integers, so common) go by the reranker's order, if any.
+    by_reranker = F("rerank_rank").asc(nulls_last=True)
     ordered = hits.select_related("document", "subquery").order_by(
-        "-score__total", "position", "normalized_url"
+        "-score__total", by_reranker, "position", "normalized_url"
     )
     return list(ordered)
 

@@ -58,6 +58,8 @@ def run(ctx: RunContext) -> bool:
         else _classify(ctx, period)
     )
     if not route.needs_search and _may_skip_search(topic, route):
+        if not looks_like_small_talk(topic.question) and _answered_from_documents(ctx, route, period):
+            return True
         markdown, model = _direct_answer(ctx)
         if markdown:
             _save_direct_answer(ctx, route, markdown, model)
@@ -75,6 +77,18 @@ def classify(ctx: RunContext) -> Route:
         return Route(Domain.GENERAL, False, False)
     today = timezone.localdate(ctx.topic.created_at)
     return _classify(ctx, timeparse.parse_period(ctx.question, today))
+
+
+def _answered_from_documents(ctx: RunContext, route: Route, period: timeparse.Period | None) -> bool:
+    """The seed's Local RAG branch (`local_rag.py`): True when the owner's documents answered."""
+    from research.pipeline import local_rag  # it imports private, which imports this module
+
+    published = (period.start, period.end) if period is not None else None
+    if not local_rag.run(ctx, published):
+        return False
+    ctx.topic.domain = route.domain
+    ctx.topic.save(update_fields=["domain", "updated_at"])
+    return True
 
 
 def answered_directly(topic: Topic) -> bool:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 
 from asgiref.sync import async_to_sync
+from django.db.models import F
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError, parse_json
 from research.models import CacheEntry, Hit, HitScore, Scores
-from research.pipeline import extractive
+from research.pipeline import extractive, rerank
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import default_scores, match_scores
@@ -23,8 +24,12 @@ BATCH_SIZE = 10
 
 
 def run(ctx: RunContext) -> None:
+    rerank.order_web_hits(ctx, STAGE)
     hits = Hit.objects.filter(topic=ctx.topic).select_related("subquery")
-    order = ("subquery__round", "subquery__position", "position", "normalized_url")
+    # The reranker's order first (when one is configured and answered), so a batch of ten holds
+    # hits of like quality; then the search engine's.
+    by_reranker = F("rerank_rank").asc(nulls_last=True)
+    order = ("subquery__round", "subquery__position", by_reranker, "position", "normalized_url")
     pending = list(hits.filter(score__isnull=True).order_by(*order))
     if not pending:
         return
