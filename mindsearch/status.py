@@ -202,6 +202,27 @@ async def check_reader(client: httpx.AsyncClient) -> Check:
     return Check(name, OK, f"{settings.JINA_READER_URL} ({keyed})")
 
 
+def check_reranker() -> Check:
+    """One tiny rerank request (two one-word documents), under the reranker's global limit."""
+    from mindsearch.clients import rerank
+
+    name = _("Reranker")
+    if not settings.RERANK_URL:
+        return Check(
+            name, OFF, _("Not configured"), _("Optional: set RERANK_URL and RERANK_MODEL to reorder results.")
+        )
+    if not settings.RERANK_MODEL:
+        summary = _("RERANK_URL is set but RERANK_MODEL is not: not used")
+        return Check(name, WARN, summary, settings.RERANK_URL)
+    try:
+        async_to_sync(rerank.rerank)("status", ["status", "check"])
+    except rerank.RerankError as exc:
+        detail = f"{settings.RERANK_URL}: {exc}. " + _("Results keep their original order.")
+        return Check(name, ERROR, _("Not working"), detail)
+    keyed = _("with API key") if settings.RERANK_API_KEY else _("without API key")
+    return Check(name, OK, settings.RERANK_MODEL, f"{settings.RERANK_URL} ({keyed})")
+
+
 async def check_channel_layer() -> Check:
     name = _("Live progress (channel layer)")
     layer = get_channel_layer()
@@ -264,6 +285,7 @@ def run_checks() -> list[Check]:
         from mcphub.status import check_sources  # imports this module's Check
 
         checks.append(check_sources())
+        checks.append(check_reranker())
         cache.set(key, checks, settings.STATUS_CACHE_SECONDS)
     return checks
 

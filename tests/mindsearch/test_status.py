@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from tests.support.fakes import FakeService, Response, openai_models, searxng_config
+from tests.support.fakes import FakeService, Fault, Response, openai_models, searxng_config
 
 
 @pytest.fixture(autouse=True)
@@ -123,3 +123,23 @@ def test_searxng_with_no_engine_enabled_is_a_warning(alice_client: Client, setti
         settings.SEARXNG_URL = fake.url
         html = row(alice_client.get("/status/").content.decode(), "SearXNG")
     assert "badge warn" in html and "No engine is enabled" in html
+
+
+def test_the_reranker_line(alice_client: Client, settings: Any) -> None:
+    from tests.support.rerank import rerank_settings, reranker
+
+    settings.RERANK_URL = ""
+    html = row(alice_client.get("/status/").content.decode(), "Reranker")
+    assert "Not configured" in html and "RERANK_URL" in html
+    with reranker("cohere", key="k") as fake:
+        for name, value in rerank_settings(fake, model="rerank-v3.5", key="k").items():
+            setattr(settings, name, value)
+        html = row(alice_client.get("/status/").content.decode(), "Reranker")
+        assert "badge ok" in html and "rerank-v3.5" in html and "with API key" in html
+        assert fake.requests[-1].json()["documents"] == ["status", "check"]  # asked for real
+        fake.inject(Fault(503, body={"message": "overloaded"}))
+        html = row(alice_client.get("/status/").content.decode(), "Reranker")
+        assert "badge error" in html and "HTTP 503: overloaded" in html and "original order" in html
+        settings.RERANK_MODEL = ""
+        html = row(alice_client.get("/status/").content.decode(), "Reranker")
+        assert "badge warn" in html and "RERANK_MODEL is not" in html
