@@ -3,6 +3,7 @@ websocket (which re-renders fragments as the run goes on)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
@@ -163,12 +164,29 @@ def followup_item(followup: FollowUp, source_count: int) -> dict[str, Any]:
     if followup.status == FollowUp.Status.COMPLETED:
         citations = followup_citations(followup)
         marks = citation_marks(followup.answer, source_count, citations)
-        item["html"] = render_markdown(followup.answer, source_count=source_count, citation_marks=marks)
+        body = demoted_headings(followup.answer)
+        item["html"] = render_markdown(body, source_count=source_count, citation_marks=marks)
         item["sources"] = [{**source, "passage_url": _passage_url(source)} for source in followup.sources]
         item["citation_counts"] = citecheck.counts(citations) if citations else None
     elif followup.is_pending and followup.draft.strip():
-        item["draft_html"] = render_markdown(SOURCES_HEADING.split(followup.draft)[0])
+        item["draft_html"] = render_markdown(demoted_headings(SOURCES_HEADING.split(followup.draft)[0]))
     return item
+
+
+HEADING = re.compile(r"^(\s{0,3})(#{1,6})(?=\s)")
+
+
+def demoted_headings(markdown: str) -> str:
+    """An answer in the thread sits under the thread's own heading: its headings go two levels
+    down (# becomes ###), so an answer written like a report does not shout over the page."""
+    lines, fenced = [], False
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            line = HEADING.sub(lambda m: m.group(1) + "#" * min(6, len(m.group(2)) + 2), line)
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def followup_citations(followup: FollowUp) -> list[Citation]:

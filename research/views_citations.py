@@ -114,7 +114,8 @@ def _card(
     if source is None:
         raise Http404("The report has no such source.")
     citation = checked(sentence_index, n)
-    document = Document.objects.filter(pk=source.get("document_id")).first()
+    document_id = source.get("document_id")
+    document = Document.objects.filter(pk=document_id).first() if document_id else None
     sentence = citation.sentence if citation else _sentence(body, sentence_index)
     raw = _passage(citation, source, document)
     passage = Truncator(" ".join(raw.split())).chars(PASSAGE_CHARS)

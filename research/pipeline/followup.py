@@ -213,8 +213,14 @@ def _answer_locked(followup_id: int, listeners: list[Listener] | None) -> None:
     topic = followup.topic
     followup.status, followup.error, followup.heartbeat_at = FollowUp.Status.RUNNING, "", timezone.now()
     followup.save(update_fields=["status", "error", "heartbeat_at"])
-    ctx = FollowUpContext.for_topic(topic, listeners)
-    ctx.followup_question = followup.question
+    base = RunContext.for_topic(topic, listeners)
+    ctx = FollowUpContext(
+        topic=topic,
+        llm_enabled=base.llm_enabled,
+        model=base.model,
+        listeners=base.listeners,
+        followup_question=followup.question,
+    )
     try:
         _answer(ctx, followup)
     except BaseException as exc:

@@ -188,8 +188,9 @@ def test_a_question_the_sources_do_not_cover_is_searched_and_numbered_after_them
     answer_pending(topic.pk)
     followup.refresh_from_db()
     assert followup.status == FollowUp.Status.COMPLETED, followup.error
-    assert followup.searched and followup.subquery.origin == SubQuery.Origin.FOLLOWUP
-    assert followup.subquery.search_queries.exists()
+    subquery = followup.subquery
+    assert followup.searched and subquery is not None and subquery.origin == SubQuery.Origin.FOLLOWUP
+    assert subquery.search_queries.exists()
     new = followup.sources
     assert new and new[0]["n"] == count + 1 and "Arcade token history" in new[0]["title"]
     assert f"[{count + 1}]" in followup.answer
