@@ -285,6 +285,9 @@ def run_checks() -> list[Check]:
         from mcphub.status import check_sources  # imports this module's Check
 
         checks.append(check_sources())
+        from mindsearch.status_services import service_checks  # imports this module's Check
+
+        checks.extend(async_to_sync(service_checks)())
         checks.append(check_reranker())
         cache.set(key, checks, settings.STATUS_CACHE_SECONDS)
     return checks
