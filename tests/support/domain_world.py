@@ -191,7 +191,8 @@ class SeedScript(ScriptedLLM):
         return (
             "# Weather\n\n## Introduction\n\n"
             f"Open-Meteo's forecast, fetched {fetched}, says {first[0]} will be {first[1]} [1]. "
-            f"Mixture of Tokens is unrelated [{numbers[-1]}].\n\n## Conclusion\n\nSee the forecast [1]."
+            f"Mixture of Tokens is unrelated [{numbers[-1]}].\n\n## Conclusion\n\n"
+            f"Open-Meteo gives {first[2]} on {first[0]} [1]."
         )
 
 
