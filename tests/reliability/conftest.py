@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import base64
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,6 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from mindsearch.models import ApiToken
-from research import images, workflow
 from research import images, workflow
 from research.models import (
     Document,
@@ -29,9 +27,6 @@ from research.models import (
     SummaryScore,
     Topic,
 )
-
-# A 1×1 PNG, the picture Alice's topic was asked with.
-PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 # A 1×1 PNG, the picture Alice's topic was asked with.
 PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -89,7 +84,6 @@ def _finished_topic(owner: User) -> Topic:
     SummaryScore.objects.create(summary=summary, **SCORES)
     sources = [{"n": 1, "title": SECRET, "url": url, "document_id": document.pk, "fetched_via": "reader"}]
     Report.objects.create(topic=topic, markdown=f"# {SECRET}\n\nFound [1].", sources=sources, model="m")
-    workflow.save_image(topic, images.prepare(base64.b64decode(PIXEL_PNG)))  # asked with a picture
     workflow.save_image(topic, images.prepare(base64.b64decode(PIXEL_PNG)))  # asked with a picture
     FollowUp.objects.create(
         topic=topic,

@@ -79,8 +79,6 @@ ACCESS = {
     "shared_citation_card": SHARED,  # a citation's preview on the shared report
     "topic_image": OWNED,  # the question's picture
     "shared_topic_image": SHARED,
-    "topic_image": OWNED,  # the question's picture
-    "shared_topic_image": SHARED,
     "followup_create": OWNED,
     "followup_citation_card": OWNED,
     "shared_followup_citation_card": SHARED,  # a follow-up's citation on the shared report
@@ -111,7 +109,6 @@ ACCESS = {
     "api:list_events": OWNED,
     "api:get_report": OWNED,
     "api:get_report_markdown": OWNED,
-    "api:get_topic_image": OWNED,
     "api:get_topic_image": OWNED,
     "api:list_followups": OWNED,
     "api:ask_followup": OWNED,
