@@ -40,6 +40,8 @@ STAGE_LABELS = {
     "years": _("Per-year search"),
     "deep": _("Deep rounds"),
     "citecheck": _("Citation check"),
+    "vision": _("Picture"),
+    "domain": _("Domain data"),
     "followup": _("Follow-up"),
 }
 

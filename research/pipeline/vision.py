@@ -14,6 +14,7 @@ saying so in its log. A failed description is a warning, never the end of the to
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -100,7 +101,7 @@ def describe(ctx: RunContext, image: TopicImage) -> dict:
         _record(ctx, prompt.version, cached, cache_hit=True)
         return parse_description(cached["text"])
     budget.check(ctx.owner_id)
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": prompt.text},
         {
             "role": "user",

@@ -45,7 +45,9 @@ def test_a_weather_report_cites_open_meteo_first_with_the_time_it_was_fetched(
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert topic.domain == Topic.Domain.WEATHER
     facts = Document.objects.get(topic=topic, fetched_via=Document.FetchedVia.DOMAIN)
-    fetched = re.search(r"fetched (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", facts.title).group(1)
+    fetched_match = re.search(r"fetched (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", facts.title)
+    assert fetched_match, facts.title
+    fetched = fetched_match.group(1)
     assert "Kazan, Tatarstan Republic, Russia" in facts.title
     first_day = re.search(r"^- 2026-11-24: ([a-z ]+); temperature (-?[\d.]+ °C) to", facts.text, re.M)
     assert first_day, facts.text
@@ -73,6 +75,7 @@ def test_fetched_data_is_cached_for_a_short_while(alice: User, seed: SeedWorld, 
     research(alice, "Will it rain in Kazan tomorrow? weather please")
     assert len(seed.weather.requests_to("/v1/forecast")) == 1
     entry = CacheEntry.objects.filter(kind=CacheEntry.Kind.DOMAIN_DATA).order_by("created_at").last()
+    assert entry is not None
     assert (entry.expires_at - entry.created_at).total_seconds() == pytest.approx(
         settings.DOMAIN_DATA_TTL_MINUTES * 60, abs=5
     )

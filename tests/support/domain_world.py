@@ -49,7 +49,7 @@ SCENES = {
 }
 
 # Open-Meteo's geocoding database: name → the fields its API returns.
-PLACES = {
+PLACES: dict[str, dict[str, Any]] = {
     "Kazan": {
         "id": 551487,
         "name": "Kazan",
@@ -120,12 +120,21 @@ def colour_of(data_url: str) -> str:
     if not match:
         raise ValueError("not a base64 data URL of an image")
     with Image.open(io.BytesIO(base64.b64decode(match.group(1)))) as image:
-        r, g, b = image.convert("RGB").resize((1, 1)).getpixel((0, 0))
+        pixel = image.convert("RGB").resize((1, 1)).getpixel((0, 0))
+    assert isinstance(pixel, tuple)
+    r, g, b = pixel[:3]
     if r > max(g, b) + 60:
         return "red"
     if b > max(r, g) + 60:
         return "blue"
     return "other"
+
+
+def found(pattern: str, text: str) -> str:
+    """The first group of `pattern` in a request, which the script relies on being there."""
+    match = re.search(pattern, text)
+    assert match, f"{pattern!r} is not in the request"
+    return match.group(1)
 
 
 def image_parts(messages: list[dict[str, Any]]) -> list[str]:
@@ -165,14 +174,14 @@ class SeedScript(ScriptedLLM):
 
     def plan(self, user: str) -> str:
         """Sub-queries made of the question as it was put (a real model would do as much)."""
-        question = re.search(r'Запрос: "(.*)"', user).group(1)
+        question = found(r'Запрос: "(.*)"', user)
         return (
             f"ПОДЗАПРОС: {question} — что это\nПОДЗАПРОС: {question} — история\n"
             "ПОДЗАПРОС: Mixture of Tokens улучшения"
         )
 
     def queries(self, user: str) -> str:
-        topic = re.search(r'Тема: "(.*)"', user).group(1)
+        topic = found(r'Тема: "(.*)"', user)
         if "Mixture" in topic:
             return super().queries(user)
         return f"ЗАПРОС: {topic}\nЗАПРОС: {topic} mixture tokens\nЗАПРОС: {topic} en\nЗАПРОС: {topic} wiki"
@@ -181,7 +190,7 @@ class SeedScript(ScriptedLLM):
         if "pre-context" not in user:
             return super().answer(user)
         numbers = re.findall(r"^\[(\d+)\] ", user, re.M)
-        fetched = re.search(r"(?:fetched|получены) (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", user).group(1)
+        fetched = found(r"(?:fetched|получены) (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", user)
         days = re.findall(
             r"^- (\d{4}-\d\d-\d\d): ([^;]+); (?:temperature|температура) (?:от )?([^;]+?)(?:;| to)",
             user,
@@ -290,6 +299,7 @@ def forecast(request: Request) -> Response:
 
 @dataclass
 class SeedWorld(World):
+    script: SeedScript
     geocoder: FakeService = None  # type: ignore[assignment]
     weather: FakeService = None  # type: ignore[assignment]
 
