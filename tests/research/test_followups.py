@@ -348,3 +348,43 @@ def test_the_archive_round_trip_keeps_the_thread_and_refuses_a_forged_one(alice:
     with pytest.raises(ArchiveError):
         archive.import_topic(pending, bob)
     assert Topic.objects.filter(owner=bob).count() == 1  # nothing of the refused ones saved
+
+
+# --- The websocket ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True, databases=["default", "channels_postgres"])
+async def test_the_socket_sends_the_follow_up_as_it_grows_then_the_answered_thread(alice: User) -> None:
+    from channels.db import database_sync_to_async
+    from channels.testing import WebsocketCommunicator
+
+    from tests.research.test_live_report import application, receive_all
+
+    topic = await database_sync_to_async(completed_topic)(alice)
+    followup = await database_sync_to_async(workflow.ask_followup)(topic, question="Where is it used?")
+    comm = WebsocketCommunicator(application, f"/ws/topics/{topic.pk}/")
+    comm.scope["user"] = alice
+    comm.scope["cookies"] = {}
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"since": 0})
+    await receive_all(comm)
+    await database_sync_to_async(FollowUp.objects.filter(pk=followup.pk).update)(status="running")
+    text = "It is used <script>alert(1)</script> in"
+    await database_sync_to_async(progress.save_followup_draft)(topic.pk, followup.pk, text)
+    grown = await receive_all(comm)
+    assert f'id="followup-{followup.pk}" hx-swap-oob="true"' in grown
+    assert "It is used" in grown and "<script" not in grown  # sanitised like the report
+    await database_sync_to_async(FollowUp.objects.filter(pk=followup.pk).update)(
+        status="completed", answer="It is used in pretraining [2].", draft=""
+    )
+    message = "Follow-up %(number)s answered"
+    await database_sync_to_async(progress.record_event)(topic, followups.STAGE, message, args={"number": 1})
+    answered = await receive_all(comm)
+    assert 'id="thread" hx-swap-oob="true"' in answered and 'href="#source-2"' in answered
+    await comm.disconnect()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
