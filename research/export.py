@@ -52,19 +52,28 @@ def report_markdown(topic: Topic) -> str:
 def thread_markdown(topic: Topic) -> str:
     """The answered follow-ups after the report, each with the sources it added (numbered after
     the report's, so every [n] of the file means one source); "" without any."""
-    from research.pipeline.answer import sources_section
+    from research.presenters import demoted_headings
 
     answered = topic.followups.filter(status=FollowUp.Status.COMPLETED).order_by("position")
     parts = []
     for followup in answered:
-        part = f"### {followup.position}. {_one_line(followup.question)}\n\n{followup.answer.strip()}\n"
+        answer = demoted_headings(followup.answer.strip())
+        part = f"### {followup.position}. {_one_line(followup.question)}\n\n{answer}\n"
         if followup.sources:
-            listed = sources_section(topic.question, followup.sources).split("\n\n", 1)[1]
+            # Bullets that carry their numbers: a numbered list would restart at 1 in a DOCX.
+            listed = "\n".join(f"- \\[{s['n']}\\] {_source_line(s)}" for s in followup.sources)
             part += f"\n{_('New sources')}:\n\n{listed}\n"
         parts.append(part)
     if not parts:
         return ""
     return f"\n## {_('Follow-up questions')}\n\n" + "\n".join(parts)
+
+
+def _source_line(source: dict) -> str:
+    from research.pipeline.answer import _escape, _plain
+
+    title = source.get("title") or source.get("url") or ""
+    return f"[{_escape(title)}]({source['url']})" if source.get("url") else _plain(title)
 
 
 def _one_line(text: str) -> str:

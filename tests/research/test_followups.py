@@ -318,13 +318,17 @@ def test_the_share_link_shows_the_answered_thread_read_only(alice: User) -> None
 def test_markdown_and_docx_exports_carry_the_thread(alice: User) -> None:
     topic = completed_topic(alice)
     followup = answered(topic)
+    new = {"n": 3, "title": "Arcade history", "url": "https://example.org/arcade", "document_id": None}
+    FollowUp.objects.filter(pk=followup.pk).update(sources=[new])
     markdown = export.report_markdown(topic)
     assert "## Follow-up questions" in markdown
     assert f"### 1. {followup.question}" in markdown and followup.answer.strip() in markdown
+    assert "- \\[3\\] [Arcade history](https://example.org/arcade)" in markdown
     docx = export.report_docx(topic)
     with zipfile.ZipFile(io.BytesIO(docx)) as document:
         xml = document.read("word/document.xml").decode()
-    assert followup.question in xml
+    # The new source keeps its number in the document (a numbered list would restart at 1).
+    assert followup.question in xml and "[3] " in xml and "Arcade history" in xml
 
 
 def test_the_archive_round_trip_keeps_the_thread_and_refuses_a_forged_one(alice: User, bob: User) -> None:
