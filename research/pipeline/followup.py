@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -395,14 +396,21 @@ def _search(ctx: FollowUpContext, followup: FollowUp, numbered: set[int]) -> lis
             args={"error": str(exc)},
             data={"followup": followup.pk},
         )
-    documents = (
+    # Pages this search found first; then others it read (the read stage fills its budget with
+    # the topic's best unread pages), if their summaries scored as relevant to the question.
+    read = (
         Document.objects.filter(topic=topic, summary__score__isnull=False)
         .filter(Q(hit__subquery=subquery) | Q(round=subquery.round))
+        .filter(summary__score__total__gte=settings.RESEARCH_MIN_SCORE)
         .exclude(pk__in=numbered)
         .select_related("hit__subquery", "summary__score")
         .order_by("-summary__score__total", "url", "title")
     )
-    return list(documents[:MAX_NEW_SOURCES])
+
+    def elsewhere(document: Document) -> bool:
+        return document.hit is None or document.hit.subquery_id != subquery.pk
+
+    return sorted(read, key=elsewhere)[:MAX_NEW_SOURCES]
 
 
 # --- Writing -------------------------------------------------------------------------------------
