@@ -392,3 +392,17 @@ async def test_the_socket_sends_the_follow_up_as_it_grows_then_the_answered_thre
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_the_progress_and_event_log_fold_once_the_report_is_ready(alice: User, alice_client: Client) -> None:
+    running = Topic.objects.create(owner=alice, question="Still running", status=Topic.Status.RUNNING)
+    page = alice_client.get(reverse("topic_detail", args=[running.pk])).content.decode()
+    assert '<details class="work-panel" id="work-progress" open>' in page
+    assert (
+        '<section class="card thread" id="thread" hx-swap-oob="true" aria-labelledby="thread-title" hidden>'
+        in page
+    )
+    done = completed_topic(alice)
+    page = alice_client.get(reverse("topic_detail", args=[done.pk])).content.decode()
+    assert '<details class="work-panel" id="work-progress">' in page  # folded: the report leads
+    assert page.index('id="report"') < page.index('id="thread"') < page.index('id="progress"')
