@@ -40,6 +40,7 @@ def test_a_follow_up_is_answered_in_the_thread_with_a_citation_preview(
     thread = page.locator("#thread")
     expect(thread.get_by_role("heading", name="Follow-up questions")).to_be_visible()
     expect(page.locator("#report button.expand-section")).to_have_count(2)  # one per section heading
+    shot(page, artifacts, "followup-ask")
     page.get_by_label("Ask a follow-up").fill("Where is Mixture of Tokens used?")
     page.get_by_role("button", name="Ask", exact=True).click()
     item = thread.locator("li.followup").first
