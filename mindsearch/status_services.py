@@ -13,7 +13,7 @@ import httpx
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from mindsearch.clients import llm, openmeteo
+from mindsearch.clients import llm, nominatim, openmeteo
 from mindsearch.status import ERROR, OFF, OK, WARN, Check
 
 
@@ -74,6 +74,25 @@ async def check_open_meteo() -> Check:
     return Check(name, OK, limit, f"{settings.OPEN_METEO_URL} · {settings.OPEN_METEO_GEOCODING_URL}")
 
 
+async def check_nominatim() -> Check:
+    name = _("Place data (OpenStreetMap Nominatim)")
+    if not nominatim.is_configured():
+        return Check(
+            name,
+            OFF,
+            _("Not configured"),
+            _("Set NOMINATIM_URL; questions about places use the web alone until then."),
+        )
+    try:
+        place = await nominatim.search("Berlin", language="en", user=None)
+    except nominatim.NominatimError as exc:
+        return Check(name, ERROR, _("Not working"), str(exc))
+    if place is None:
+        return Check(name, WARN, _("The search found no Berlin"), settings.NOMINATIM_URL)
+    limit = _("%(limit)g requests a second") % {"limit": settings.LIMIT_NOMINATIM_RPS}
+    return Check(name, OK, limit, settings.NOMINATIM_URL)
+
+
 async def service_checks() -> list[Check]:
     async with httpx.AsyncClient(timeout=httpx.Timeout(settings.STATUS_CHECK_TIMEOUT)) as client:
-        return [await check_vision(client), await check_open_meteo()]
+        return [await check_vision(client), await check_open_meteo(), await check_nominatim()]

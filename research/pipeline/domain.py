@@ -22,7 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients import openmeteo
+from mindsearch.clients import nominatim, openmeteo
 from research.event_text import choice_phrase
 from research.models import CacheEntry, Document, Topic
 from research.pipeline import cache as result_cache
@@ -31,13 +31,15 @@ from research.pipeline.context import RunContext
 STAGE = "domain"
 Domain = Topic.Domain
 # Domains whose answers are live data; those without a provider here say so in the log.
-LIVE = (Domain.WEATHER, Domain.FINANCE, Domain.SPORTS, Domain.TRANSPORTATION)
-PROVIDER_NAMES = {Domain.WEATHER: "Open-Meteo"}
+LIVE = (Domain.WEATHER, Domain.LOCATION, Domain.FINANCE, Domain.SPORTS, Domain.TRANSPORTATION)
 
 
 def run(ctx: RunContext) -> None:
     topic = ctx.topic
     if topic.domain not in LIVE or _done(topic):
+        return
+    if topic.domain == Domain.LOCATION:
+        _location(ctx)
         return
     if topic.domain != Domain.WEATHER:
         ctx.emit(
@@ -70,6 +72,117 @@ def _done(topic: Topic) -> bool:
 
 def domain_documents(topic: Topic) -> list[Document]:
     return list(topic.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).order_by("id"))
+
+
+# --- places ---------------------------------------------------------------------------------------
+
+
+def _location(ctx: RunContext) -> None:
+    topic = ctx.topic
+    if not nominatim.is_configured():
+        ctx.warn(
+            STAGE,
+            gettext_noop(
+                "Place data is not configured (NOMINATIM_URL is empty): the topic goes on with the web alone."
+            ),
+            args={},
+        )
+        return
+    language = topic.language if topic.language in ("ru", "en") else "en"
+    ctx.emit(STAGE, gettext_noop("Looking the place up in OpenStreetMap"), args={}, done=0, total=1)
+    place: dict[str, Any] | None = None
+    try:
+        for candidate in place_candidates(topic.question, ctx.image_labels):
+            found = _cached(
+                ctx,
+                ("nominatim", settings.NOMINATIM_URL, candidate.lower(), language),
+                lambda name=candidate: {
+                    "place": async_to_sync(nominatim.search)(name, language=language, user=ctx.owner_id),
+                    "url": nominatim.search_url(name, language),
+                },
+            )
+            if found.get("place"):
+                place, url, fetched_at = (
+                    found["place"],
+                    found["url"],
+                    datetime.fromisoformat(found["_fetched_at"]),
+                )
+                break
+    except nominatim.NominatimError as exc:
+        ctx.warn(
+            STAGE,
+            gettext_noop("OpenStreetMap Nominatim failed (%(error)s): the topic goes on with the web alone."),
+            args={"error": str(exc)},
+        )
+        return
+    if place is None:
+        ctx.warn(
+            STAGE,
+            gettext_noop(
+                "OpenStreetMap knows no place named in the question: the topic goes on with the web alone."
+            ),
+            args={},
+        )
+        return
+    name = str(place.get("name") or place.get("display_name") or "?")
+    when = f"{fetched_at:%Y-%m-%d %H:%M} UTC"
+    title = (
+        f"OpenStreetMap: {name} (данные получены {when})"
+        if language == "ru"
+        else f"OpenStreetMap: {name} (fetched {when})"
+    )
+    document = Document.objects.create(
+        topic=topic,
+        title=title,
+        url=url,
+        text=place_markdown(place, fetched_at, language),
+        fetched_via=Document.FetchedVia.DOMAIN,
+    )
+    ctx.emit(
+        STAGE,
+        gettext_noop("%(place)s from OpenStreetMap, fetched %(time)s"),
+        args={"place": str(place.get("display_name") or name), "time": when},
+        done=1,
+        total=1,
+        data={"document_id": document.pk, "provider": "nominatim", "fetched_at": fetched_at.isoformat()},
+    )
+
+
+PLACE_TAGS = {
+    "opening_hours": ("Часы работы", "Opening hours"),
+    "website": ("Сайт", "Website"),
+    "phone": ("Телефон", "Phone"),
+    "wheelchair": ("Доступ для колясок", "Wheelchair access"),
+    "wikipedia": ("Википедия", "Wikipedia"),
+}
+
+
+def place_markdown(place: dict[str, Any], fetched_at: datetime, language: str) -> str:
+    """What OpenStreetMap knows of a place, as short lines of facts."""
+    ru = language == "ru"
+    when = f"{fetched_at:%Y-%m-%d %H:%M} UTC"
+    kind = f"{place.get('category') or place.get('class') or ''}/{place.get('type') or ''}".strip("/")
+    lines = [
+        f"# {place.get('display_name') or place.get('name')}",
+        "",
+        (
+            f"Источник: OpenStreetMap Nominatim (данные © участники OpenStreetMap, ODbL 1.0), "
+            f"получены {when}."
+            if ru
+            else f"Source: OpenStreetMap Nominatim (data © OpenStreetMap contributors, ODbL 1.0), "
+            f"fetched {when}."
+        ),
+        "",
+        f"- {'Адрес' if ru else 'Address'}: {place.get('display_name', '—')}",
+        f"- {'Координаты' if ru else 'Coordinates'}: {float(place['lat']):.5f}, {float(place['lon']):.5f}",
+    ]
+    if kind:
+        lines.append(f"- {'Тип объекта' if ru else 'Kind of place'}: {kind}")
+    tags = place.get("extratags") or {}
+    for tag, names in PLACE_TAGS.items():
+        if tags.get(tag):
+            lines.append(f"- {names[0] if ru else names[1]}: {tags[tag]}")
+    return "\n".join(lines) + "\n"
 
 
 # --- weather --------------------------------------------------------------------------------------

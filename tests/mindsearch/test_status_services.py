@@ -15,6 +15,7 @@ from tests.support.fakes import Fault, openai_models
 
 VISION = "Vision model (questions with a picture)"
 WEATHER = "Weather data (Open-Meteo)"
+PLACES = "Place data (OpenStreetMap Nominatim)"
 
 
 @pytest.fixture
@@ -34,6 +35,8 @@ def test_unconfigured_vision_and_weather_say_so(alice_client: Client, seed: Seed
     assert "Not configured" in row(html, VISION) and "VISION_MODEL" in row(html, VISION)
     assert "Not configured" in row(html, WEATHER) and "OPEN_METEO_URL" in row(html, WEATHER)
     assert not seed.weather.requests
+    settings.NOMINATIM_URL = ""
+    assert "NOMINATIM_URL" in row(alice_client.get("/status/").content.decode(), PLACES)
 
 
 def test_working_vision_model_and_open_meteo(alice_client: Client, seed: SeedWorld) -> None:
@@ -42,6 +45,7 @@ def test_working_vision_model_and_open_meteo(alice_client: Client, seed: SeedWor
     weather = row(html, WEATHER)
     assert seed.weather.url in weather and "requests a minute" in weather
     assert seed.geocoder.requests_to("/v1/search") and seed.weather.requests_to("/v1/forecast")
+    assert 'class="badge ok"' in row(html, PLACES) and seed.osm.url in row(html, PLACES)
 
 
 def test_an_unlisted_vision_model_and_a_failing_open_meteo_are_shown(
@@ -52,3 +56,6 @@ def test_an_unlisted_vision_model_and_a_failing_open_meteo_are_shown(
     html = alice_client.get("/status/").content.decode()
     assert "gpt-nothing is not listed" in row(html, VISION)
     assert "Not working" in row(html, WEATHER) and "Latitude must be in range" in row(html, WEATHER)
+    seed.osm.inject(Fault(status=403, body="<html>Access blocked</html>"))
+    settings.VISION_MODEL = ""
+    assert "HTTP 403" in row(alice_client.get("/status/").content.decode(), PLACES)

@@ -148,3 +148,36 @@ def test_the_place_can_come_from_the_picture(alice: User, seed: SeedWorld) -> No
     plan_topic(topic.pk)
     facts = Document.objects.get(topic=topic, fetched_via=Document.FetchedVia.DOMAIN)
     assert "Paris" in facts.title  # the vision model's "Eiffel Tower, Paris"
+
+
+# --- places: OpenStreetMap Nominatim ----------------------------------------------------------------
+
+PLACE = "Where is the Hermitage and how do I get there from the station?"
+
+
+def test_a_place_question_cites_openstreetmap_first(alice: User, seed: SeedWorld) -> None:
+    topic = research(alice, PLACE)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert topic.domain == Topic.Domain.LOCATION
+    facts = Document.objects.get(topic=topic, fetched_via=Document.FetchedVia.DOMAIN)
+    assert facts.title.startswith("OpenStreetMap: State Hermitage Museum (fetched ")
+    assert "Opening hours: Tu,Th,Sa,Su 10:30-18:00" in facts.text and "59.93982, 30.31461" in facts.text
+    asked = seed.osm.requests_to("/search")
+    assert asked and asked[0].param("format") == "jsonv2"
+    assert asked[0].headers["user-agent"].startswith("MindSearch/")  # the policy: name the application
+    report = Report.objects.get(topic=topic)
+    assert report.sources[0]["document_id"] == facts.pk
+
+
+def test_a_blocked_or_unconfigured_nominatim_leaves_the_web_alone(
+    alice: User, seed: SeedWorld, settings: Any
+) -> None:
+    seed.osm.inject(Fault(status=403, body="<html><body><h1>Access blocked</h1></body></html>"))
+    topic = research(alice, PLACE)
+    warning = RunEvent.objects.get(topic=topic, stage="domain", level=RunEvent.Level.WARNING)
+    assert "HTTP 403" in warning.message and "web alone" in warning.message
+    assert topic.status == Topic.Status.COMPLETED
+    settings.NOMINATIM_URL = ""
+    topic = research(alice, PLACE + " Please.")
+    line = RunEvent.objects.get(topic=topic, stage="domain")
+    assert "NOMINATIM_URL" in line.message

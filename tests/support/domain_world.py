@@ -170,7 +170,9 @@ class SeedScript(ScriptedLLM):
 
     def route(self, user: str) -> str:
         weather = re.search(r"weather|погод", user, re.I)
-        return json.dumps({"domain": "weather" if weather else "general", "needs_search": True})
+        place = re.search(r"where is|где находится|how do i get", user, re.I)
+        domain = "weather" if weather else "location" if place else "general"
+        return json.dumps({"domain": domain, "needs_search": True})
 
     def plan(self, user: str) -> str:
         """Sub-queries made of the question as it was put (a real model would do as much)."""
@@ -225,6 +227,70 @@ def _refuse_images_for_text_models(script: SeedScript) -> Any:
         return chat(request)
 
     return route
+
+
+# OpenStreetMap objects the Nominatim stand-in knows (jsonv2, with address details and extra tags).
+OSM = [
+    {
+        "place_id": 167540853,
+        "licence": "Data © OpenStreetMap contributors, ODbL 1.0. http://osm.org/copyright",
+        "osm_type": "way",
+        "osm_id": 24561755,
+        "lat": "59.9398167",
+        "lon": "30.3146079",
+        "category": "tourism",
+        "type": "museum",
+        "place_rank": 30,
+        "importance": 0.6574,
+        "addresstype": "tourism",
+        "name": "State Hermitage Museum",
+        "display_name": (
+            "State Hermitage Museum, 34, Dvortsovaya Embankment, Saint Petersburg, 190000, Russia"
+        ),
+        "address": {"tourism": "State Hermitage Museum", "city": "Saint Petersburg", "country": "Russia"},
+        "extratags": {
+            "opening_hours": "Tu,Th,Sa,Su 10:30-18:00; We,Fr 10:30-21:00",
+            "website": "https://www.hermitagemuseum.org/",
+            "wheelchair": "yes",
+        },
+        "boundingbox": ["59.9387", "59.9411", "30.3119", "30.3170"],
+        "names": ["hermitage", "эрмитаж"],
+    },
+    {
+        "place_id": 159066416,
+        "licence": "Data © OpenStreetMap contributors, ODbL 1.0. http://osm.org/copyright",
+        "osm_type": "relation",
+        "osm_id": 62422,
+        "lat": "52.5173885",
+        "lon": "13.3951309",
+        "category": "boundary",
+        "type": "administrative",
+        "place_rank": 8,
+        "importance": 0.8875,
+        "addresstype": "city",
+        "name": "Berlin",
+        "display_name": "Berlin, Germany",
+        "address": {"city": "Berlin", "country": "Germany"},
+        "extratags": {"wikipedia": "de:Berlin"},
+        "boundingbox": ["52.3382", "52.6755", "13.0883", "13.7611"],
+        "names": ["berlin"],
+    },
+]
+
+
+def nominatim_search(request: Request) -> Response:
+    agent = request.headers.get("user-agent", "")
+    if not agent or agent.startswith(("python-", "Python-urllib", "curl/")):
+        # The public instance blocks stock library User-Agents (its usage policy).
+        return Response(
+            403, "<html><body><h1>Access blocked</h1></body></html>", {"Content-Type": "text/html"}
+        )
+    if request.param("format") != "jsonv2":
+        return Response(400, "<html>format must be one of xml, json, jsonv2, geojson, geocodejson</html>")
+    query = request.param("q").lower()
+    found = [place for place in OSM if any(name in query for name in place["names"])]
+    limit = int(request.param("limit", "10"))
+    return Response(200, [{k: v for k, v in place.items() if k != "names"} for place in found[:limit]])
 
 
 def _open_meteo_error(reason: str) -> Response:
@@ -302,6 +368,7 @@ class SeedWorld(World):
     script: SeedScript
     geocoder: FakeService = None  # type: ignore[assignment]
     weather: FakeService = None  # type: ignore[assignment]
+    osm: FakeService = None  # type: ignore[assignment]
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -310,6 +377,8 @@ class SeedWorld(World):
             "OPEN_METEO_URL": self.weather.url,
             "OPEN_METEO_GEOCODING_URL": self.geocoder.url,
             "LIMIT_OPEN_METEO_RPM": 0,
+            "NOMINATIM_URL": self.osm.url,
+            "LIMIT_NOMINATIM_RPS": 0,
         }
 
 
@@ -332,8 +401,16 @@ def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
         read = stack.enter_context(FakeService(fallback=reader(readable)))
         geocoder = stack.enter_context(FakeService({("GET", "/v1/search"): geocoding}))
         weather = stack.enter_context(FakeService({("GET", "/v1/forecast"): forecast}))
+        osm = stack.enter_context(FakeService({("GET", "/search"): nominatim_search}))
         yield SeedWorld(
-            llm=llm, searxng=searxng, reader=read, web=web, script=script, geocoder=geocoder, weather=weather
+            llm=llm,
+            searxng=searxng,
+            reader=read,
+            web=web,
+            script=script,
+            geocoder=geocoder,
+            weather=weather,
+            osm=osm,
         )
 
 

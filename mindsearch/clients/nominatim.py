@@ -1,0 +1,97 @@
+"""OpenStreetMap Nominatim: a place's name to what OSM knows of it (address, coordinates, type,
+opening hours, website). Every request waits for its turn under `LIMIT_NOMINATIM_RPS` (the
+public instance's usage policy: at most one a second) and names the application in its
+User-Agent — the public instance answers a library's stock User-Agent with HTTP 403.
+
+Its ways of failing, repeated by the stand-in in `tests/support/domain_world.py`: nothing found
+is an empty JSON array; a blocked client is HTTP 403 with an HTML page; too many requests is
+HTTP 429. A timeout, a dropped connection, a 5xx or a 429 is tried once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+from django.conf import settings
+
+from mindsearch.clients import ratelimit
+
+SERVICE = "nominatim"
+TIMEOUT_SECONDS = 15.0
+ATTEMPTS = 2
+RETRY_PAUSE_SECONDS = 1.0
+USER_AGENT = "MindSearch/1.0 (self-hosted research workspace; domain data before the web)"
+
+
+class NominatimError(Exception):
+    """Nominatim could not answer; the message is shown in the topic's log."""
+
+
+class _Retryable(NominatimError):
+    pass
+
+
+def is_configured() -> bool:
+    return bool(settings.NOMINATIM_URL)
+
+
+def search_url(query: str, language: str) -> str:
+    params = {
+        "q": query,
+        "format": "jsonv2",
+        "limit": 1,
+        "addressdetails": 1,
+        "extratags": 1,
+        "accept-language": language,
+    }
+    return f"{settings.NOMINATIM_URL.rstrip('/')}/search?{urlencode(params)}"
+
+
+async def search(query: str, *, language: str, user: int | None) -> dict[str, Any] | None:
+    """The best match for `query` (Nominatim's jsonv2 object), or None when nothing matches."""
+    if len(query.strip()) < 2:
+        return None
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            places = await _get_once(search_url(query.strip(), language), user)
+            break
+        except _Retryable as failure:
+            if attempt == ATTEMPTS:
+                raise NominatimError(f"{failure} (gave up after {attempt} attempts)") from failure
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
+    if not places:
+        return None
+    first = places[0]
+    try:
+        float(first["lat"]), float(first["lon"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NominatimError("Nominatim's answer has no coordinates") from exc
+    return first
+
+
+async def _get_once(url: str, user: int | None) -> list[dict[str, Any]]:
+    await ratelimit.acquire(SERVICE, settings.LIMIT_NOMINATIM_RPS, 1.0, user=user)
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
+            response = await client.get(url, headers=headers)
+    except httpx.TimeoutException:
+        raise _Retryable(f"Nominatim did not answer within {TIMEOUT_SECONDS:g} s") from None
+    except httpx.HTTPError as exc:
+        raise _Retryable(f"Nominatim is not reachable: {exc}") from exc
+    if response.status_code == 429 or response.status_code >= 500:
+        raise _Retryable(f"Nominatim answered HTTP {response.status_code}")
+    if response.status_code == 403:
+        raise NominatimError("Nominatim refused this server (HTTP 403: blocked by its usage policy)")
+    if response.status_code != 200:
+        raise NominatimError(f"Nominatim refused the request (HTTP {response.status_code})")
+    try:
+        body = response.json()
+    except ValueError:
+        raise NominatimError("Nominatim answered, but not with JSON") from None
+    if not isinstance(body, list):
+        raise NominatimError("Nominatim answered, but not with a list of places")
+    return [place for place in body if isinstance(place, dict)]
