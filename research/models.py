@@ -1,6 +1,6 @@
 """Research data: a topic and every row its run produces, plus the shared cache.
 
-The rows are the hand-off between pipeline stages (see DESIGN.md, "Pipeline"): each stage
+The rows are the hand-off between pipeline stages (docs/ARCHITECTURE.md, "The life of a topic"): each stage
 reads the rows of the one before and writes its own, so a re-queued run resumes from them.
 """
 

@@ -12,7 +12,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The settings web and worker must both receive (DESIGN.md, "Configuration").
+# The settings web and worker must both receive (README, "Scale out with docker-compose").
 APP_SETTINGS = {
     "AITUNNEL_API_KEY",
     "AITUNNEL_MODEL",

@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, F, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -63,11 +62,6 @@ def put(
 
 def purge_expired() -> int:
     deleted, _ = CacheEntry.objects.expired().delete()
-    return deleted
-
-
-def forget_owner(owner: AbstractBaseUser) -> int:
-    deleted, _ = CacheEntry.objects.filter(owner=owner).delete()
     return deleted
 
 

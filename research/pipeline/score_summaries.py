@@ -1,4 +1,5 @@
-"""Stage 7: summaries are scored on the same five criteria; the best five go to the answer."""
+"""Stage 7: summaries are scored on the same five criteria; the answer stage picks its sources
+by these scores (research/pipeline/diversity.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from research.pipeline.context import RunContext, db
 from research.pipeline.score_hits import BATCH_SIZE, score_batch
 
 STAGE = "score_summaries"
-TOP_N = 5
 
 
 def run(ctx: RunContext) -> None:
@@ -33,14 +33,6 @@ def run(ctx: RunContext) -> None:
         total=total,
     )
     async_to_sync(_score_all)(ctx, _batches(pending), total, total - len(pending))
-
-
-def best_documents(ctx: RunContext, limit: int = TOP_N) -> list[Document]:
-    ranked = Document.objects.filter(topic=ctx.topic, summary__score__isnull=False)
-    # Ties are broken by content, not by id: ids follow the order in which concurrent reads
-    # finished, and a repeated topic must send the answer stage the very same request.
-    order = ("-summary__score__total", "-hit__score__total", "url", "title")
-    return list(ranked.select_related("hit", "summary__score").order_by(*order)[:limit])
 
 
 def _direction(summary: Summary) -> str:
