@@ -284,6 +284,10 @@ def _copy_with_plan(topic: Topic) -> Topic:
         SubQuery(topic=copy, position=sq.position, text=sq.text, origin=sq.origin)
         for sq in topic.subqueries.filter(round=1)
     )
+    image = TopicImage.objects.filter(topic=topic).first()
+    if image is not None:  # asked again with the same picture, as it was described
+        image.pk, image.topic, image._state.adding = None, copy, True
+        image.save()
     tasks.enqueue_run(copy)
     return copy
 

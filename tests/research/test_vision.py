@@ -139,6 +139,22 @@ def test_the_same_picture_again_is_described_from_the_cache(alice: User, seed: S
     assert LLMCall.objects.get(topic=again, stage="vision").cache_hit
 
 
+def test_researching_again_keeps_the_picture_and_its_labels(alice: User, seed: SeedWorld) -> None:
+    topic = start(alice, picture(RED), auto_approve=True)
+    plan_topic(topic.pk)
+    run_topic(topic.pk)
+    copy = workflow.rerun_topic(Topic.objects.get(pk=topic.pk))
+    run_topic(copy.pk)
+    copy.refresh_from_db()
+    assert copy.status == Topic.Status.COMPLETED, copy.error
+    image = TopicImage.objects.get(topic=copy)
+    assert image.labels[0] == "Eiffel Tower" and bytes(image.data) == bytes(
+        TopicImage.objects.get(topic=topic).data
+    )
+    assert seed.script.calls["vision"] == 1  # described once, for the first topic
+    assert TopicImage.objects.filter(topic=topic).exists()
+
+
 def test_another_users_identical_picture_is_not_served_from_her_cache(
     alice: User, bob: User, seed: SeedWorld
 ) -> None:
