@@ -406,3 +406,27 @@ def test_the_progress_and_event_log_fold_once_the_report_is_ready(alice: User, a
     page = alice_client.get(reverse("topic_detail", args=[done.pk])).content.decode()
     assert '<details class="work-panel" id="work-progress">' in page  # folded: the report leads
     assert page.index('id="report"') < page.index('id="thread"') < page.index('id="progress"')
+
+
+def test_the_task_answers_the_topics_queue_and_a_stopping_worker_hands_it_back(
+    alice: User, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_q.models import OrmQ
+
+    from mindsearch import lifecycle
+    from research import tasks
+
+    settings.SEARXNG_URL = ""
+    settings.AITUNNEL_API_KEY = ""
+    topic = completed_topic(alice)
+    followup = workflow.ask_followup(topic, question="Where is Mixture of Tokens used?")
+    monkeypatch.setattr(lifecycle, "stopping", lambda: True)
+    queued = OrmQ.objects.count()
+    assert tasks.followup(followup.pk) == []
+    followup.refresh_from_db()
+    assert followup.status == FollowUp.Status.QUEUED and OrmQ.objects.count() == queued + 1
+    monkeypatch.setattr(lifecycle, "stopping", lambda: False)
+    assert tasks.followup(followup.pk) == [followup.pk]
+    followup.refresh_from_db()
+    assert followup.status == FollowUp.Status.COMPLETED and followup.answer
+    assert tasks.followup(10**9) == []  # a follow-up deleted meanwhile: nothing to do
