@@ -430,3 +430,26 @@ def test_the_task_answers_the_topics_queue_and_a_stopping_worker_hands_it_back(
     followup.refresh_from_db()
     assert followup.status == FollowUp.Status.COMPLETED and followup.answer
     assert tasks.followup(10**9) == []  # a follow-up deleted meanwhile: nothing to do
+
+
+def test_staff_see_the_thread_in_the_admin_with_the_topics_cost(alice: User) -> None:
+    staff = User.objects.create_superuser("root", "root@example.com", "pw")
+    client = Client()
+    client.force_login(staff)
+    topic = completed_topic(alice)
+    followup = answered(topic)
+    LLMCall.objects.create(user=alice, topic=topic, stage="followup", model="m", prompt_tokens=7)
+    change = client.get(reverse("admin:research_topic_change", args=[topic.pk])).content.decode()
+    assert followup.question in change and "1 calls" in change
+    listing = client.get(reverse("admin:research_followup_changelist")).content.decode()
+    assert followup.question in listing
+    detail = client.get(reverse("admin:research_followup_change", args=[followup.pk]))
+    assert detail.status_code == 200 and followup.answer[:30] in detail.content.decode()
+
+
+def test_a_question_with_markup_is_shown_as_text(alice: User, alice_client: Client) -> None:
+    topic = completed_topic(alice)
+    payload = '<img src=x onerror="alert(1)">Where?'
+    workflow.ask_followup(topic, question=payload)
+    page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert payload not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;Where?" in page
