@@ -24,7 +24,7 @@ from django.db import DatabaseError, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from research import archive_citations, archive_followups, export
+from research import archive_citations, archive_followups, archive_image, export
 from research.archive_checks import REPORT_FIELDS, TABLES, TOPIC_FIELDS, ArchiveError, Checked, Table, check
 from research.models import LLMCall, Report, RunEvent, Topic
 
@@ -72,6 +72,7 @@ def topic_data(topic: Topic) -> dict[str, Any]:
         data[table.name] = list(rows.values("id", *table.fields, *table.refs))
     data[archive_citations.KEY] = archive_citations.export_rows(topic)
     data[archive_followups.KEY] = archive_followups.export_rows(topic)
+    data[archive_image.KEY] = archive_image.export_row(topic)
     return data
 
 
@@ -190,10 +191,12 @@ def import_topic(data: dict[str, Any], owner: AbstractBaseUser, progress: Progre
     citations = archive_citations.check(data, checked.report)
     tables = checked.tables
     followups = archive_followups.check(data, checked.report, tables["subqueries"], tables["documents"])
+    image = archive_image.check(data)
     try:
         with transaction.atomic():
             topic = _create(checked, owner, citations, progress or (lambda done, total: None))
             archive_followups.create(topic, followups, checked.new_ids)
+            archive_image.create(topic, image)
             return topic
     except DatabaseError:
         # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.

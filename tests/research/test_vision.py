@@ -284,3 +284,29 @@ def test_the_console_takes_a_picture(alice: User, seed: SeedWorld, tmp_path: Any
     with pytest.raises(CommandError, match="not a JPEG"):
         call_command("research", QUESTION, user="alice", yes=True, image=str(bad), stdout=io.StringIO())
     assert Topic.objects.count() == 1
+
+
+def test_an_archive_carries_the_picture_and_refuses_one_that_is_not(
+    alice: User, bob: User, seed: SeedWorld
+) -> None:
+    import json
+    import zipfile
+
+    from research import archive
+    from research.archive_checks import ArchiveError
+
+    topic = start(alice, picture(RED, exif_gps=True), auto_approve=True)
+    plan_topic(topic.pk)
+    run_topic(topic.pk)
+    exported = archive.export_topic(Topic.objects.get(pk=topic.pk))
+    copy = archive.import_archive(io.BytesIO(exported), bob)
+    image = TopicImage.objects.get(topic=copy)
+    assert image.labels[0] == "Eiffel Tower" and image.analysis == TopicImage.Analysis.DONE
+    assert image.content_type == "image/jpeg" and b"SpyCam" not in bytes(image.data)
+    with zipfile.ZipFile(io.BytesIO(exported)) as opened:
+        data = json.loads(opened.read("topic.json"))
+    data["image"]["data"] = base64.b64encode(b"%PDF-1.7 not a picture").decode()
+    before = Topic.objects.count()
+    with pytest.raises(ArchiveError, match="picture"):
+        archive.import_topic(data, bob)
+    assert Topic.objects.count() == before
