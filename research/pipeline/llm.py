@@ -62,6 +62,8 @@ async def ask(
 
     With `on_text` the answer is streamed to it as it is written (a cached one at once, whole);
     only a finished answer is cached or returned."""
+    # What a private picture showed (its labels in the question, its description) is private too.
+    private = private or bool(ctx.image_labels or ctx.image_context)
     owner_id = ctx.owner_id if private or settings.LLM_CACHE_SCOPE == "user" else None
     key = result_cache.make_key("llm", stage, prompt.version, ctx.model, user_content)
     cached = await db(result_cache.get)(kind, key, owner_id)

@@ -161,6 +161,8 @@ def test_another_users_identical_picture_is_not_served_from_her_cache(
     plan_topic(start(alice, picture(BLUE)).pk)
     plan_topic(start(bob, picture(BLUE)).pk)
     assert seed.script.calls["vision"] == 2  # a picture is private: its description is too
+    assert seed.script.calls["plan"] == 2  # and so is every answer its labels went into
+    assert not CacheEntry.objects.filter(owner__isnull=True, kind=CacheEntry.Kind.SEARCH_QUERIES).exists()
 
 
 def test_without_a_vision_model_the_topic_goes_on_with_the_text(
