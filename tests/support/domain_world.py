@@ -230,7 +230,7 @@ def _refuse_images_for_text_models(script: SeedScript) -> Any:
 
 
 # OpenStreetMap objects the Nominatim stand-in knows (jsonv2, with address details and extra tags).
-OSM = [
+OSM: list[dict[str, Any]] = [
     {
         "place_id": 167540853,
         "licence": "Data © OpenStreetMap contributors, ODbL 1.0. http://osm.org/copyright",
