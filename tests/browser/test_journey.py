@@ -83,6 +83,10 @@ def wait_for_more_events(page: Page, than: int) -> None:
 
 
 def assert_newest_line_shown(page: Page) -> None:
+    # Once the report is ready the progress and the event log are folded under it: open them.
+    folded = page.locator("details#work-progress:not([open]) > summary")
+    if folded.count():
+        folded.click()
     page.locator("#events").scroll_into_view_if_needed()
     expect(page.locator("#event-log li").last).to_be_in_viewport()
 
