@@ -14,6 +14,11 @@ How real SearXNG instances behave, and what this stage does about it:
   then it is a failure, never cached. An answer with results but some engines unresponsive is
   cached for `PARTIAL_TTL` only, so a later run gets the full set.
 - A query whose first page brings fewer than `MIN_NEW_HITS` new usable hits asks for page 2.
+- A page of SearXNG's answer is every engine's page merged: ten results from each, twenty to
+  forty in all, ordered by how many engines found each and how high. All of it is kept (up to
+  `MAX_RESULTS_PER_PAGE`): what only one engine found sits below the tenth place however high
+  that engine ranked it, and is often exactly the page no other index holds; cutting the answer
+  at ten and then asking for page 2 would throw it away and never see it again.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.urls import normalize_url
 
 STAGE = "search"
-RESULTS_PER_QUERY = 10
+RESULTS_PER_QUERY = 10  # a full page of one engine
+# What one answer page may bring at most (a sanity bound: an instance with many engines).
+MAX_RESULTS_PER_PAGE = 40
 MIN_NEW_HITS = 5
 # A time-filtered answer with fewer results than this (a full page) is widened when the filter
 # skips engines (see `_search_widening`).
@@ -241,7 +248,7 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
         user=ctx.owner_id,
     )
     payload = {
-        "results": [_as_payload(result) for result in response.results[:RESULTS_PER_QUERY]],
+        "results": [_as_payload(result) for result in response.results[:MAX_RESULTS_PER_PAGE]],
         "unresponsive_engines": response.unresponsive_engines,
     }
     # Some engines missing: a later run should get the full set, so keep this one briefly.

@@ -162,6 +162,34 @@ def test_a_time_filtered_answer_short_of_a_page_is_widened_when_the_filter_skips
     assert widened.exists()
 
 
+def merged_from_several_engines(request: Request, response: Response) -> Response:
+    """Page 1 as an instance with several engines sends it: each engine's ten merged, twenty-two
+    results, the ones only one engine found last."""
+    results = body_of(response)["results"]
+    if request.param("pageno", "1") != "1" or not results:
+        return response
+    extra = [
+        {
+            **results[0],
+            "url": f"{results[0]['url'].split('/pages/')[0]}/pages/one-engine-{i}",
+            "engines": ["mojeek"],
+        }
+        for i in range(22 - len(results))
+    ]
+    return Response(200, {**body_of(response), "results": results + extra, "number_of_results": 22})
+
+
+def test_every_result_of_an_answer_page_is_kept_not_the_first_ten(alice: User, loopback: World) -> None:
+    wrap_results(loopback, merged_from_several_engines)
+    topic = research(alice)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    counts = list(SearchQuery.objects.filter(subquery__topic=topic).values_list("result_count", flat=True))
+    assert counts and all(count >= 22 for count in counts), counts
+    # What only one engine found, below the tenth place, is a hit like the rest (cut at ten, at most
+    # nine of them would be).
+    assert Hit.objects.filter(topic=topic, url__contains="/pages/one-engine-").count() >= 12
+
+
 def test_a_time_filter_that_finds_something_is_kept(alice: User, loopback: World) -> None:
     topic = research(alice, question=RECENT_QUESTION)
     assert topic.status == Topic.Status.COMPLETED, topic.error
