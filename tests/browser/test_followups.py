@@ -68,3 +68,7 @@ def test_a_follow_up_is_answered_in_the_thread_with_a_citation_preview(
     expect(expanded.locator("article.followup-answer")).to_be_visible(timeout=60_000)
     expect(answer.locator("h3").first).to_be_visible()  # the answer's headings sit under the thread's
     shot(page, artifacts, "followup-expanded", focus=expanded)
+    # On a phone the thread, its new sources and the forms fit: no sideways scrolling.
+    page.set_viewport_size({"width": 375, "height": 812})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    shot(page, artifacts, "followup-phone")
