@@ -4,7 +4,6 @@ SIGNUP=invite, and the admin's sign-in behind the login guard."""
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +15,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch.forms import ThrottledAdminAuthenticationForm
-from mindsearch.models import ApiToken, Invite, hash_api_token
+from mindsearch.models import ApiToken, Invite
 
 # The admin's door shares the sign-in page's guard (mindsearch/throttle.py).
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -67,8 +66,8 @@ class InviteAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        token = secrets.token_urlsafe(24)
-        obj.token_hash = hash_api_token(token)
+        token, stored = Invite.new_secret()
+        obj.token_hash = stored["token_hash"]
         obj.created_by = request.user
         super().save_model(request, obj, form, change)
         link = request.build_absolute_uri(f"{reverse('signup')}?invite={token}")

@@ -1,11 +1,12 @@
-"""Rows the project-wide services keep: the rate-limit reservation log and personal API tokens."""
+"""Rows the project-wide services keep: the rate-limit reservation log, personal API tokens and
+invites, and the base of every secret handed out as a link or a token (`HashedToken`)."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 from datetime import timedelta
-from typing import Any
+from typing import Any, Self
 
 from django.conf import settings
 from django.db import models
@@ -39,31 +40,84 @@ class RateLimitGrant(models.Model):
         return f"{self.name} @ {self.granted_at.isoformat()}"
 
 
-def hash_api_token(token: str) -> str:
+def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class ApiTokenQuerySet(OwnedQuerySet):
-    def usable(self) -> ApiTokenQuerySet:
-        return self.filter(revoked_at__isnull=True).filter(
+class HashedTokenQuerySet(models.QuerySet):
+    """Finding a `HashedToken` by the plain secret someone presented."""
+
+    find_related: tuple[str, ...] = ()  # what the caller of `find` reads next
+
+    def usable(self) -> Self:
+        return self.filter(**{f"{self.model.SPENT_FIELD}__isnull": True}).filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
         )
 
-    def find(self, token: str) -> ApiToken | None:
-        """The usable token a request presented, or None; only its hash is ever stored."""
-        return self.usable().select_related("owner").filter(token_hash=hash_api_token(token)).first()
+    def find(self, token: str) -> Any:
+        """The usable row for a presented secret, or None."""
+        if not token:
+            return None
+        return self.usable().select_related(*self.find_related).filter(token_hash=hash_token(token)).first()
 
 
-class ApiToken(models.Model):
+class HashedToken(models.Model):
+    """A secret handed out once (an API token, a share link, an invite); only its hash is stored.
+
+    It is usable until it expires or its `SPENT_FIELD` is set (revoked; used, for an invite)."""
+
+    SPENT_FIELD: str
+    PREFIX = ""  # lets people (and secret scanners) tell the kind of a token at a glance
+    BYTES = 32
+
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def new_secret(cls, expires_in: timedelta | None = None) -> tuple[str, dict[str, Any]]:
+        """A fresh plain secret, and the fields that store it (its hash and expiry)."""
+        token = cls.PREFIX + secrets.token_urlsafe(cls.BYTES)
+        expires_at = timezone.now() + expires_in if expires_in else None
+        return token, {"token_hash": hash_token(token), "expires_at": expires_at}
+
+    @property
+    def is_usable(self) -> bool:
+        if getattr(self, self.SPENT_FIELD) is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+
+class RevocableToken(HashedToken):
+    SPENT_FIELD = "revoked_at"
+
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
+
+# django-stubs gives each queryset class its own `as_manager` type, which two bases then disagree on.
+class ApiTokenQuerySet(OwnedQuerySet, HashedTokenQuerySet):  # type: ignore[override]
+    find_related = ("owner",)
+
+
+class ApiToken(RevocableToken):
     """A personal token a script sends as `Authorization: Bearer <token>` to act as its owner."""
+
+    PREFIX = API_TOKEN_PREFIX
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(_("name"), max_length=100)
-    token_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -77,17 +131,8 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, owner: Any, name: str, expires_in: timedelta | None = None) -> tuple[ApiToken, str]:
         """Create a token; the plain value is returned once and never stored."""
-        token = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
-        expires_at = timezone.now() + expires_in if expires_in else None
-        row = cls.objects.create(
-            owner=owner, name=name, token_hash=hash_api_token(token), expires_at=expires_at
-        )
-        return row, token
-
-    def revoke(self) -> None:
-        if self.revoked_at is None:
-            self.revoked_at = timezone.now()
-            self.save(update_fields=["revoked_at"])
+        token, stored = cls.new_secret(expires_in)
+        return cls.objects.create(owner=owner, name=name, **stored), token
 
     def touch(self) -> None:
         now = timezone.now()
@@ -95,33 +140,21 @@ class ApiToken(models.Model):
             ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
             self.last_used_at = now
 
-    @property
-    def is_usable(self) -> bool:
-        if self.revoked_at is not None:
-            return False
-        return self.expires_at is None or self.expires_at > timezone.now()
+
+class InviteQuerySet(HashedTokenQuerySet):
+    pass
 
 
-class InviteQuerySet(models.QuerySet):
-    def usable(self) -> InviteQuerySet:
-        return self.filter(used_at__isnull=True).filter(
-            Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
-        )
-
-    def find(self, token: str) -> Invite | None:
-        """The unused, unexpired invite a sign-up link carries, or None; only hashes are stored."""
-        return self.usable().filter(token_hash=hash_api_token(token)).first() if token else None
-
-
-class Invite(models.Model):
+class Invite(HashedToken):
     """A single-use sign-up link the operator makes in the admin (with SIGNUP=invite)."""
 
-    token_hash = models.CharField(max_length=64, unique=True)
+    SPENT_FIELD = "used_at"
+    BYTES = 24
+
     note = models.CharField(_("note"), max_length=200, blank=True, default="", help_text=_("Who it is for."))
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
     used_at = models.DateTimeField(null=True, blank=True)
     used_by = models.ForeignKey(
@@ -140,12 +173,8 @@ class Invite(models.Model):
     def issue(
         cls, created_by: Any, note: str = "", expires_in: timedelta | None = None
     ) -> tuple[Invite, str]:
-        token = secrets.token_urlsafe(24)
-        expires_at = timezone.now() + expires_in if expires_in else None
-        invite = cls.objects.create(
-            token_hash=hash_api_token(token), note=note, created_by=created_by, expires_at=expires_at
-        )
-        return invite, token
+        token, stored = cls.new_secret(expires_in)
+        return cls.objects.create(note=note, created_by=created_by, **stored), token
 
 
 class RateLimitWaits(models.Model):

@@ -6,8 +6,6 @@ reads the rows of the one before and writes its own, so a re-queued run resumes 
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +15,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from mindsearch.models import HashedTokenQuerySet, RevocableToken
 from mindsearch.querysets import OwnedQuerySet
 from research import event_text
 
@@ -548,28 +547,15 @@ class Citation(models.Model):
         return f"[{self.n}] {self.verdict}: {self.sentence[:60]}"
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-class ShareLinkQuerySet(OwnedQuerySet):
+class ShareLinkQuerySet(OwnedQuerySet, HashedTokenQuerySet):  # type: ignore[override]  # see ApiTokenQuerySet
     owner_field = "topic__owner"
-
-    def usable(self) -> ShareLinkQuerySet:
-        now = timezone.now()
-        return self.filter(revoked_at__isnull=True).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-
-    def find(self, token: str) -> ShareLink | None:
-        """The usable link for a token from a URL, or None; only the hash is ever stored."""
-        return self.usable().select_related("topic").filter(token_hash=hash_token(token)).first()
+    find_related = ("topic",)
 
 
-class ShareLink(models.Model):
+class ShareLink(RevocableToken):
+    """A read-only link to a topic's report for people without an account."""
+
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="share_links")
-    token_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
 
     objects = ShareLinkQuerySet.as_manager()
 
@@ -582,21 +568,8 @@ class ShareLink(models.Model):
     @classmethod
     def issue(cls, topic: Topic, expires_in: timedelta | None = None) -> tuple[ShareLink, str]:
         """Create a link; the plain token is returned once and never stored."""
-        token = secrets.token_urlsafe(32)
-        expires_at = timezone.now() + expires_in if expires_in else None
-        link = cls.objects.create(topic=topic, token_hash=hash_token(token), expires_at=expires_at)
-        return link, token
-
-    def revoke(self) -> None:
-        if self.revoked_at is None:
-            self.revoked_at = timezone.now()
-            self.save(update_fields=["revoked_at"])
-
-    @property
-    def is_usable(self) -> bool:
-        if self.revoked_at is not None:
-            return False
-        return self.expires_at is None or self.expires_at > timezone.now()
+        token, stored = cls.new_secret(expires_in)
+        return cls.objects.create(topic=topic, **stored), token
 
 
 class RunEventQuerySet(OwnedQuerySet):
