@@ -49,9 +49,9 @@ def test_a_token_is_found_by_its_secret_until_it_expires_or_is_spent(
     assert row.is_usable
     spend(row)
     row.refresh_from_db()
-    assert not row.is_usable and kind._default_manager.find(secret) is None  # type: ignore[attr-defined]
+    assert not row.is_usable and kind._default_manager.find(secret) is None
     expired, old = issue(kind, alice, timedelta(seconds=-1))
-    assert not expired.is_usable and kind._default_manager.find(old) is None  # type: ignore[attr-defined]
+    assert not expired.is_usable and kind._default_manager.find(old) is None
 
 
 def test_api_tokens_carry_their_prefix() -> None:
