@@ -199,6 +199,8 @@ def answer_pending(topic_id: int, listeners: list[Listener] | None = None) -> li
                 .order_by("position")
                 .values_list("pk", flat=True)
             )
+            if not pending or set(pending) <= set(done):
+                return done  # none left, or only ones this task already tried (no endless loop)
             for followup_id in pending:
                 _answer_locked(followup_id, listeners)
                 done.append(followup_id)

@@ -453,3 +453,43 @@ def test_a_question_with_markup_is_shown_as_text(alice: User, alice_client: Clie
     workflow.ask_followup(topic, question=payload)
     page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     assert payload not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;Where?" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_follow_up_waits_while_another_run_holds_the_topic(alice: User, settings: Any) -> None:
+    """Two tasks for one topic never answer at once: the one that finds the lock taken leaves its
+    follow-up queued, and the holder's run takes it before letting go."""
+    import threading
+
+    from django.db import connections
+
+    from research import tasks
+    from research.pipeline.run import LOCK_NAMESPACE
+
+    settings.SEARXNG_URL = ""
+    settings.AITUNNEL_API_KEY = ""
+    topic = completed_topic(alice)
+    followup = workflow.ask_followup(topic, question="Where is Mixture of Tokens used?")
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, topic.pk])
+            held.set()
+            release.wait(30)
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, topic.pk])
+        connections["default"].close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(10)
+    try:
+        assert tasks.followup(followup.pk) == []
+        followup.refresh_from_db()
+        assert followup.status == FollowUp.Status.QUEUED
+    finally:
+        release.set()
+        thread.join(10)
+    assert answer_pending(topic.pk) == [followup.pk]
+    followup.refresh_from_db()
+    assert followup.status == FollowUp.Status.COMPLETED
