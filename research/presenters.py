@@ -15,7 +15,17 @@ from django.utils.translation import gettext_lazy as _
 
 from research import usage
 from research.forms import ShareLinkForm
-from research.models import Citation, Document, FollowUp, Hit, Report, ReportDraft, RunEvent, Topic
+from research.models import (
+    Citation,
+    Document,
+    FollowUp,
+    Hit,
+    LLMCall,
+    Report,
+    ReportDraft,
+    RunEvent,
+    Topic,
+)
 from research.pipeline import citecheck, deep, passages
 from research.pipeline.answer import SOURCES_HEADING
 from research.rendering import CitationMark, render_markdown
@@ -170,6 +180,7 @@ def followup_item(followup: FollowUp, source_count: int) -> dict[str, Any]:
         item["html"] = render_markdown(body, source_count=source_count, citation_marks=marks)
         item["sources"] = [{**source, "passage_url": _passage_url(source)} for source in followup.sources]
         item["citation_counts"] = citecheck.counts(citations) if citations else None
+        item["usage"] = followup_usage(followup)
     elif followup.is_pending and followup.draft.strip():
         item["draft_html"] = render_markdown(demoted_headings(SOURCES_HEADING.split(followup.draft)[0]))
     return item
@@ -189,6 +200,26 @@ def demoted_headings(markdown: str) -> str:
             line = HEADING.sub(lambda m: m.group(1) + "#" * min(6, len(m.group(2)) + 2), line)
         lines.append(line)
     return "\n".join(lines)
+
+
+def followup_usage(followup: FollowUp) -> dict[str, Any] | None:
+    """The LLM calls answering it made: the topic's calls while it was answered (a topic's
+    follow-ups are answered one at a time, and a finished topic makes no other calls)."""
+    if followup.finished_at is None:
+        return None
+    calls = LLMCall.objects.filter(
+        topic_id=followup.topic_id, created_at__gte=followup.created_at, created_at__lte=followup.finished_at
+    )
+    spent = usage.summarise(calls)
+    if not spent.calls and not spent.cached_calls:
+        return None
+    return {
+        "calls": spent.calls,
+        "cached_calls": spent.cached_calls,
+        "tokens": spent.total_tokens,
+        "cost": spent.cost if usage.prices_configured() else None,
+        "currency": settings.LLM_PRICE_CURRENCY,
+    }
 
 
 def followup_citations(followup: FollowUp) -> list[Citation]:

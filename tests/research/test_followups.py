@@ -432,13 +432,24 @@ def test_the_task_answers_the_topics_queue_and_a_stopping_worker_hands_it_back(
     assert tasks.followup(10**9) == []  # a follow-up deleted meanwhile: nothing to do
 
 
+def alice_client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def test_staff_see_the_thread_in_the_admin_with_the_topics_cost(alice: User) -> None:
     staff = User.objects.create_superuser("root", "root@example.com", "pw")
     client = Client()
     client.force_login(staff)
     topic = completed_topic(alice)
     followup = answered(topic)
-    LLMCall.objects.create(user=alice, topic=topic, stage="followup", model="m", prompt_tokens=7)
+    call = LLMCall.objects.create(user=alice, topic=topic, stage="followup", model="m", prompt_tokens=7)
+    LLMCall.objects.filter(pk=call.pk).update(created_at=followup.finished_at)  # while it was answered
+    page = client.get(reverse("topic_detail", args=[topic.pk]))
+    assert page.status_code == 404  # staff see the admin, not other people's topics
+    thread = alice_client_for(alice).get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert "LLM: 1 call, 7 tokens" in thread  # the follow-up's own cost, in its thread
     change = client.get(reverse("admin:research_topic_change", args=[topic.pk])).content.decode()
     assert followup.question in change and "1 calls" in change
     listing = client.get(reverse("admin:research_followup_changelist")).content.decode()
