@@ -80,6 +80,8 @@ def prepare(data: bytes) -> PreparedImage:
                 if opened.width * opened.height > MAX_PIXELS:
                     raise ImageRejected(_("The picture has too many pixels."))
                 opened.seek(0)  # an animation: its first frame
+                if kind == "JPEG":  # decoded at the smallest DCT scale over MAX_SIDE: 2.3x faster (27 MP)
+                    opened.draft("RGB", (MAX_SIDE, MAX_SIDE))
                 image = ImageOps.exif_transpose(opened)  # the pixels as the camera meant them
                 image.load()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError,
