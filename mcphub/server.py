@@ -137,6 +137,13 @@ async def start_research(
     time_range: Annotated[
         Literal["", "day", "week", "month", "year"], Field(description="Only results from this period.")
     ] = "",
+    image: Annotated[
+        str | None,
+        Field(
+            description="A picture the question is about, base64 or a data URL (JPEG, PNG, GIF or WebP); "
+            "stored without its metadata and described by the vision model, whose labels join the question."
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Start researching a question. Returns the new topic; poll get_topic_status until its
     status is completed, failed or cancelled, then read get_report."""
@@ -146,6 +153,7 @@ async def start_research(
         "mode": mode,
         "auto_approve": auto_approve,
         "time_range": time_range,
+        "image": image,
     }
     return await _run(ctx, _start, payload)
 
