@@ -282,7 +282,11 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
         args={"number": followup.position, "count": len(chosen)},
         data={"followup": followup.pk},
     )
-    private = any(source.get("fetched_via") == Document.FetchedVia.PRIVATE for source, _d in chosen)
+    # The request carries the report too, which may quote the owner's documents: cached for the
+    # owner alone whenever the topic could have read any.
+    private = topic.sources != Topic.Sources.WEB or any(
+        source.get("fetched_via") == Document.FetchedVia.PRIVATE for source, _d in chosen
+    )
     body, model = _write(ctx, followup, chosen, excerpts, query, private)
     body = clean_citations(body, set(excerpts))
     verdicts = _check(ctx, body, excerpts, private)

@@ -504,3 +504,16 @@ def test_a_follow_up_waits_while_another_run_holds_the_topic(alice: User, settin
     assert answer_pending(topic.pk) == [followup.pk]
     followup.refresh_from_db()
     assert followup.status == FollowUp.Status.COMPLETED
+
+
+def test_a_follow_up_on_a_topic_over_my_documents_is_cached_for_its_owner_alone(
+    alice: User, loopback: World
+) -> None:
+    from research.models import CacheEntry
+
+    topic = completed_topic(alice)
+    Topic.objects.filter(pk=topic.pk).update(sources=Topic.Sources.BOTH)
+    topic.refresh_from_db()
+    answered(topic)
+    entries = CacheEntry.objects.filter(description__startswith="followup:")
+    assert entries.exists() and all(entry.owner_id == alice.pk for entry in entries)
