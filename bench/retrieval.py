@@ -380,6 +380,9 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
             for q in queries
         }
 
+    def ids(ranked: Ranked) -> list[int]:
+        return [chunk_id for chunk_id, _ in ranked]
+
     def by_language(dense_weight: float, offset: float) -> Run:
         return fused(
             lambda q, d, k: search.fuse_by_language(
@@ -427,10 +430,11 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
         for weight in DENSE_WEIGHTS
         for offset in OTHER_LANGUAGE_OFFSETS
     }
+    rrf = fused(lambda q, d, k: search.reciprocal_rank_fusion([ids(d), ids(k)]))
     fusion = {
         "by_language_ndcg@10": grid,
         "best": max(grid, key=grid.get),
-        "rrf_k60": metrics(fused(lambda q, d, k: search.reciprocal_rank_fusion(d, k)), names, qrels),
+        "rrf_k60": metrics(rrf, names, qrels),
         "bm25": {"k1": search.BM25_K1, "b": search.BM25_B},
     }
     return {

@@ -24,6 +24,7 @@ Only chunks embedded with the configured model are compared with a query's vecto
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -423,12 +424,15 @@ def fuse_by_language(
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 
-def reciprocal_rank_fusion(dense: Ranked, keyword: Ranked, k: int = RRF_K) -> Ranked:
-    """RRF, for comparison in the benchmark: sum of 1 / (k + rank) over the legs."""
+def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> Ranked:
+    """Reciprocal rank fusion of rankings of ids: each id scores the sum of 1 / (k + rank) over the
+    rankings it is in; ties by id, so the order is stable. The research pipeline fuses the
+    rankings of a sub-query's phrasings with it; search compares it with its own fusion in the
+    benchmark."""
     fused: dict[int, float] = {}
-    for ranked in (dense, keyword):
-        for rank, (chunk_id, _) in enumerate(ranked, start=1):
-            fused[chunk_id] = fused.get(chunk_id, 0.0) + 1 / (k + rank)
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1 / (k + rank)
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 

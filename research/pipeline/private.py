@@ -28,7 +28,7 @@ from research.models import Document, Hit, SubQuery, Topic
 from research.pipeline import rerank, route
 from research.pipeline.context import RunContext, StageError
 from retrieval.models import Chunk, UploadedDocument
-from retrieval.search import Passage, hybrid_search
+from retrieval.search import Passage, hybrid_search, reciprocal_rank_fusion
 
 T = TypeVar("T")
 
@@ -41,7 +41,6 @@ PASSAGES_READ = 5
 # at least this relevant (total of the five criteria) to be read. Web hits need no floor: the
 # search engine only returns pages that match.
 MIN_PASSAGE_SCORE = 4.0
-RRF_K = 60
 KEY_PREFIX = "private:chunk:"
 MAX_HEADING_CHARS = 80
 
@@ -166,13 +165,8 @@ def find_passages(
     return [by_chunk[chunk_id] for chunk_id in order[:PASSAGES_PER_SUBQUERY]]
 
 
-def fuse_rankings(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
-    """Reciprocal rank fusion of several rankings of ids; ties by id, so the order is stable."""
-    scores: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + 1 / (k + rank)
-    return sorted(scores, key=lambda item: (-scores[item], item))
+def fuse_rankings(rankings: list[list[int]]) -> list[int]:
+    return [item for item, _ in reciprocal_rank_fusion(rankings)]
 
 
 def save_hits(topic: Topic, subquery: SubQuery, passages: list[Passage]) -> int:

@@ -227,7 +227,7 @@ def test_fuse_is_a_convex_combination_of_min_max_scores():
 
 
 def test_reciprocal_rank_fusion_adds_up_the_legs():
-    fused = dict(reciprocal_rank_fusion([(1, 0.9), (2, 0.5)], [(2, 3.0)], k=60))
+    fused = dict(reciprocal_rank_fusion([[1, 2], [2]], k=60))
     assert fused == pytest.approx({1: 1 / 61, 2: 1 / 62 + 1 / 61})
 
 
