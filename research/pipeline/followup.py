@@ -289,6 +289,8 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
     )
     body, model = _write(ctx, followup, chosen, excerpts, query, private)
     body = clean_citations(body, set(excerpts))
+    if not body.strip():
+        raise StageError("No answer could be written from the sources: none of their sentences is about it.")
     verdicts = _check(ctx, body, excerpts, private)
     with transaction.atomic():
         locked = FollowUp.objects.select_for_update().get(pk=followup.pk)
@@ -532,7 +534,7 @@ def extractive_answer(query: str, excerpts: dict[int, str], sources: int = 3) ->
     paragraphs = []
     for i in sorted(best, key=lambda i: numbers[i]):
         summary = extractive.extractive_summary(texts[i], query, max_sentences=3).strip()
-        if summary:
+        if extractive.tokenize(summary):  # words, not a rule or stray punctuation
             paragraphs.append(f"{summary} [{numbers[i]}]")
     return "\n\n".join(paragraphs)
 

@@ -517,3 +517,15 @@ def test_a_follow_up_on_a_topic_over_my_documents_is_cached_for_its_owner_alone(
     answered(topic)
     entries = CacheEntry.objects.filter(description__startswith="followup:")
     assert entries.exists() and all(entry.owner_id == alice.pk for entry in entries)
+
+
+def test_a_follow_up_with_nothing_to_say_fails_instead_of_an_empty_answer(alice: User, settings: Any) -> None:
+    settings.SEARXNG_URL = ""
+    settings.AITUNNEL_API_KEY = ""
+    topic = completed_topic(alice)
+    Document.objects.filter(topic=topic).update(text="* * *")
+    followup = workflow.ask_followup(topic, question="Where is Mixture of Tokens used?")
+    answer_pending(topic.pk)
+    followup.refresh_from_db()
+    assert followup.status == FollowUp.Status.FAILED and "No answer could be written" in followup.error
+    assert followup.answer == ""
