@@ -107,6 +107,15 @@ def _lock_owner(owner: User) -> None:
 
 def start_topic(topic: Topic, owner: User, image: PreparedImage | None = None) -> Topic:
     """Save a new topic (from a validated form), with its picture if any, and queue its plan."""
+    with transaction.atomic():
+        create_topic(topic, owner, image)
+        tasks.enqueue_plan(topic)
+    return topic
+
+
+def create_topic(topic: Topic, owner: User, image: PreparedImage | None = None) -> Topic:
+    """Save a new topic within the owner's limits, its language the question's, without queueing
+    it: for the console, which plans and runs it in its own process."""
     topic.owner = owner
     topic.language = "ru" if is_russian(topic.question) else "en"
     with transaction.atomic():
@@ -115,7 +124,6 @@ def start_topic(topic: Topic, owner: User, image: PreparedImage | None = None) -
         topic.save()
         if image is not None:
             save_image(topic, image)
-        tasks.enqueue_plan(topic)
     return topic
 
 

@@ -68,3 +68,33 @@ def test_console_answers_a_greeting_without_searching(alice: User) -> None:
         assert not w.searxng.requests
     assert done.returncode == 0, done.stderr
     assert "Здравствуйте! Задайте тему для исследования." in done.stdout
+
+
+def test_console_topic_is_in_the_questions_language(alice: User) -> None:
+    """Created through the workflow, as the page and the API create theirs."""
+    with world() as w:
+        processes.manage(
+            "research", "What is Mixture of Tokens?", "--user", "alice", env=processes.process_env(**w.env())
+        )
+    assert Topic.objects.get(owner=alice).language == "en"
+
+
+def test_console_plan_edits_go_through_the_workflow(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    from io import StringIO
+
+    from research.management.commands.research import Command
+    from research.models import SubQuery
+
+    topic = Topic.objects.create(owner=alice, question=TOPIC, status=Topic.Status.AWAITING_APPROVAL)
+    first = SubQuery.objects.create(topic=topic, text="one", position=0)
+    SubQuery.objects.create(topic=topic, text="two", position=1)
+    command = Command(stdout=StringIO(), stderr=StringIO())
+    monkeypatch.setattr("builtins.input", lambda prompt="": "one, edited")
+    command._apply(topic, list(topic.subqueries.order_by("position")), "e 1")
+    first.refresh_from_db()
+    assert (first.text, first.origin) == ("one, edited", SubQuery.Origin.USER)
+    # Once the plan is approved, the console can no longer change it behind the worker's back.
+    topic.set_status(Topic.Status.QUEUED)
+    command._apply(topic, list(topic.subqueries.order_by("position")), "d 2")
+    assert topic.subqueries.count() == 2
+    assert command.stderr.getvalue()

@@ -65,20 +65,17 @@ class Command(BaseCommand):
     def handle(self, *args: Any, question: str, user: str, yes: bool, sources: str, **options: Any) -> None:
         owner = self._owner(user)
         image = self._image(options["image"]) if options.get("image") else None
-        try:
-            workflow.check_can_start(owner)
-        except workflow.OverLimit as over:
-            raise CommandError(over.message) from None
-        topic = Topic.objects.create(
-            owner=owner,
+        topic = Topic(
             question=question,
             sources=sources,
             time_range=options["time_range"],
             mode=options["mode"],
             auto_approve=yes,
         )
-        if image is not None:
-            workflow.save_image(topic, image)
+        try:
+            workflow.create_topic(topic, owner, image)
+        except workflow.OverLimit as over:
+            raise CommandError(over.message) from None
         self.listener = Listener(self)
         listeners = [self.listener]
         self.stdout.write(f"Topic #{topic.pk}: {question}")
@@ -145,24 +142,24 @@ class Command(BaseCommand):
 
     def _apply(self, topic: Topic, subqueries: list[SubQuery], choice: str) -> None:
         action, _, number = choice.partition(" ")
-        if action == "a":
-            text = input("New sub-query: ").strip()
-            if text:
-                try:
+        try:
+            if action == "a":
+                text = input("New sub-query: ").strip()
+                if text:
                     workflow.add_subquery(topic, text)
-                except workflow.Refused as refused:
-                    self.stderr.write(refused.message)
-            return
-        if not number.isdigit() or not 1 <= int(number) <= len(subqueries):
-            self.stderr.write("Unknown choice.")
-            return
-        subquery = subqueries[int(number) - 1]
-        if action == "d":
-            subquery.delete()
-        elif action == "e":
-            subquery.text = input(f"{subquery.text}\n> ").strip() or subquery.text
-            subquery.origin = SubQuery.Origin.USER
-            subquery.save(update_fields=["text", "origin"])
+                return
+            if not number.isdigit() or not 1 <= int(number) <= len(subqueries):
+                self.stderr.write("Unknown choice.")
+                return
+            subquery = subqueries[int(number) - 1]
+            if action == "d":
+                workflow.delete_subquery(topic, subquery.pk)
+            elif action == "e":
+                text = input(f"{subquery.text}\n> ").strip()
+                if text:
+                    workflow.update_subquery(topic, subquery.pk, text)
+        except workflow.Refused as refused:
+            self.stderr.write(refused.message)
 
     def draw(self, event: RunEvent) -> None:
         if event.total:
