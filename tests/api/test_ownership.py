@@ -10,9 +10,11 @@ import pytest
 from django.contrib.auth.models import User
 
 from mindsearch.api import api
-from research.models import ShareLink, Topic
+from research import images, workflow
+from research.models import FollowUp, ShareLink, Topic
 from retrieval.models import UploadedDocument
 from tests.api.conftest import ApiClient, awaiting, completed
+from tests.support.domain_world import picture
 
 pytestmark = pytest.mark.django_db
 
@@ -28,6 +30,9 @@ ID_OPERATIONS = [
     ("GET", "/api/topics/{topic}/events", None),
     ("GET", "/api/topics/{topic}/report", None),
     ("GET", "/api/topics/{topic}/report.md", None),
+    ("GET", "/api/topics/{topic}/image", None),
+    ("GET", "/api/topics/{topic}/followups", None),
+    ("POST", "/api/topics/{topic}/followups", {"question": "Bob's follow-up?"}),
     ("GET", "/api/topics/{topic}/share-links", None),
     ("POST", "/api/topics/{topic}/share-links", {}),
     ("POST", "/api/topics/{topic}/share-links/{link}/revoke", None),
@@ -47,6 +52,7 @@ OTHER_OPERATIONS = [
 @pytest.fixture
 def owned(alice: User) -> dict[str, int]:
     topic = completed(alice)
+    workflow.save_image(topic, images.prepare(picture((220, 30, 30))))
     link, _token = ShareLink.issue(topic)
     sha256 = hashlib.sha256(b"alice's notes").hexdigest()
     document = UploadedDocument.objects.create(
@@ -82,6 +88,7 @@ def test_bob_gets_404_on_alices_ids(
     assert topic.status == Topic.Status.COMPLETED and topic.subqueries.count() == 3
     assert ShareLink.objects.get(pk=owned["link"]).revoked_at is None
     assert ShareLink.objects.count() == 1
+    assert not FollowUp.objects.exists()
     assert UploadedDocument.objects.filter(pk=owned["document"]).exists()
     assert Topic.objects.count() == 1
 
