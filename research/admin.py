@@ -212,9 +212,7 @@ class CacheEntryAdmin(ReadOnlyAdmin):
     @admin.display(description=_("payload"))
     def payload_json(self, entry: CacheEntry) -> str:
         text = json.dumps(entry.payload, indent=2, ensure_ascii=False, sort_keys=True)
-        return format_html(
-            '<pre class="payload" style="white-space: pre-wrap; max-width: 100ch">{}</pre>', text
-        )
+        return format_html('<pre class="payload">{}</pre>', text)
 
     @admin.action(description=_("Purge the selected cache entries"), permissions=["delete"])
     def purge_selected(self, request: HttpRequest, queryset: QuerySet) -> None:

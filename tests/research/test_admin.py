@@ -169,7 +169,9 @@ def test_a_payload_is_shown_as_readable_json_and_cannot_be_edited(staff_client: 
     response = staff_client.get(url)
     html = response.content.decode()
     assert response.status_code == 200
-    assert '<pre class="payload"' in html and "\n  &quot;markdown&quot;: &quot;# Тема&quot;,\n" in html
+    assert '<pre class="payload">' in html and "\n  &quot;markdown&quot;: &quot;# Тема&quot;,\n" in html
+    # Laid out by the desk's stylesheet: the CSP blocks inline styles.
+    assert "css/admin-desk.css" in html and "style=" not in html.split('id="content-main"')[1]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
     assert 'name="_save"' not in html and 'name="payload"' not in html
     staff_client.post(url, {"kind": Kind.ANSWERS, "payload": "{}"})
