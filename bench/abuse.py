@@ -241,7 +241,7 @@ def fair_share(args: argparse.Namespace) -> dict[str, Any]:
 
     with ExitStack() as stack:
         w = stack.enter_context(load_world())
-        limits = {"LIMIT_AITUNNEL_RPS": str(args.llm_rps), "LIMIT_JINA_RPS": "5", "LIMIT_SEARCHXNG_RPM": "30"}
+        limits = {"LIMIT_AITUNNEL_RPS": str(args.llm_rps), "LIMIT_JINA_RPS": "5", "LIMIT_SEARXNG_RPM": "30"}
         env = production_env(**{**w.env(), **limits})
         env["MINDSEARCH_WORKERS"] = "2"
         worker = subprocess.Popen(

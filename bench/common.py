@@ -22,7 +22,7 @@ def limit_settings(args: argparse.Namespace) -> dict[str, float]:
     return {
         "LIMIT_AITUNNEL_RPS": args.llm_rps,
         "LIMIT_JINA_RPS": args.reader_rps,
-        "LIMIT_SEARCHXNG_RPM": args.searxng_rpm,
+        "LIMIT_SEARXNG_RPM": args.searxng_rpm,
     }
 
 

@@ -68,7 +68,7 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_limit_arguments(
-        parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARCHXNG_RPM (seed default 10; a self-hosted SearXNG)"
+        parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARXNG_RPM (seed default 10; a self-hosted SearXNG)"
     )
     return parser.parse_args()
 

@@ -78,7 +78,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--users", type=int, default=5)
     add_limit_arguments(
-        parser, searxng_rpm=30.0, searxng_help="LIMIT_SEARCHXNG_RPM (seed default 10: a 12-minute run)"
+        parser, searxng_rpm=30.0, searxng_help="LIMIT_SEARXNG_RPM (seed default 10: a 12-minute run)"
     )
     parser.add_argument(
         "--timeout", type=float, default=1500.0, help="seconds before the run counts as stuck"

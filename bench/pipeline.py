@@ -170,7 +170,7 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_limit_arguments(
-        parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARCHXNG_RPM (seed default 10; a self-hosted SearXNG)"
+        parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARXNG_RPM (seed default 10; a self-hosted SearXNG)"
     )
     parser.add_argument(
         "--extra-pages", type=int, default=60, help="less relevant pages, to fill result pages"
@@ -246,7 +246,7 @@ def critical_path_bound(
     llm_rps, reader_rps, rpm = (
         limits["LIMIT_AITUNNEL_RPS"],
         limits["LIMIT_JINA_RPS"],
-        limits["LIMIT_SEARCHXNG_RPM"],
+        limits["LIMIT_SEARXNG_RPM"],
     )
 
     def llm(stage: str) -> float:

@@ -25,6 +25,11 @@ def env_str(name: str, default: str = "") -> str:
     return os.environ.get(name, default).strip()
 
 
+def env_name(name: str, *aliases: str) -> str:
+    """The first of a setting's names the environment gives a value, else its own name."""
+    return next((n for n in (name, *aliases) if os.environ.get(n, "").strip()), name)
+
+
 def env_bool(name: str, default: bool = False) -> bool:
     raw = os.environ.get(name)
     if raw is None:

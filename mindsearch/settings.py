@@ -13,7 +13,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch import embedded_db
-from mindsearch.env import env_bool, env_float, env_int, env_list, env_prices, env_str, load_env_file
+from mindsearch.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_name,
+    env_prices,
+    env_str,
+    load_env_file,
+)
 from mindsearch.local_key import local_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -254,11 +263,14 @@ AITUNNEL_API_KEY = env_str("AITUNNEL_API_KEY")
 AITUNNEL_MODEL = env_str("AITUNNEL_MODEL")
 AITUNNEL_BASE_URL = env_str("AITUNNEL_BASE_URL") or "https://api.aitunnel.ru/v1/"
 SEARXNG_URL = env_str("SEARXNG_URL")
-SEARCHXNG_BASIC_AUTH_LOGIN = env_str("SEARCHXNG_BASIC_AUTH_LOGIN")
-SEARCHXNG_BASIC_AUTH_PASSWORD = env_str("SEARCHXNG_BASIC_AUTH_PASSWORD")
+# The seed spells SearXNG "SEARCHXNG" in these three names; its spelling still works.
+SEARXNG_BASIC_AUTH_LOGIN = env_str(env_name("SEARXNG_BASIC_AUTH_LOGIN", "SEARCHXNG_BASIC_AUTH_LOGIN"))
+SEARXNG_BASIC_AUTH_PASSWORD = env_str(
+    env_name("SEARXNG_BASIC_AUTH_PASSWORD", "SEARCHXNG_BASIC_AUTH_PASSWORD")
+)
 JINA_READER_URL = env_str("JINA_READER_URL") or "https://r.jina.ai/"
 JINA_API_KEY = env_str("JINA_API_KEY")
-LIMIT_SEARCHXNG_RPM = env_float("LIMIT_SEARCHXNG_RPM", 10)
+LIMIT_SEARXNG_RPM = env_float(env_name("LIMIT_SEARXNG_RPM", "LIMIT_SEARCHXNG_RPM"), 10)
 LIMIT_JINA_RPS = env_float("LIMIT_JINA_RPS", 5)
 LIMIT_AITUNNEL_RPS = env_float("LIMIT_AITUNNEL_RPS", 2)
 # An optional reranker (Jina/Cohere-style POST /rerank): reorders web hits before LLM scoring and

@@ -144,16 +144,14 @@ async def check_searxng(client: httpx.AsyncClient) -> Check:
             name, OFF, _("Not configured"), _("Set SEARXNG_URL; web search is unavailable until then.")
         )
     auth = None
-    if settings.SEARCHXNG_BASIC_AUTH_LOGIN:
-        auth = (settings.SEARCHXNG_BASIC_AUTH_LOGIN, settings.SEARCHXNG_BASIC_AUTH_PASSWORD)
+    if settings.SEARXNG_BASIC_AUTH_LOGIN:
+        auth = (settings.SEARXNG_BASIC_AUTH_LOGIN, settings.SEARXNG_BASIC_AUTH_PASSWORD)
     url = urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "config")
     response, error = await _get(client, url, auth=auth)
     if error:
         return Check(name, ERROR, _("Not reachable"), f"{settings.SEARXNG_URL}: {error}")
     if response.status_code == 401:
-        return Check(
-            name, ERROR, _("Basic auth was rejected"), _("Check SEARCHXNG_BASIC_AUTH_LOGIN/PASSWORD.")
-        )
+        return Check(name, ERROR, _("Basic auth was rejected"), _("Check SEARXNG_BASIC_AUTH_LOGIN/PASSWORD."))
     if response.status_code != 200:
         return Check(name, ERROR, _("Answered HTTP %d") % response.status_code, settings.SEARXNG_URL)
     try:

@@ -186,7 +186,7 @@ async def acquire_llm(*, user: int | str | None) -> float:
 
 
 async def acquire_search(*, user: int | str | None) -> float:
-    return await acquire("searxng", settings.LIMIT_SEARCHXNG_RPM, 60.0, user=user)
+    return await acquire("searxng", settings.LIMIT_SEARXNG_RPM, 60.0, user=user)
 
 
 async def acquire_reader(*, user: int | str | None) -> float:

@@ -116,9 +116,9 @@ def _search_url() -> str:
 
 
 def _auth() -> tuple[str, str] | None:
-    if not settings.SEARCHXNG_BASIC_AUTH_LOGIN:
+    if not settings.SEARXNG_BASIC_AUTH_LOGIN:
         return None
-    return settings.SEARCHXNG_BASIC_AUTH_LOGIN, settings.SEARCHXNG_BASIC_AUTH_PASSWORD
+    return settings.SEARXNG_BASIC_AUTH_LOGIN, settings.SEARXNG_BASIC_AUTH_PASSWORD
 
 
 async def _get(params: dict[str, Any]) -> dict[str, Any]:

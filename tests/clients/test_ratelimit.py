@@ -148,7 +148,7 @@ def test_postgres_prunes_grants_older_than_the_window() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_convenience_functions_read_the_settings(settings) -> None:
-    settings.LIMIT_AITUNNEL_RPS, settings.LIMIT_SEARCHXNG_RPM, settings.LIMIT_JINA_RPS = 50, 600, 0
+    settings.LIMIT_AITUNNEL_RPS, settings.LIMIT_SEARXNG_RPM, settings.LIMIT_JINA_RPS = 50, 600, 0
 
     async def all_three() -> None:
         await ratelimit.acquire_llm(user=7)

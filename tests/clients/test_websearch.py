@@ -34,9 +34,9 @@ RESULTS = [
 
 @pytest.fixture(autouse=True)
 def no_rate_limit(settings):
-    settings.LIMIT_SEARCHXNG_RPM = 0
-    settings.SEARCHXNG_BASIC_AUTH_LOGIN = ""
-    settings.SEARCHXNG_BASIC_AUTH_PASSWORD = ""
+    settings.LIMIT_SEARXNG_RPM = 0
+    settings.SEARXNG_BASIC_AUTH_LOGIN = ""
+    settings.SEARXNG_BASIC_AUTH_PASSWORD = ""
 
 
 @pytest.fixture
@@ -98,8 +98,8 @@ def test_basic_auth_is_sent(settings) -> None:
     route = searxng_search(lambda request: RESULTS, auth=("searcher", "s3cret"))
     with FakeService({("GET", "/search"): route}) as service:
         settings.SEARXNG_URL = service.url
-        settings.SEARCHXNG_BASIC_AUTH_LOGIN = "searcher"
-        settings.SEARCHXNG_BASIC_AUTH_PASSWORD = "s3cret"
+        settings.SEARXNG_BASIC_AUTH_LOGIN = "searcher"
+        settings.SEARXNG_BASIC_AUTH_PASSWORD = "s3cret"
         assert len(search().results) == 2
         assert service.requests[0].headers["authorization"] == "Basic c2VhcmNoZXI6czNjcmV0"
 
@@ -108,8 +108,8 @@ def test_wrong_credentials(settings) -> None:
     route = searxng_search(lambda request: RESULTS, auth=("searcher", "s3cret"))
     with FakeService({("GET", "/search"): route}) as service:
         settings.SEARXNG_URL = service.url
-        settings.SEARCHXNG_BASIC_AUTH_LOGIN = "searcher"
-        settings.SEARCHXNG_BASIC_AUTH_PASSWORD = "wrong"
+        settings.SEARXNG_BASIC_AUTH_LOGIN = "searcher"
+        settings.SEARXNG_BASIC_AUTH_PASSWORD = "wrong"
         with pytest.raises(SearchError, match=r"rejected the basic-auth credentials \(HTTP 401\)"):
             search()
         assert len(service.requests) == 1
@@ -198,7 +198,7 @@ def test_url_with_a_path_prefix(settings) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_rate_limit_slot_is_taken_per_request(fake, settings) -> None:
-    settings.LIMIT_SEARCHXNG_RPM = 600
+    settings.LIMIT_SEARXNG_RPM = 600
     fake.inject(Fault(500))
     search()
     assert RateLimitGrant.objects.filter(name="searxng").count() == 2

@@ -19,15 +19,15 @@ ENV_EXAMPLE = processes.ROOT / ".env.example"
 
 PRINT_SETTINGS = (
     "import json; from django.conf import settings as s; print(json.dumps({n: getattr(s, n) for n in "
-    "['AITUNNEL_API_KEY', 'AITUNNEL_MODEL', 'AITUNNEL_BASE_URL', 'SEARXNG_URL', 'SEARCHXNG_BASIC_AUTH_LOGIN',"
-    " 'SEARCHXNG_BASIC_AUTH_PASSWORD', 'JINA_READER_URL', 'JINA_API_KEY', 'LIMIT_SEARCHXNG_RPM',"
+    "['AITUNNEL_API_KEY', 'AITUNNEL_MODEL', 'AITUNNEL_BASE_URL', 'SEARXNG_URL', 'SEARXNG_BASIC_AUTH_LOGIN',"
+    " 'SEARXNG_BASIC_AUTH_PASSWORD', 'JINA_READER_URL', 'JINA_API_KEY', 'LIMIT_SEARXNG_RPM',"
     " 'LIMIT_JINA_RPS', 'LIMIT_AITUNNEL_RPS', 'CACHE_TTL_DAYS', 'EMBEDDING_BACKEND',"
     " 'MINDSEARCH_ALLOW_PRIVATE_URLS']}))"
 )
 
 
 def names_read_by_settings() -> set[str]:
-    return set(re.findall(r'env_(?:str|bool|int|float|list)\("([A-Z0-9_]+)"', SETTINGS_FILE.read_text()))
+    return set(re.findall(r'env_(?:str|bool|int|float|list|name)\("([A-Z0-9_]+)"', SETTINGS_FILE.read_text()))
 
 
 def test_every_setting_is_documented_in_env_example() -> None:
@@ -38,8 +38,8 @@ def test_every_setting_is_documented_in_env_example() -> None:
 def test_design_names_are_all_read() -> None:
     design = {
         "AITUNNEL_API_KEY", "AITUNNEL_MODEL", "AITUNNEL_BASE_URL", "SEARXNG_URL",
-        "SEARCHXNG_BASIC_AUTH_LOGIN", "SEARCHXNG_BASIC_AUTH_PASSWORD", "JINA_READER_URL", "JINA_API_KEY",
-        "LIMIT_SEARCHXNG_RPM", "LIMIT_JINA_RPS", "LIMIT_AITUNNEL_RPS", "CACHE_TTL_DAYS", "DATABASE_URL",
+        "SEARXNG_BASIC_AUTH_LOGIN", "SEARXNG_BASIC_AUTH_PASSWORD", "JINA_READER_URL", "JINA_API_KEY",
+        "LIMIT_SEARXNG_RPM", "LIMIT_JINA_RPS", "LIMIT_AITUNNEL_RPS", "CACHE_TTL_DAYS", "DATABASE_URL",
         "REDIS_URL", "MINDSEARCH_DATA_DIR", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "EMBEDDING_BACKEND",
         "MINDSEARCH_ALLOW_PRIVATE_URLS",
     }  # fmt: skip
@@ -54,7 +54,7 @@ def test_seed_names_work_as_written() -> None:
         AITUNNEL_MODEL="gpt-seed",
         AITUNNEL_BASE_URL="http://127.0.0.1:11434/v1/",
         SEARXNG_URL="http://127.0.0.1:8080",
-        SEARCHXNG_BASIC_AUTH_LOGIN="seed-login",
+        SEARCHXNG_BASIC_AUTH_LOGIN="seed-login",  # the seed spells these three so
         SEARCHXNG_BASIC_AUTH_PASSWORD="seed-password",
         JINA_READER_URL="http://127.0.0.1:9000/",
         JINA_API_KEY="jina-seed",
@@ -72,11 +72,11 @@ def test_seed_names_work_as_written() -> None:
         "AITUNNEL_MODEL": "gpt-seed",
         "AITUNNEL_BASE_URL": "http://127.0.0.1:11434/v1/",
         "SEARXNG_URL": "http://127.0.0.1:8080",
-        "SEARCHXNG_BASIC_AUTH_LOGIN": "seed-login",
-        "SEARCHXNG_BASIC_AUTH_PASSWORD": "seed-password",
+        "SEARXNG_BASIC_AUTH_LOGIN": "seed-login",
+        "SEARXNG_BASIC_AUTH_PASSWORD": "seed-password",
         "JINA_READER_URL": "http://127.0.0.1:9000/",
         "JINA_API_KEY": "jina-seed",
-        "LIMIT_SEARCHXNG_RPM": 7.0,
+        "LIMIT_SEARXNG_RPM": 7.0,
         "LIMIT_JINA_RPS": 3.0,
         "LIMIT_AITUNNEL_RPS": 1.5,
         "CACHE_TTL_DAYS": 9,
@@ -87,10 +87,26 @@ def test_seed_names_work_as_written() -> None:
 
 @pytest.mark.processes
 @pytest.mark.django_db
+def test_searxng_spelled_right_wins_over_the_seeds_spelling() -> None:
+    env = processes.process_env(
+        SEARXNG_BASIC_AUTH_LOGIN="login",
+        SEARCHXNG_BASIC_AUTH_LOGIN="seed-login",
+        SEARXNG_BASIC_AUTH_PASSWORD="password",
+        LIMIT_SEARXNG_RPM="8",
+    )
+    done = processes.manage("shell", "-c", PRINT_SETTINGS, env=env)
+    values = json.loads(done.stdout.strip().splitlines()[-1])
+    auth = (values["SEARXNG_BASIC_AUTH_LOGIN"], values["SEARXNG_BASIC_AUTH_PASSWORD"])
+    assert auth == ("login", "password")
+    assert values["LIMIT_SEARXNG_RPM"] == 8.0
+
+
+@pytest.mark.processes
+@pytest.mark.django_db
 def test_defaults_follow_the_seed() -> None:
     env = processes.process_env()
     for name in (
-        "LIMIT_SEARCHXNG_RPM",
+        "LIMIT_SEARXNG_RPM",
         "LIMIT_JINA_RPS",
         "LIMIT_AITUNNEL_RPS",
         "CACHE_TTL_DAYS",
@@ -99,7 +115,7 @@ def test_defaults_follow_the_seed() -> None:
         env.pop(name, None)
     done = processes.manage("shell", "-c", PRINT_SETTINGS, env=env)
     values = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (values["LIMIT_SEARCHXNG_RPM"], values["LIMIT_JINA_RPS"], values["LIMIT_AITUNNEL_RPS"]) == (
+    assert (values["LIMIT_SEARXNG_RPM"], values["LIMIT_JINA_RPS"], values["LIMIT_AITUNNEL_RPS"]) == (
         10,
         5,
         2,

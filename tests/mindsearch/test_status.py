@@ -64,8 +64,8 @@ def test_reachable_llm_and_searxng(alice_client: Client, settings: object) -> No
         settings.AITUNNEL_API_KEY = "test-key"
         settings.AITUNNEL_MODEL = "test-model"
         settings.SEARXNG_URL = fake.url
-        settings.SEARCHXNG_BASIC_AUTH_LOGIN = "searcher"
-        settings.SEARCHXNG_BASIC_AUTH_PASSWORD = "s3cret"
+        settings.SEARXNG_BASIC_AUTH_LOGIN = "searcher"
+        settings.SEARXNG_BASIC_AUTH_PASSWORD = "s3cret"
         html = alice_client.get("/status/").content.decode()
         config_request = next(r for r in fake.requests if r.path == "/config")
     assert "badge ok" in row(html, "LLM endpoint")

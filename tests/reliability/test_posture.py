@@ -107,8 +107,8 @@ def test_with_debug_off_only_https_is_served_with_hsts_secure_cookies_and_the_he
 SECRETS = {
     "AITUNNEL_API_KEY": f"sk-canary-{secrets.token_hex(12)}",
     "JINA_API_KEY": f"jina_canary_{secrets.token_hex(12)}",
-    "SEARCHXNG_BASIC_AUTH_LOGIN": "searx-canary-login",
-    "SEARCHXNG_BASIC_AUTH_PASSWORD": f"searx-canary-{secrets.token_hex(12)}",
+    "SEARXNG_BASIC_AUTH_LOGIN": "searx-canary-login",
+    "SEARXNG_BASIC_AUTH_PASSWORD": f"searx-canary-{secrets.token_hex(12)}",
     "SECRET_KEY": f"django-canary-{secrets.token_hex(24)}",
 }
 
@@ -117,10 +117,10 @@ def expecting(w: World, *, accepted: bool) -> None:
     """The fakes want the configured secrets, or (accepted=False) other ones, so that every
     rejection path, with its error messages, runs too."""
     key = SECRETS["AITUNNEL_API_KEY"] if accepted else "sk-another-key"
-    password = SECRETS["SEARCHXNG_BASIC_AUTH_PASSWORD"] if accepted else "another-password"
+    password = SECRETS["SEARXNG_BASIC_AUTH_PASSWORD"] if accepted else "another-password"
     readable = {f"{w.web.url}pages/{p[0]}?utm_source=searx": (p[1], f"# {p[1]}\n\n{p[4]}") for p in PAGES}
     w.llm.routes[("POST", "/v1/chat/completions")] = openai_chat(w.script, key=key)
-    auth = (SECRETS["SEARCHXNG_BASIC_AUTH_LOGIN"], password)
+    auth = (SECRETS["SEARXNG_BASIC_AUTH_LOGIN"], password)
     w.searxng.routes[("GET", "/search")] = searxng_search(search_pages(w.web.url, PAGES), auth=auth)
     w.reader.fallback = reader(readable, key=SECRETS["JINA_API_KEY"] if accepted else "jina_another")
 

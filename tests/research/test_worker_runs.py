@@ -44,7 +44,7 @@ def max_in_window(times: list[float], window: float) -> int:
 
 def test_two_workers_share_one_searxng_limit(alice: User, bob: User) -> None:
     with world() as w:
-        env = processes.process_env(**{**w.env(), "LIMIT_SEARCHXNG_RPM": "4", "MINDSEARCH_WORKERS": "2"})
+        env = processes.process_env(**{**w.env(), "LIMIT_SEARXNG_RPM": "4", "MINDSEARCH_WORKERS": "2"})
         topics = [
             approved_topic(alice, ["Что такое Mixture of Tokens в машинном обучении?"]),
             approved_topic(bob, ["Какие есть улучшения Mixture of Tokens и их преимущества?"]),

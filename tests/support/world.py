@@ -258,7 +258,7 @@ def service_settings(llm: FakeService, searxng: FakeService, reader: FakeService
         "SEARXNG_URL": searxng.url,
         "JINA_READER_URL": reader.url,
         "MINDSEARCH_ALLOW_PRIVATE_URLS": True,
-        "LIMIT_SEARCHXNG_RPM": 0,
+        "LIMIT_SEARXNG_RPM": 0,
         "LIMIT_JINA_RPS": 0,
         "LIMIT_AITUNNEL_RPS": 0,
     }
