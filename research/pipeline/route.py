@@ -6,7 +6,8 @@ queries and picks SearXNG's categories. A time phrase in the question becomes th
 `time_range` (unless the user chose one) and the period its private documents are filtered to.
 
 Greetings and questions that need no search are answered here, in one short LLM call (or a
-fixed reply without an LLM), and the topic is done: no plan, no search, no pages.
+fixed reply without an LLM), and the topic is done: no plan, no search, no pages — unless the
+owner has documents that match the question: then it is answered from them (`local_rag.py`).
 """
 
 from __future__ import annotations
