@@ -37,7 +37,7 @@ class RunContext:
     llm_enabled: bool
     model: str
     listeners: list[Callable[[RunEvent], None]] = field(default_factory=list)
-    llm_failures: int = 0
+    llm_failures: int = 0  # in points: FAILURE_POINTS per failed ask, BAD_ANSWER_POINTS per bad answer
     # What the vision model saw in the question's picture (research/pipeline/vision.py).
     image_labels: list[str] = field(default_factory=list)
     image_context: str = ""
@@ -45,6 +45,13 @@ class RunContext:
     # After this many failed asks in a row (each already retried), the LLM is given up on for
     # the rest of the run and the extractive engine does the work.
     MAX_LLM_FAILURES = 3
+    # An answer that came back but was unusable (empty, even after retries) weighs less: the
+    # endpoint is alive, and one prompt's empty answer — "no new sub-query to propose", a
+    # reasoning model that spent its tokens thinking — is that stage's fallback, not a dead LLM.
+    # Three concurrent empty proposals of a deep round used to switch the LLM off for the
+    # report. Ten such answers in a row still give it up.
+    FAILURE_POINTS = 10
+    BAD_ANSWER_POINTS = 3
 
     @classmethod
     def for_topic(cls, topic: Topic, listeners: list[Callable[[RunEvent], None]] | None = None) -> RunContext:
@@ -82,9 +89,11 @@ class RunContext:
         return self.emit(stage, message, level=RunEvent.Level.WARNING, **fields)
 
     def llm_failed(self, error: llm_client.LLMError) -> None:
-        self.llm_failures += 1
+        bad_answer = isinstance(error, llm_client.LLMBadAnswer)
+        self.llm_failures += self.BAD_ANSWER_POINTS if bad_answer else self.FAILURE_POINTS
         fatal = isinstance(error, llm_client.LLMAuthError | llm_client.LLMNotConfigured)
-        if self.llm_enabled and (fatal or self.llm_failures >= self.MAX_LLM_FAILURES):
+        given_up = self.llm_failures >= self.MAX_LLM_FAILURES * self.FAILURE_POINTS
+        if self.llm_enabled and (fatal or given_up):
             self.llm_enabled = False
             self.warn(
                 "llm", gettext_noop("Continuing without the LLM: %(error)s"), args={"error": str(error)}
