@@ -16,6 +16,8 @@ quick mode without an LLM (the cache emptied between modes). Prints JSON, per mo
 - planted unsupported claims in the reports and how many the citation check marked
   unsupported (precision and recall of catching them), or null with the reason while the
   pipeline has no citation check;
+- reports in the question's language, answers the stand-in wrote in the wrong one and answers
+  the pipeline asked for again because of it;
 - topics failed (every question has relevant pages), wall time, LLM calls;
 - and each topic's figures, with the facts found in the documents read (where a fact was lost).
 
@@ -57,6 +59,7 @@ TARGETS = {
     "topics_failed": "0",
 }
 CITATION = re.compile(r"\[(\d{1,3})\]")
+LANGUAGE_RETRY = "The report came back in another language than the question's"
 
 
 def main() -> None:
@@ -137,7 +140,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def run_question(owner: Any, mode: str, question: Any, world: Any) -> dict[str, Any]:
-    from research.models import Document, Hit, LLMCall, Report, Topic
+    from research.models import Document, Hit, LLMCall, Report, RunEvent, Topic
     from research.pipeline.run import plan_topic, run_topic
 
     script = world.script
@@ -187,6 +190,10 @@ def run_question(owner: Any, mode: str, question: Any, world: Any) -> dict[str, 
         "detection": detection,
         "wrong_language_written": len(script.wrong_language[marks[2] :]),
         "report_language_matches": bool(report) and language_matches(body, question.language),
+        # Answers the pipeline found in the wrong language and asked for again (answer.py).
+        "language_retries": RunEvent.objects.filter(
+            topic=topic, stage="answer", message__startswith=LANGUAGE_RETRY
+        ).count(),
         "llm_calls": dict(Counter(calls)),
         "llm_calls_total": len(calls),
     }
@@ -363,6 +370,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "planted_claims_in_reports": sum(r["planted_claims_in_report"] for r in rows),
         "detection": detection,
         "reports_in_question_language": sum(1 for r in rows if r["report_language_matches"]),
+        "wrong_language_answers_written": sum(r["wrong_language_written"] for r in rows),
+        "answers_asked_again_for_language": sum(r["language_retries"] for r in rows),
         "wall_seconds": round(sum(r["wall_seconds"] for r in rows), 1),
         "llm_calls": sum(r["llm_calls_total"] for r in rows),
         "per_topic": {
