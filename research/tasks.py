@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -92,30 +93,10 @@ def hand_back_followups(topic_id: int) -> None:
         log.info("worker stopping: follow-ups of topic %s handed back to the queue", topic_id)
 
 
-@contextmanager
-def followup_heartbeat(topic_id: int) -> Iterator[None]:
+def followup_heartbeat(topic_id: int) -> AbstractContextManager[None]:
     """Refresh the heartbeat of the topic's follow-up being answered while it goes on."""
-    done = threading.Event()
-
-    def beat() -> None:
-        try:
-            while not done.wait(HEARTBEAT_SECONDS):
-                try:
-                    running = FollowUp.objects.filter(topic_id=topic_id, status=FollowUp.Status.RUNNING)
-                    running.update(heartbeat_at=timezone.now())
-                except Exception:
-                    log.warning("could not refresh the follow-ups of topic %s", topic_id, exc_info=True)
-                    close_old_connections()
-        finally:
-            close_old_connections()
-
-    thread = threading.Thread(target=beat, name=f"followup-heartbeat-{topic_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(timeout=HEARTBEAT_SECONDS * 2)
+    running = FollowUp.objects.filter(topic_id=topic_id, status=FollowUp.Status.RUNNING)
+    return _beating(running, f"followup-heartbeat-{topic_id}")
 
 
 def enqueue_followup(followup: FollowUp) -> None:
@@ -156,23 +137,29 @@ def hand_back(topic_id: int) -> str:
     return topic.status
 
 
-@contextmanager
-def heartbeat(topic_id: int) -> Iterator[None]:
+def heartbeat(topic_id: int) -> AbstractContextManager[None]:
     """Refresh the topic's heartbeat from a thread of its own while the run goes on."""
+    return _beating(Topic.objects.filter(pk=topic_id, status__in=LIVE), f"heartbeat-{topic_id}")
+
+
+@contextmanager
+def _beating(rows: QuerySet, name: str) -> Iterator[None]:
+    """Set `heartbeat_at` of these rows every HEARTBEAT_SECONDS from a thread named `name`, even
+    while the caller is inside one long call."""
     done = threading.Event()
 
     def beat() -> None:
         try:
             while not done.wait(HEARTBEAT_SECONDS):
                 try:
-                    Topic.objects.filter(pk=topic_id, status__in=LIVE).update(heartbeat_at=timezone.now())
+                    rows.update(heartbeat_at=timezone.now())
                 except Exception:  # the database may be restarting; the run will see it too
-                    log.warning("could not refresh the heartbeat of topic %s", topic_id, exc_info=True)
+                    log.warning("could not refresh the heartbeat: %s", name, exc_info=True)
                     close_old_connections()
         finally:
             close_old_connections()
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{topic_id}", daemon=True)
+    thread = threading.Thread(target=beat, name=name, daemon=True)
     thread.start()
     try:
         yield
