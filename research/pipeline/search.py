@@ -18,7 +18,10 @@ How real SearXNG instances behave, and what this stage does about it:
   forty in all, ordered by how many engines found each and how high. All of it is kept (up to
   `MAX_RESULTS_PER_PAGE`): what only one engine found sits below the tenth place however high
   that engine ranked it, and is often exactly the page no other index holds; cutting the answer
-  at ten and then asking for page 2 would throw it away and never see it again.
+  at ten and then asking for page 2 would throw it away and never see it again. Without an LLM
+  the first ten are used: the keyword fallback ranks hits by shared words, and the look-alike
+  pages below the tenth place share as many words as the rare ones, so they crowd the sources
+  (the evidence benchmark's no-LLM mode: two noise facts, fewer relevant pages read).
 """
 
 from __future__ import annotations
@@ -236,9 +239,10 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
     parts = ("search", query.text, query.language, time_range, pageno)
     # The default category adds nothing to the key, so earlier entries stay valid.
     key = cache.make_key(*parts, categories) if categories else cache.make_key(*parts)
+    kept = MAX_RESULTS_PER_PAGE if ctx.llm_enabled else RESULTS_PER_QUERY
     cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key)
     if cached is not None:
-        return {**cached, "time_range": time_range}
+        return {**cached, "results": cached["results"][:kept], "time_range": time_range}
     response = await websearch.search(
         query.text,
         language=query.language,
@@ -254,7 +258,7 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
     # Some engines missing: a later run should get the full set, so keep this one briefly.
     ttl = PARTIAL_TTL if response.unresponsive_engines else None
     await db(cache.put)(CacheEntry.Kind.SEARCH_RESULTS, key, payload, description=query.text, ttl=ttl)
-    return {**payload, "time_range": time_range}
+    return {**payload, "results": payload["results"][:kept], "time_range": time_range}
 
 
 def _as_payload(result: websearch.SearchResult) -> dict:

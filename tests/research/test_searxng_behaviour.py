@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -188,6 +189,16 @@ def test_every_result_of_an_answer_page_is_kept_not_the_first_ten(alice: User, l
     # What only one engine found, below the tenth place, is a hit like the rest (cut at ten, at most
     # nine of them would be).
     assert Hit.objects.filter(topic=topic, url__contains="/pages/one-engine-").count() >= 12
+
+
+def test_without_an_llm_the_first_ten_of_a_page_are_used(alice: User, loopback: World, settings: Any) -> None:
+    """The keyword fallback cannot tell a rare relevant page from a look-alike below the tenth place."""
+    wrap_results(loopback, merged_from_several_engines)
+    settings.AITUNNEL_API_KEY = ""
+    topic = research(alice)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    # Of each answer page's 22 results the first ten: at most nine of those only one engine found.
+    assert 0 < Hit.objects.filter(topic=topic, url__contains="/pages/one-engine-").count() < 10
 
 
 def test_a_time_filter_that_finds_something_is_kept(alice: User, loopback: World) -> None:
