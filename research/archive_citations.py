@@ -10,22 +10,10 @@ from django.utils.translation import gettext as _
 
 from research.archive_checks import MAX_ROWS, ArchiveError, check_row
 from research.models import Citation, Report, Topic
+from research.pipeline import citecheck
 
 KEY = "citations"
-FIELDS = (
-    "sentence_index",
-    "sentence",
-    "n",
-    "verdict",
-    "local_verdict",
-    "method",
-    "score",
-    "coverage",
-    "similarity",
-    "passage",
-    "note",
-    "created_at",
-)
+FIELDS = (*citecheck.ROW_FIELDS, "created_at")
 
 
 def export_rows(topic: Topic) -> list[dict[str, Any]]:

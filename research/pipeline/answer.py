@@ -199,23 +199,7 @@ def _ask_again(
 
 
 def citation_rows(report: Report, verdicts: list[citecheck.Verdict]) -> list[Citation]:
-    return [
-        Citation(
-            report=report,
-            sentence_index=v.index,
-            sentence=v.sentence,
-            n=v.n,
-            verdict=v.verdict,
-            local_verdict=v.local_verdict,
-            method=v.method,
-            score=v.score,
-            coverage=v.coverage,
-            similarity=v.similarity,
-            passage=v.passage,
-            note=v.note,
-        )
-        for v in verdicts
-    ]
+    return [Citation(report=report, **v.row()) for v in verdicts]
 
 
 def in_question_language(

@@ -127,6 +127,27 @@ class Verdict:
     # The best windows for the LLM, most relevant first (not stored).
     candidates: list[str] = field(default_factory=list, repr=False)
 
+    def row(self) -> dict[str, Any]:
+        """What is stored of it: a report's `Citation` row, a follow-up's `citations` item."""
+        stored = {name: getattr(self, name) for name in ROW_FIELDS if name != "sentence_index"}
+        return {"sentence_index": self.index, **stored}
+
+
+# The stored fields of a verdict (`Citation`'s columns but the report and the time).
+ROW_FIELDS = (
+    "sentence_index",
+    "sentence",
+    "n",
+    "verdict",
+    "local_verdict",
+    "method",
+    "score",
+    "coverage",
+    "similarity",
+    "passage",
+    "note",
+)
+
 
 # --- Claims -------------------------------------------------------------------------------------
 

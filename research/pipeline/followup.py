@@ -295,7 +295,7 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
     with transaction.atomic():
         locked = FollowUp.objects.select_for_update().get(pk=followup.pk)
         locked.answer, locked.sources, locked.model = body, new_sources, model
-        locked.citations = [_verdict_row(verdict) for verdict in verdicts]
+        locked.citations = [verdict.row() for verdict in verdicts]
         locked.status, locked.finished_at = FollowUp.Status.COMPLETED, timezone.now()
         locked.draft, locked.error = "", ""
         locked.save()
@@ -562,26 +562,6 @@ def _check(ctx: RunContext, body: str, excerpts: dict[int, str], private: bool) 
         args={key: tally[key] for key in ("supported", "total", "weak", "unsupported")},
     )
     return verdicts
-
-
-CITATION_FIELDS = (
-    "sentence_index",
-    "sentence",
-    "n",
-    "verdict",
-    "local_verdict",
-    "method",
-    "score",
-    "coverage",
-    "similarity",
-    "passage",
-    "note",
-)
-
-
-def _verdict_row(verdict: citecheck.Verdict) -> dict[str, Any]:
-    row = {name: getattr(verdict, name) for name in CITATION_FIELDS if name != "sentence_index"}
-    return {"sentence_index": verdict.index, **row}
 
 
 def russian_topic(topic: Topic) -> bool:
