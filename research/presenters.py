@@ -156,7 +156,7 @@ def thread_context(topic: Topic, *, shared: bool = False) -> dict[str, Any]:
     for followup in followups:
         if followup.status == FollowUp.Status.COMPLETED:
             numbered = max([numbered, *(s.get("n", 0) for s in followup.sources)])
-        items.append(followup_item(followup, numbered))
+        items.append(followup_item(followup, numbered, shared=shared))
     can_ask = topic.status == Topic.Status.COMPLETED and report is not None and not shared
     return {
         "thread": items,
@@ -169,9 +169,10 @@ def thread_context(topic: Topic, *, shared: bool = False) -> dict[str, Any]:
     }
 
 
-def followup_item(followup: FollowUp, source_count: int) -> dict[str, Any]:
+def followup_item(followup: FollowUp, source_count: int, *, shared: bool = False) -> dict[str, Any]:
     """One follow-up as the thread shows it: its answer rendered like the report (citations
-    marked with their verdicts, linked to the numbered sources), or its text so far."""
+    marked with their verdicts, linked to the numbered sources), or its text so far. Behind a
+    share link without what it cost (the topic's usage is its owner's alone)."""
     item: dict[str, Any] = {"followup": followup}
     if followup.status == FollowUp.Status.COMPLETED:
         citations = followup_citations(followup)
@@ -180,7 +181,7 @@ def followup_item(followup: FollowUp, source_count: int) -> dict[str, Any]:
         item["html"] = render_markdown(body, source_count=source_count, citation_marks=marks)
         item["sources"] = [{**source, "passage_url": _passage_url(source)} for source in followup.sources]
         item["citation_counts"] = citecheck.counts(citations) if citations else None
-        item["usage"] = followup_usage(followup)
+        item["usage"] = None if shared else followup_usage(followup)
     elif followup.is_pending and followup.draft.strip():
         item["draft_html"] = render_markdown(demoted_headings(SOURCES_HEADING.split(followup.draft)[0]))
     return item

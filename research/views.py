@@ -418,7 +418,9 @@ def shared_report(request: HttpRequest, topic: Topic, token: str) -> HttpRespons
 
 @shared
 def shared_topic_image(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
-    return image_response(topic)
+    response = image_response(topic)
+    response["Cache-Control"] = "no-store"  # a revoked link must stop showing it at once
+    return response
 
 
 @require_GET

@@ -19,6 +19,7 @@ their order.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from research.pipeline import (
     score_summaries,
     search,
     summarise,
+    vision,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.llm import ask, data_block, load_prompt
@@ -67,6 +69,8 @@ COVERED = 0.7
 # What the writer sees of the report and of the thread before this question.
 REPORT_CONTEXT_CHARS = 6_000
 EARLIER_FOLLOWUPS = 3
+# A follow-up with fewer words than this ("GPT-4o?") is answered in the topic's language.
+MIN_WORDS_FOR_LANGUAGE = 2
 EARLIER_ANSWER_CHARS = 1_500
 # A section to expand: its heading and this much of its text are what passages are ranked by.
 SECTION_CONTEXT_CHARS = 1_500
@@ -83,7 +87,11 @@ class FollowUpContext(RunContext):
 
     @property
     def question(self) -> str:
-        return self.followup_question or self.topic.question
+        """The follow-up, with the topic's picture's labels as the run's question has them."""
+        asked = self.followup_question or self.topic.question
+        if not self.image_labels:
+            return asked
+        return f"{asked} ({', '.join(dict.fromkeys(self.image_labels))})"
 
 
 @dataclass
@@ -222,6 +230,8 @@ def _answer_locked(followup_id: int, listeners: list[Listener] | None) -> None:
         llm_enabled=base.llm_enabled,
         model=base.model,
         listeners=base.listeners,
+        image_labels=base.image_labels,
+        image_context=base.image_context,
         followup_question=followup.question,
     )
     try:
@@ -237,12 +247,16 @@ def _answer_locked(followup_id: int, listeners: list[Listener] | None) -> None:
 
 
 def _failed(ctx: RunContext, followup: FollowUp, exc: Exception) -> None:
-    message = str(exc) if isinstance(exc, StageError) else f"{type(exc).__name__}: {exc}"
-    if not isinstance(exc, StageError):
+    if isinstance(exc, StageError):
+        message = str(exc)
+    else:  # the details are for the log, not for the thread or the API
         log.exception("follow-up %s of topic %s failed", followup.pk, followup.topic_id)
+        message = "An unexpected error stopped it; the server log has the details."
     FollowUp.objects.filter(pk=followup.pk).update(
         status=FollowUp.Status.FAILED, error=message[:2000], draft="", finished_at=timezone.now()
     )
+    if not Topic.objects.filter(pk=followup.topic_id).exists():
+        return  # deleted meanwhile: nothing to tell
     ctx.emit(
         STAGE,
         gettext_noop("Follow-up %(number)s could not be answered: %(error)s"),
@@ -458,7 +472,7 @@ def _write(
 ) -> tuple[str, str]:
     """The answer's Markdown and the model that wrote it ("" for the extractive engine)."""
     if ctx.llm_enabled:
-        request = _request(ctx.topic, followup, chosen, excerpts)
+        request = _request(ctx, followup, chosen, excerpts)
         try:
             body = async_to_sync(_ask_streamed)(ctx, followup, request, private)
         except LLMError as exc:
@@ -494,11 +508,12 @@ async def _ask_streamed(ctx: FollowUpContext, followup: FollowUp, request: str, 
 
 
 def _request(
-    topic: Topic,
+    ctx: FollowUpContext,
     followup: FollowUp,
     chosen: list[tuple[dict[str, Any], Document | None]],
     excerpts: dict[int, str],
 ) -> str:
+    topic = ctx.topic
     report = Report.objects.filter(topic=topic).first()
     body = answer.SOURCES_HEADING.split(report.markdown)[0].strip() if report else ""
     earlier = [
@@ -517,11 +532,20 @@ def _request(
         context += "\n\nПредыдущие уточняющие вопросы:\n\n" + "\n\n".join(earlier)
     return (
         f"Исходный запрос: {topic.question}\nУточняющий вопрос: {followup.question}\n"
-        f"Язык ответа: {language_of(followup.question)}\n\n"
+        f"Язык ответа: {answer_language(followup.question, topic)}\n\n"
         + data_block(context)
         + "\n\nИсточники:\n"
         + data_block("\n\n---\n\n".join(blocks))
+        + vision.context_block(ctx)
     )
+
+
+def answer_language(question: str, topic: Topic) -> str:
+    """The follow-up's own language, or the topic's when it has too few words to tell ("GPT-4o?"
+    asked in a Russian thread is answered in Russian)."""
+    if len(re.findall(r"[^\W\d_]{2,}", question)) < MIN_WORDS_FOR_LANGUAGE:
+        return language_of(topic.question)
+    return language_of(question)
 
 
 def extractive_answer(query: str, excerpts: dict[int, str], sources: int = 3) -> str:

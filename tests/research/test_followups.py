@@ -529,3 +529,58 @@ def test_a_follow_up_with_nothing_to_say_fails_instead_of_an_empty_answer(alice:
     followup.refresh_from_db()
     assert followup.status == FollowUp.Status.FAILED and "No answer could be written" in followup.error
     assert followup.answer == ""
+
+
+def test_a_follow_up_on_a_topic_with_a_picture_keeps_what_it_showed_and_its_privacy(
+    alice: User, loopback: World
+) -> None:
+    """The picture's labels join the follow-up as they joined the topic's question, its
+    description reaches the model as data, and every answer is cached for the owner alone."""
+    from research.models import CacheEntry, TopicImage
+
+    topic = completed_topic(alice)  # web only: without the picture nothing would be private
+    TopicImage.objects.create(
+        topic=topic, data=b"x", content_type="image/png", width=1, height=1, sha256="0" * 64,
+        analysis=TopicImage.Analysis.DONE, labels=["Kazan Kremlin"], description="A white fortress.",
+    )  # fmt: skip
+    answered(topic)
+    asked = [r.body.decode() for r in loopback.llm.requests]
+    followup_asks = [body for body in asked if "Where is Mixture of Tokens used?" in body]
+    assert followup_asks and all("Kazan Kremlin" in body for body in followup_asks)
+    assert any("A white fortress." in body for body in followup_asks)
+    entries = CacheEntry.objects.filter(created_at__gte=topic.created_at)
+    assert entries.exists() and all(entry.owner_id == alice.pk for entry in entries)
+
+
+def test_a_short_follow_up_is_answered_in_the_topics_language() -> None:
+    russian = Topic(question="Какие модели смешивают токены?")
+    assert followups.answer_language("GPT-4o?", russian) == "русский"
+    assert followups.answer_language("What about its cost?", russian).startswith("английский")
+
+
+def test_the_share_link_does_not_show_what_a_follow_up_cost(
+    alice: User, alice_client: Client, loopback: World
+) -> None:
+    topic = completed_topic(alice)
+    answered(topic)
+    own = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    _link, token = ShareLink.issue(topic)
+    shared = Client().get(reverse("shared_report", args=[token])).content.decode()
+
+    def meta(page: str) -> str:
+        return page.split('class="muted followup-meta"', 1)[1].split("</p>", 1)[0]
+
+    assert "LLM: " in meta(own) and "LLM: " not in meta(shared)
+
+
+def test_an_unexpected_error_is_logged_not_shown(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("connection to 10.0.0.5 refused: password authentication failed")
+
+    monkeypatch.setattr(followups, "_answer", broken)
+    topic = completed_topic(alice)
+    followup = workflow.ask_followup(topic, question="What else?")
+    answer_pending(topic.pk)
+    followup.refresh_from_db()
+    assert followup.status == FollowUp.Status.FAILED
+    assert "10.0.0.5" not in followup.error and "server log" in followup.error

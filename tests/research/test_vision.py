@@ -241,7 +241,9 @@ def test_a_share_link_shows_the_picture(
     page = client.get(reverse("shared_report", args=[token])).content.decode()
     image_url = reverse("shared_topic_image", args=[token])
     assert image_url in page and "Eiffel Tower" in page
-    assert client.get(image_url)["Content-Type"] == "image/jpeg"
+    shown = client.get(image_url)
+    # Not kept by the browser: a revoked link stops showing it at once.
+    assert shown["Content-Type"] == "image/jpeg" and shown["Cache-Control"] == "no-store"
     ShareLink.objects.filter(topic=topic).update(revoked_at="2026-01-01T00:00:00Z")
     assert client.get(image_url).status_code == 404
 
