@@ -251,14 +251,12 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
         categories=categories,
         user=ctx.owner_id,
     )
-    payload = {
-        "results": [_as_payload(result) for result in response.results[:MAX_RESULTS_PER_PAGE]],
-        "unresponsive_engines": response.unresponsive_engines,
-    }
+    results = [_as_payload(result) for result in response.results[:MAX_RESULTS_PER_PAGE]]
+    payload = {"results": results, "unresponsive_engines": response.unresponsive_engines}
     # Some engines missing: a later run should get the full set, so keep this one briefly.
     ttl = PARTIAL_TTL if response.unresponsive_engines else None
     await db(cache.put)(CacheEntry.Kind.SEARCH_RESULTS, key, payload, description=query.text, ttl=ttl)
-    return {**payload, "results": payload["results"][:kept], "time_range": time_range}
+    return {**payload, "results": results[:kept], "time_range": time_range}
 
 
 def _as_payload(result: websearch.SearchResult) -> dict:
