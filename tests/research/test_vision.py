@@ -78,6 +78,16 @@ def test_a_decompression_bomb_is_refused() -> None:
         images.prepare(out.getvalue())
 
 
+def test_a_picture_decoded_whole_is_held_to_fewer_pixels_than_a_jpeg() -> None:
+    """A PNG of 40 MP in RGBA compresses to ~150 KB and would decode to 160 MB (JPEGs are
+    decoded at a reduced scale, PNGs are not)."""
+    out = io.BytesIO()
+    Image.new("RGBA", (6_300, 6_300)).save(out, format="PNG")
+    with pytest.raises(images.ImageRejected, match="too many pixels"):
+        images.prepare(out.getvalue())
+    assert images.prepare(picture(RED, size=(6_300, 6_300))).width == images.MAX_SIDE
+
+
 # --- the vision stage -------------------------------------------------------------------------------
 
 
