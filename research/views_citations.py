@@ -21,7 +21,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
 
-from research.models import Citation, Document, FollowUp, Report
+from research.models import Citation, Document, FollowUp, Report, Topic
 from research.pipeline import citecheck, diversity
 from research.pipeline.answer import CITATION, SOURCES_HEADING
 from research.pipeline.followup import sources_by_number
@@ -81,7 +81,7 @@ def card(report: Report, index: int, *, link_private: bool) -> dict[str, Any]:
     def checked(sentence_index: int, n: int) -> Citation | None:
         return Citation.objects.filter(report=report, sentence_index=sentence_index, n=n).first()
 
-    return _card(body, len(report.sources), sources, checked, index, link_private=link_private)
+    return _card(report.topic, body, len(report.sources), sources, checked, index, link_private=link_private)
 
 
 def followup_card(followup: FollowUp, index: int, *, link_private: bool) -> dict[str, Any]:
@@ -94,10 +94,11 @@ def followup_card(followup: FollowUp, index: int, *, link_private: bool) -> dict
         return rows.get((sentence_index, n))
 
     count = max(sources, default=0)
-    return _card(followup.answer, count, sources, checked, index, link_private=link_private)
+    return _card(followup.topic, followup.answer, count, sources, checked, index, link_private=link_private)
 
 
 def _card(
+    topic: Topic,
     body: str,
     source_count: int,
     sources: dict[Any, dict[str, Any]],
@@ -115,7 +116,8 @@ def _card(
         raise Http404("The report has no such source.")
     citation = checked(sentence_index, n)
     document_id = source.get("document_id")
-    document = Document.objects.filter(pk=document_id).first() if document_id else None
+    # Only this topic's documents (an imported topic's sources name its own rows).
+    document = Document.objects.filter(pk=document_id, topic=topic).first() if document_id else None
     sentence = citation.sentence if citation else _sentence(body, sentence_index)
     raw = _passage(citation, source, document)
     passage = Truncator(" ".join(raw.split())).chars(PASSAGE_CHARS)
@@ -126,15 +128,15 @@ def _card(
         "url": source.get("url") or "",
         "site": diversity.site_of_url(source["url"]) if source.get("url") else "",
         "private": not source.get("url"),
-        "pages_label": _pages_label(source.get("pages") or []),
+        "pages_label": _pages_label(source.get("pages")),
         "passage": marked,
         "citation": citation,
         "open_url": _document_url(document, raw) if link_private and not source.get("url") else "",
     }
 
 
-def _pages_label(pages: list[int]) -> str:
-    if not pages:
+def _pages_label(pages: Any) -> str:
+    if not pages or not isinstance(pages, list):
         return ""
     if len(pages) == 1:
         return gettext("page %(page)s") % {"page": pages[0]}
@@ -156,8 +158,13 @@ def _passage(citation: Citation | None, source: dict[str, Any], document: Docume
         return citation.passage
     if document is None:
         return ""
-    cited = source.get("passages") or []
-    return document.text[cited[0]["start"] : cited[0]["end"]] if cited else document.text[: PASSAGE_CHARS * 2]
+    # The span the writer was given (an archive's sources may hold anything here: checked).
+    cited = source.get("passages")
+    first = cited[0] if isinstance(cited, list) and cited and isinstance(cited[0], dict) else {}
+    start, end = first.get("start"), first.get("end")
+    if isinstance(start, int) and isinstance(end, int):
+        return document.text[start:end]
+    return document.text[: PASSAGE_CHARS * 2]
 
 
 def _document_url(document: Document | None, passage: str) -> str:

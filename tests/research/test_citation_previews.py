@@ -123,3 +123,23 @@ def test_a_shared_private_source_has_no_link_into_the_owners_documents(alice: Us
     page = Client().get(reverse("shared_citation_card", args=[token, 0])).content.decode()
     assert "<mark>52</mark> <mark>employees</mark>" in page
     assert "/documents/" not in page
+
+
+def test_a_forged_source_neither_breaks_the_card_nor_reaches_another_topic(
+    alice: User, alice_client: Client, bob: User
+) -> None:
+    """An imported report's sources may hold anything: odd passages and pages still give a card,
+    and a document id of another topic (bob's) is not shown."""
+    topic = report_with_citations(alice)
+    Citation.objects.all().delete()
+    theirs = Document.objects.create(
+        topic=Topic.objects.create(owner=bob, question="Bob's"), title="Bob's notes",
+        text="Bob's secret plans for the moon.", fetched_via="reader",
+    )  # fmt: skip
+    report = topic.report
+    report.sources = [{**report.sources[0], "passages": [{"start": "x"}], "pages": "p. 3"}]
+    report.save()
+    assert "Tokens are mixed." in card(alice_client, topic, 0).replace("<mark>", "").replace("</mark>", "")
+    report.sources = [{"n": 1, "title": "Notes", "url": "", "document_id": theirs.pk, "passages": [5]}]
+    report.save()
+    assert "secret plans" not in card(alice_client, topic, 0)
