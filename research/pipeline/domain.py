@@ -206,7 +206,7 @@ def _weather(ctx: RunContext) -> None:
             return
         data = _cached(
             ctx,
-            ("forecast", round(place.latitude, 3), round(place.longitude, 3)),
+            ("forecast", settings.OPEN_METEO_URL, round(place.latitude, 3), round(place.longitude, 3)),
             lambda: async_to_sync(openmeteo.forecast)(place, user=ctx.owner_id),
         )
     except openmeteo.OpenMeteoError as exc:
@@ -238,7 +238,7 @@ def _find_place(ctx: RunContext, language: str) -> openmeteo.Place | None:
     for candidate in place_candidates(ctx.topic.question, ctx.image_labels):
         found = _cached(
             ctx,
-            ("geocode", candidate.lower(), language),
+            ("geocode", settings.OPEN_METEO_GEOCODING_URL, candidate.lower(), language),
             lambda name=candidate: _place_payload(
                 async_to_sync(openmeteo.geocode)(name, language=language, user=ctx.owner_id)
             ),
@@ -253,10 +253,16 @@ def _place_payload(place: openmeteo.Place | None) -> dict[str, Any]:
 
 
 def _cached(ctx: RunContext, key_parts: tuple, fetch: Any) -> dict[str, Any]:
-    """A provider's answer from the cache (short TTL), or fetched now with the time it was."""
+    """A provider's answer from the cache (short TTL), or fetched now with the time it was.
+
+    `key_parts` name the provider's URL. Shared between users like the LLM's answers, but kept
+    for the owner alone with LLM_CACHE_SCOPE=user or when the place may come from a private
+    picture's labels (the fetch time shown with it would tell that someone asked)."""
     kind = CacheEntry.Kind.DOMAIN_DATA
-    key = result_cache.make_key("domain", settings.OPEN_METEO_URL, *key_parts)
-    cached = result_cache.get(kind, key)
+    key = result_cache.make_key("domain", *key_parts)
+    private = settings.LLM_CACHE_SCOPE == "user" or bool(ctx.image_labels)
+    owner_id = ctx.owner_id if private else None
+    cached = result_cache.get(kind, key, owner_id)
     if cached is not None:
         return cached
     payload = {**fetch(), "_fetched_at": timezone.now().astimezone(UTC).isoformat()}
@@ -264,6 +270,7 @@ def _cached(ctx: RunContext, key_parts: tuple, fetch: Any) -> dict[str, Any]:
         kind,
         key,
         payload,
+        owner_id=owner_id,
         description=f"{STAGE}: {' '.join(map(str, key_parts))}"[:300],
         ttl=timedelta(minutes=settings.DOMAIN_DATA_TTL_MINUTES),
     )

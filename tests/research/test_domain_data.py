@@ -148,6 +148,18 @@ def test_the_place_can_come_from_the_picture(alice: User, seed: SeedWorld) -> No
     plan_topic(topic.pk)
     facts = Document.objects.get(topic=topic, fetched_via=Document.FetchedVia.DOMAIN)
     assert "Paris" in facts.title  # the vision model's "Eiffel Tower, Paris"
+    # Where a private picture was taken is the owner's: so is the data fetched for it.
+    entries = CacheEntry.objects.filter(kind=CacheEntry.Kind.DOMAIN_DATA)
+    assert entries.exists() and all(entry.owner_id == alice.pk for entry in entries)
+
+
+def test_with_the_cache_scoped_to_users_domain_data_is_not_shared(
+    alice: User, bob: User, seed: SeedWorld, settings: Any
+) -> None:
+    settings.LLM_CACHE_SCOPE = "user"
+    research(alice)
+    research(bob)
+    assert len(seed.weather.requests_to("/v1/forecast")) == 2
 
 
 # --- places: OpenStreetMap Nominatim ----------------------------------------------------------------
