@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
@@ -104,14 +105,12 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
     ctx.emit(STAGE, gettext_noop("Report written"), args={}, done=1, total=1)
 
 
-class Draft:
-    """Hears the report's text as the LLM writes it: every piece goes to the run's text listeners,
-    and the text so far is saved and announced at most every DRAFT_INTERVAL_SECONDS (the first
-    words at once)."""
+class StreamedText:
+    """Hears a text as the LLM writes it: every piece goes to the listeners, and the text so far
+    is saved (and so announced) at most every DRAFT_INTERVAL_SECONDS, the first words at once."""
 
-    def __init__(self, ctx: RunContext) -> None:
-        self.topic_id = ctx.topic.pk
-        self.listeners = [hook for hook in (getattr(x, "report_text", None) for x in ctx.listeners) if hook]
+    def __init__(self, listeners: list[Callable[[str], None]] | None = None) -> None:
+        self.listeners = listeners or []
         self.text = self.saved = ""
         self.saved_at = float("-inf")
 
@@ -125,11 +124,31 @@ class Draft:
     async def flush(self) -> None:
         if self.text != self.saved:
             self.saved, self.saved_at = self.text, time.monotonic()
-            await db(progress.save_draft)(self.topic_id, self.text)
+            await db(self.save)(self.text)
 
     async def drop(self) -> None:
         self.text = self.saved = ""
-        await db(progress.drop_draft)(self.topic_id)
+        await db(self.discard)()
+
+    def save(self, text: str) -> None:
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        raise NotImplementedError
+
+
+class Draft(StreamedText):
+    """The report's text as it is written; the run's text listeners (the console) hear it too."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__([hook for hook in (getattr(x, "report_text", None) for x in ctx.listeners) if hook])
+        self.topic_id = ctx.topic.pk
+
+    def save(self, text: str) -> None:
+        progress.save_draft(self.topic_id, text)
+
+    def discard(self) -> None:
+        progress.drop_draft(self.topic_id)
 
 
 def check_citations(

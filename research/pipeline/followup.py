@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +50,7 @@ from research.pipeline import (
     summarise,
     vision,
 )
-from research.pipeline.context import Cancelled, RunContext, StageError, db
+from research.pipeline.context import Cancelled, RunContext, StageError
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian, language_of
 from research.pipeline.run import topic_lock
@@ -75,7 +74,6 @@ EARLIER_ANSWER_CHARS = 1_500
 # A section to expand: its heading and this much of its text are what passages are ranked by.
 SECTION_CONTEXT_CHARS = 1_500
 SEARCH_STAGES = (queries, search, score_hits, read, summarise, score_summaries)
-DRAFT_INTERVAL_SECONDS = answer.DRAFT_INTERVAL_SECONDS
 
 
 @dataclass
@@ -438,28 +436,18 @@ def _search(ctx: FollowUpContext, followup: FollowUp, numbered: set[int]) -> lis
 # --- Writing -------------------------------------------------------------------------------------
 
 
-class Draft:
-    """Hears the answer as the LLM writes it: the text so far is saved on the follow-up and
-    announced at most every DRAFT_INTERVAL_SECONDS (the first words at once)."""
+class Draft(answer.StreamedText):
+    """The follow-up's answer as it is written, saved on the follow-up."""
 
     def __init__(self, followup: FollowUp) -> None:
+        super().__init__()
         self.followup_id, self.topic_id = followup.pk, followup.topic_id
-        self.text = self.saved = ""
-        self.saved_at = float("-inf")
 
-    async def __call__(self, text: str) -> None:
-        self.text = text
-        if time.monotonic() - self.saved_at >= DRAFT_INTERVAL_SECONDS:
-            await self.flush()
+    def save(self, text: str) -> None:
+        progress.save_followup_draft(self.topic_id, self.followup_id, text)
 
-    async def flush(self) -> None:
-        if self.text != self.saved:
-            self.saved, self.saved_at = self.text, time.monotonic()
-            await db(progress.save_followup_draft)(self.topic_id, self.followup_id, self.text)
-
-    async def drop(self) -> None:
-        self.text = self.saved = ""
-        await db(progress.save_followup_draft)(self.topic_id, self.followup_id, "")
+    def discard(self) -> None:
+        progress.save_followup_draft(self.topic_id, self.followup_id, "")
 
 
 def _write(
