@@ -24,7 +24,7 @@ from mindsearch import lifecycle
 from research.models import FollowUp, Topic
 from research.pipeline import cache
 from research.pipeline.followup import answer_pending
-from research.pipeline.run import is_running_somewhere, plan_topic, run_topic
+from research.pipeline.run import is_running_somewhere, plan_topic, run_topic, topic_lock
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,16 @@ def followup(followup_id: int) -> list[int]:
 
 def hand_back_followups(topic_id: int) -> None:
     """Queue a topic's follow-up being answered again; the next worker starts it afresh (a search
-    it had begun continues from its saved rows)."""
-    moved = (
-        FollowUp.objects.filter(topic_id=topic_id)
-        .pending()
-        .update(status=FollowUp.Status.QUEUED, heartbeat_at=None)
-    )
+    it had begun continues from its saved rows). Not while another worker holds the topic: its
+    follow-ups are that worker's to answer."""
+    with topic_lock(topic_id) as locked:
+        if not locked:
+            return
+        moved = (
+            FollowUp.objects.filter(topic_id=topic_id)
+            .pending()
+            .update(status=FollowUp.Status.QUEUED, heartbeat_at=None)
+        )
     first = FollowUp.objects.filter(topic_id=topic_id).pending().order_by("position").first()
     if moved and first is not None:
         async_task("research.tasks.followup", first.pk, task_name=f"hand back follow-up {first.pk}")

@@ -432,6 +432,29 @@ def test_the_task_answers_the_topics_queue_and_a_stopping_worker_hands_it_back(
     assert tasks.followup(10**9) == []  # a follow-up deleted meanwhile: nothing to do
 
 
+def test_a_stopping_worker_leaves_a_follow_up_another_worker_is_answering(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import contextmanager
+
+    from mindsearch import lifecycle
+    from research import tasks
+
+    topic = completed_topic(alice)
+    followup = workflow.ask_followup(topic, question="Where is Mixture of Tokens used?")
+    FollowUp.objects.filter(pk=followup.pk).update(status=FollowUp.Status.RUNNING)
+
+    @contextmanager
+    def held_elsewhere(topic_id: int) -> Any:
+        yield False
+
+    monkeypatch.setattr(tasks, "topic_lock", held_elsewhere)
+    monkeypatch.setattr(lifecycle, "stopping", lambda: True)
+    assert tasks.followup(followup.pk) == []
+    followup.refresh_from_db()
+    assert followup.status == FollowUp.Status.RUNNING  # still the other worker's, its heartbeat going
+
+
 def alice_client_for(user: User) -> Client:
     client = Client()
     client.force_login(user)
