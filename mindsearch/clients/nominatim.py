@@ -50,6 +50,15 @@ def search_url(query: str, language: str) -> str:
     return f"{settings.NOMINATIM_URL.rstrip('/')}/search?{urlencode(params)}"
 
 
+def place_url(place: dict[str, Any]) -> str:
+    """The place's page on openstreetmap.org (what a reader can open), or "" when it has no
+    node/way/relation id; Nominatim's data is OpenStreetMap's, whichever instance answered."""
+    kind, number = place.get("osm_type"), place.get("osm_id")
+    if kind in ("node", "way", "relation") and isinstance(number, int) and number > 0:
+        return f"https://www.openstreetmap.org/{kind}/{number}"
+    return ""
+
+
 async def search(query: str, *, language: str, user: int | None) -> dict[str, Any] | None:
     """The best match for `query` (Nominatim's jsonv2 object), or None when nothing matches."""
     if len(query.strip()) < 2:

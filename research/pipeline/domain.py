@@ -104,7 +104,7 @@ def _location(ctx: RunContext) -> None:
             if found.get("place"):
                 place, url, fetched_at = (
                     found["place"],
-                    found["url"],
+                    nominatim.place_url(found["place"]) or found["url"],
                     datetime.fromisoformat(found["_fetched_at"]),
                 )
                 break

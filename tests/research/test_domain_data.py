@@ -179,6 +179,7 @@ def test_a_place_question_cites_openstreetmap_first(alice: User, seed: SeedWorld
     assert asked[0].headers["user-agent"].startswith("MindSearch/")  # the policy: name the application
     report = Report.objects.get(topic=topic)
     assert report.sources[0]["document_id"] == facts.pk
+    assert facts.url == "https://www.openstreetmap.org/way/24561755"  # a page to open, not the API
 
 
 def test_a_blocked_or_unconfigured_nominatim_leaves_the_web_alone(
