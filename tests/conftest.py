@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import translation
 
 from tests.support.world import World, loopback_world
 
@@ -61,6 +62,16 @@ def bob_client(bob: User) -> Client:
 def fast_password_hashing(settings: Any) -> None:
     """Tests are about the views, not the hasher; the default one takes ~0.4 s a try."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def default_language() -> Iterator[None]:
+    """Each test starts in the default language: a request in Russian leaves Russian active in
+    the thread (the locale middleware activates it and nothing resets it), and messages made
+    outside a request would follow it into the next test."""
+    translation.deactivate()
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(autouse=True)
