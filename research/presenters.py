@@ -4,16 +4,16 @@ websocket (which re-renders fragments as the run goes on)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import caches
 from django.template.loader import render_to_string
-from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import get_language, gettext
-from django.utils.translation import gettext_lazy as _
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
-from research import usage
+from research import fragments, usage
 from research.forms import ShareLinkForm
 from research.models import (
     Citation,
@@ -28,32 +28,24 @@ from research.models import (
 )
 from research.pipeline import citecheck, deep, passages
 from research.pipeline.answer import SOURCES_HEADING
+from research.pipeline.stage import StageName
 from research.rendering import CitationMark, render_markdown
 
+# The progress bars, in run order; every stage's label is StageName's.
 STAGES = [
-    ("plan", _("Plan")),
-    ("queries", _("Queries")),
-    ("search", _("Search")),
-    ("score_hits", _("Score hits")),
-    ("read", _("Read pages")),
-    ("summarise", _("Summarise")),
-    ("score_summaries", _("Score summaries")),
-    ("answer", _("Write report")),
+    (name.value, name.label)
+    for name in (
+        StageName.PLAN,
+        StageName.QUERIES,
+        StageName.SEARCH,
+        StageName.SCORE_HITS,
+        StageName.READ,
+        StageName.SUMMARISE,
+        StageName.SCORE_SUMMARIES,
+        StageName.ANSWER,
+    )
 ]
-STAGE_LABELS = {
-    **dict(STAGES),
-    "done": _("Done"),
-    "cancelled": _("Cancelled"),
-    "llm": _("LLM"),
-    "run": _("Run"),
-    "route": _("Route"),
-    "years": _("Per-year search"),
-    "deep": _("Deep rounds"),
-    "citecheck": _("Citation check"),
-    "vision": _("Picture"),
-    "domain": _("Domain data"),
-    "followup": _("Follow-up"),
-}
+STAGE_LABELS = dict(StageName.choices)
 
 
 # The event log shows the latest lines; the API pages through all of them (`since`, `limit`).
@@ -74,7 +66,8 @@ def topic_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     return context
 
 
-# The read-only panels of the topic page: the costly part of it (queries, Markdown, tables).
+# The read-only panels of the topic page: the costly part of it (queries, Markdown, tables),
+# kept in the fragment cache (research/fragments.py). Panels with forms are never cached.
 CACHED_PANELS = ("progress", "events", "report", "documents", "hits")
 
 
@@ -82,12 +75,8 @@ def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     """The topic page: the panels with forms (status, plan, sharing) rendered per request, the
     others from the fragment cache."""
     context = panel_context(topic, {"status", "plan", "thread"})
-    panels = rendered_panels(topic)
-    # The text being written changes without an event: the report panel is rendered afresh then.
-    if not topic.is_finished and ReportDraft.objects.filter(topic=topic).exists():
-        panels["report"] = render_to_string("research/_report.html", panel_context(topic, {"report"}))
     context.update(
-        panels=panels,
+        panels=cached_panels(topic, CACHED_PANELS),
         report=Report.objects.filter(topic=topic).exists(),
         share_form=ShareLinkForm(),
         share_links=list(topic.share_links.all()),
@@ -96,21 +85,21 @@ def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     return context
 
 
-def rendered_panels(topic: Topic) -> dict[str, SafeString]:
-    """The read-only panels, rendered once per version of the topic and language.
+def cached_panels(topic: Topic, names: Iterable[str]) -> dict[str, SafeString]:
+    """The named read-only panels in the active language, each from the fragment cache or
+    rendered from the topic's rows (the context of all of them built once, on the first miss).
+    The topic is read again after its version: `topic` may be older than that."""
+    version = fragments.version_of(topic.pk)
+    shared: dict[str, Any] = {}
 
-    Whatever changes them is announced by an event (the live page re-renders on events, too)
-    or a status change, so the event sequence and `updated_at` name the version.
-    """
-    fragments = caches["fragments"]
-    key = f"topic-panels:{topic.pk}:{topic.updated_at.timestamp()}:{topic.last_event_seq}:{get_language()}"
-    panels = fragments.get(key)
-    if panels is None:
-        context = panel_context(topic, {"progress", "hits", "documents", "report"})
-        context.update(recent_events(topic))
-        panels = {name: str(render_to_string(f"research/_{name}.html", context)) for name in CACHED_PANELS}
-        fragments.set(key, panels)
-    return {name: mark_safe(html) for name, html in panels.items()}  # noqa: S308 — rendered templates
+    def render(name: str) -> str:
+        if not shared:
+            current = Topic.objects.get(pk=topic.pk)
+            shared.update(panel_context(current, {"progress", "hits", "documents", "report"}))
+            shared.update(recent_events(current))
+        return render_to_string(f"research/_{name}.html", shared)
+
+    return {name: fragments.fragment(version, name, partial(render, name)) for name in names}
 
 
 def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
@@ -235,8 +224,8 @@ def stage_progress(topic: Topic) -> list[dict[str, Any]]:
     for event in topic.events.filter(total__isnull=False).order_by("seq"):
         latest[event.stage] = event
     stages = STAGES
-    if topic.status == Topic.Status.COMPLETED and "queries" not in latest:
-        stages = [(key, label) for key, label in STAGES if key == "answer"]  # answered directly
+    if topic.status == Topic.Status.COMPLETED and StageName.QUERIES not in latest:
+        stages = [(key, label) for key, label in STAGES if key == StageName.ANSWER]  # answered directly
     return [progress_row(key, label, latest.get(key), topic) for key, label in stages]
 
 
@@ -247,7 +236,7 @@ def progress_row(key: str, label: str, event: RunEvent | None, topic: Topic) -> 
 
 
 def _past(stage: str, topic: Topic) -> bool:
-    return topic.status == Topic.Status.COMPLETED or (stage == "plan" and topic.subqueries.exists())
+    return topic.status == Topic.Status.COMPLETED or (stage == StageName.PLAN and topic.subqueries.exists())
 
 
 def hits_of(topic: Topic) -> list[Hit]:

@@ -46,9 +46,10 @@ from research.pipeline.parsing import (
     question_language,
     report_language,
 )
+from research.pipeline.stage import StageName
 
-STAGE = "answer"
-CHECK_STAGE = "citecheck"
+STAGE = StageName.ANSWER
+CHECK_STAGE = StageName.CITECHECK
 MAX_CHARS_PER_SOURCE = passages.ANSWER_BUDGET
 CITATION = re.compile(r"(\s*)\[(\d{1,3})\]")
 # File names may contain what Markdown would read as emphasis, links or HTML (an underscore

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_noop
 from mindsearch import lifecycle
 from mindsearch.clients import llm as llm_client
 from research.models import RunEvent, Topic, TopicImage
+from research.pipeline.stage import StageName
 from research.progress import record_event
 
 T = TypeVar("T")
@@ -96,7 +97,9 @@ class RunContext:
         if self.llm_enabled and (fatal or given_up):
             self.llm_enabled = False
             self.warn(
-                "llm", gettext_noop("Continuing without the LLM: %(error)s"), args={"error": str(error)}
+                StageName.LLM,
+                gettext_noop("Continuing without the LLM: %(error)s"),
+                args={"error": str(error)},
             )
 
     def check_cancelled(self) -> None:

@@ -36,8 +36,9 @@ from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines
+from research.pipeline.stage import StageName
 
-STAGE = "deep"
+STAGE = StageName.DEEP
 PROPOSALS_PER_SUBQUERY = 5
 SUMMARIES_PER_SUBQUERY = 5
 # A proposal whose words are mostly those of an asked sub-query asks nothing new.

@@ -40,9 +40,10 @@ from django.utils.translation import gettext_noop
 from research.models import Document, SummaryScore, Topic
 from research.pipeline.context import RunContext
 from research.pipeline.extractive import tokenize
+from research.pipeline.stage import StageName
 from research.pipeline.urls import domain_of, normalize_url
 
-STAGE = "answer"
+STAGE = StageName.ANSWER
 QUICK_SOURCES = 5  # the seed's top 5
 # Ties are broken by content, not by id: ids follow the order in which concurrent reads
 # finished, and a repeated topic must send the answer stage the very same request.

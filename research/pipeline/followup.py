@@ -54,10 +54,11 @@ from research.pipeline.context import Cancelled, RunContext, StageError
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian, language_of
 from research.pipeline.run import topic_lock
+from research.pipeline.stage import StageName
 
 log = logging.getLogger(__name__)
 
-STAGE = "followup"
+STAGE = StageName.FOLLOWUP
 # The topic's sources sent with a follow-up: the best-matching ones, keeping their numbers.
 MAX_KNOWN_SOURCES = 8
 # The best pages a follow-up's own search adds to the numbering.

@@ -24,10 +24,11 @@ from django.utils.translation import gettext_noop
 from research.models import Document, Report, Topic
 from research.pipeline import answer, private, rerank
 from research.pipeline.context import RunContext
+from research.pipeline.stage import StageName
 from retrieval.models import Chunk
 from retrieval.search import Passage
 
-STAGE = "answer"
+STAGE = StageName.ANSWER
 # As many passages as a sub-query reads.
 PASSAGES = private.PASSAGES_READ
 

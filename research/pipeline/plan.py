@@ -11,8 +11,9 @@ from research.pipeline import extractive, vision
 from research.pipeline.context import RunContext
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import language_of, parse_prefixed_lines
+from research.pipeline.stage import StageName
 
-STAGE = "plan"
+STAGE = StageName.PLAN
 MAX_SUBQUERIES = 3
 
 

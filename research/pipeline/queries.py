@@ -13,8 +13,9 @@ from research.pipeline import extractive, route
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines, split_by_language
+from research.pipeline.stage import StageName
 
-STAGE = "queries"
+STAGE = StageName.QUERIES
 PER_LANGUAGE = 3
 
 

@@ -19,8 +19,9 @@ from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit
 from research.pipeline import cache, private, summarise
 from research.pipeline.context import RunContext, db
+from research.pipeline.stage import StageName
 
-STAGE = "read"
+STAGE = StageName.READ
 TOP_K = 5
 # Candidates tried beyond the top K, for pages that cannot be read.
 SPARE_CANDIDATES = 5

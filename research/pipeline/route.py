@@ -28,8 +28,9 @@ from research.pipeline import timeparse
 from research.pipeline.context import RunContext
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import is_russian
+from research.pipeline.stage import StageName
 
-STAGE = "route"
+STAGE = StageName.ROUTE
 Domain = Topic.Domain
 # The LLM's "no search needed" is trusted for short messages only: a long question put to a
 # research tool wants research, whatever a classifier thinks.
@@ -185,7 +186,10 @@ DOMAIN_TERMS: dict[str, Terms] = {
             r"троллейбус\w*", r"такси\b", r"ржд\b", r"авиарейс\w*", r"flights\b", r"airports?\b",
             r"airlines?\b", r"timetables?\b", r"railways?\b", r"subway\b", r"commut\w*",
             r"train (?:tickets?|schedules?|stations?|times)\b", r"public transport\w*",
-            r"bus (?:routes?|schedules?|stops?|tickets?|stations?)\b",
+            r"bus (?:routes?|schedules?|stops?|tickets?|stations?)\b", r"маршрут\w* (?:от|из)\b",
+            r"(?:route|directions|drive|driving|distance|how far) from\b", r"(?:сколько|как долго) ехать\b",
+            r"расстояни\w* (?:от|между)\b", r"driving (?:time|distance)\b", r"travel time\b",
+            r"время в пути\b", r"(?:доехать|добраться) (?:от|из) .{1,40} (?:до|в)\b",
         ),
         weak=_words(
             r"поезд\w*", r"вокзал\w*", r"рейс(?:ы|ов|а|ам)?\b", r"маршрут(?:ы|а|ов|у|ом|ах)?\b", r"пробк\w*",
@@ -201,7 +205,8 @@ DOMAIN_TERMS: dict[str, Terms] = {
             r"биткоин\w*", r"криптовалют\w*", r"ipo\b", r"share prices?\b", r"stock prices?\b",
             r"stock market\b", r"nasdaq\b", r"nyse\b", r"s&p\b", r"market cap\w*", r"dividends?\b",
             r"interest rates?\b", r"mortgage rates?\b", r"bitcoin\b", r"exchange rates?\b", r"p/e\b",
-            r"мосбирж\w*",
+            r"мосбирж\w*", r"(?:курс|цен|стоимост)\w* акци\w*", r"тикер\w*", r"ticker\b",
+            r"stock quotes?\b",
         ),
         weak=_words(
             r"акци[яийею]\b", r"акциям\w*", r"выручк\w*", r"прибыл\w*", r"финанс\w*", r"ставк\w*",
@@ -220,6 +225,9 @@ DOMAIN_TERMS: dict[str, Terms] = {
             r"world cup\b", r"кубк\w* мира\b", r"grand prix\b", r"standings\b", r"формул\w* 1\b",
             r"formula 1\b", r"олимпийск\w* игр\w*", r"olympic games\b", r"wimbledon\b", r"super bowl\b",
             r"stanley cup\b", r"tour de france\b", r"roland garros\b", r"ufc\b",
+            r"play(?:s|ing)? next\b", r"next (?:game|match|fixture)(?:es|s)?\b", r"fixtures\b",
+            r"kick-?off\b", r"когда (?:играет|играют|сыграет|сыграют)\b",
+            r"(?:следующ|ближайш)\w+ (?:матч|игр)\w*",
         ),
         weak=_words(
             r"турнир(?:а|е|у|ом|ы|ов|ах|ам)?\b", r"матч(?:а|е|и|ей|ам|ах|у|ем)?\b", r"лиг[аиуе]\b",
@@ -338,7 +346,7 @@ def _direct_answer(ctx: RunContext) -> tuple[str, str]:
         try:
             text = async_to_sync(ask)(
                 ctx,
-                "answer",
+                StageName.ANSWER,
                 load_prompt("direct"),
                 f"Сообщение пользователя: {ctx.question}",
                 kind=CacheEntry.Kind.ANSWERS,
@@ -379,7 +387,11 @@ def _save_direct_answer(ctx: RunContext, route: Route, markdown: str, model: str
         topic.domain = route.domain
         topic.save(update_fields=["domain", "updated_at"])
     ctx.emit(
-        "answer", gettext_noop("Answered directly: this message needs no search"), args={}, done=1, total=1
+        StageName.ANSWER,
+        gettext_noop("Answered directly: this message needs no search"),
+        args={},
+        done=1,
+        total=1,
     )
 
 

@@ -38,6 +38,7 @@ from research.pipeline import (
     years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
+from research.pipeline.stage import StageName
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def plan_topic(topic_id: int, listeners: list[Listener] | None = None) -> bool:
             topic.set_status(Topic.Status.QUEUED)
             return True
         topic.set_status(Topic.Status.AWAITING_APPROVAL)
-        ctx.emit("plan", gettext_noop("Waiting for you to review and approve the plan"), args={})
+        ctx.emit(StageName.PLAN, gettext_noop("Waiting for you to review and approve the plan"), args={})
         return False
 
 
@@ -85,7 +86,7 @@ def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
         )
         if _guarded(ctx, lambda: _run_stages(ctx)):
             topic.set_status(Topic.Status.COMPLETED, finished_at=timezone.now(), stage="")
-            ctx.emit("done", gettext_noop("The report is ready"), args={})
+            ctx.emit(StageName.DONE, gettext_noop("The report is ready"), args={})
         return topic.status
 
 
@@ -109,7 +110,7 @@ def _answered_directly(ctx: RunContext) -> None:
         stage="",
         llm_model=model,
     )
-    ctx.emit("done", gettext_noop("The answer is ready"), args={})
+    ctx.emit(StageName.DONE, gettext_noop("The answer is ready"), args={})
 
 
 def _run_stages(ctx: RunContext) -> None:
@@ -136,11 +137,11 @@ def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:
     try:
         work()
     except Cancelled:
-        ctx.emit("cancelled", gettext_noop("Cancelled"), args={})
+        ctx.emit(StageName.CANCELLED, gettext_noop("Cancelled"), args={})
         return False
     except StageError as exc:
         ctx.topic.fail(str(exc))
-        ctx.emit(ctx.topic.stage or "run", str(exc), level=RunEvent.Level.ERROR)
+        ctx.emit(ctx.topic.stage or StageName.RUN, str(exc), level=RunEvent.Level.ERROR)
         return False
     return True
 

@@ -18,8 +18,9 @@ from research.pipeline import extractive, rerank
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import default_scores, match_scores
+from research.pipeline.stage import StageName
 
-STAGE = "score_hits"
+STAGE = StageName.SCORE_HITS
 BATCH_SIZE = 10
 
 

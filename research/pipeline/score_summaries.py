@@ -11,8 +11,9 @@ from django.utils.translation import gettext_noop
 from research.models import Document, Summary, SummaryScore
 from research.pipeline.context import RunContext, db
 from research.pipeline.score_hits import BATCH_SIZE, score_batch
+from research.pipeline.stage import StageName
 
-STAGE = "score_summaries"
+STAGE = StageName.SCORE_SUMMARIES
 
 
 def run(ctx: RunContext) -> None:

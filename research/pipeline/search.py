@@ -41,9 +41,10 @@ from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
 from research.pipeline import cache, private, route
 from research.pipeline.context import RunContext, StageError, db
+from research.pipeline.stage import StageName
 from research.pipeline.urls import normalize_url
 
-STAGE = "search"
+STAGE = StageName.SEARCH
 RESULTS_PER_QUERY = 10  # a full page of one engine
 # What one answer page may bring at most (a sanity bound: an instance with many engines).
 MAX_RESULTS_PER_PAGE = 40

@@ -17,8 +17,9 @@ from research.models import CacheEntry, Document, Scores, Summary
 from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
+from research.pipeline.stage import StageName
 
-STAGE = "summarise"
+STAGE = StageName.SUMMARISE
 # What the summariser sees of a long page: its passages most about the sub-query.
 MAX_INPUT_CHARS = passages.SUMMARY_BUDGET
 

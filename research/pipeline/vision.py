@@ -28,8 +28,9 @@ from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext
 from research.pipeline.llm import data_block, load_prompt
 from research.pipeline.parsing import language_of
+from research.pipeline.stage import StageName
 
-STAGE = "vision"
+STAGE = StageName.VISION
 MAX_TOKENS = 500
 MAX_LABELS = 8
 MAX_TEXT_CHARS = 1000

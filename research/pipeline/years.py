@@ -20,8 +20,9 @@ from django.utils.translation import gettext_noop
 from research.models import Hit, SearchQuery, SubQuery, Topic
 from research.pipeline import search, timeparse
 from research.pipeline.context import RunContext
+from research.pipeline.stage import StageName
 
-STAGE = "years"
+STAGE = StageName.YEARS
 MAX_YEARS = 12
 _YEARS = re.compile(
     r"\b(?:19|20)\d\d\b(?:\s*[-–—]\s*(?:19|20)\d\d\b)?(?:\s*(?:гг\.?|годы|годах|года|год|г\.))?"
