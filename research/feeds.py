@@ -22,7 +22,7 @@ from research.models import RunEvent, Topic
 from research.pipeline.stage import StageName
 
 # Which parts of the topic page an event of each stage changes.
-PANELS = {
+PANELS: dict[str, tuple[str, ...]] = {
     StageName.PLAN: ("plan",),
     StageName.QUERIES: ("plan",),
     StageName.SEARCH: ("plan", "hits"),

@@ -84,6 +84,8 @@ class Topic(models.Model):
         help_text=_("The dates the question asks about: the filter for private documents."),
     )
     period_end = models.DateField(null=True, blank=True)
+    # The per-year search (research/pipeline/years.py) has looked at the first search's hits.
+    years_checked = models.BooleanField(default=False)
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
     stage = models.CharField(max_length=30, blank=True, default="")
     error = models.TextField(blank=True, default="")

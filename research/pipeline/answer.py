@@ -46,7 +46,7 @@ from research.pipeline.parsing import (
     question_language,
     report_language,
 )
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.ANSWER
 CHECK_STAGE = StageName.CITECHECK
@@ -64,15 +64,16 @@ SOURCES_HEADING = re.compile(
 )
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     if Report.objects.filter(topic=ctx.topic).exists():
-        return
+        return Outcome.CONTINUE
     # Domain data comes first, as the pre-context the report must prefer (domain.py).
     chosen = domain.domain_documents(ctx.topic)
     documents = chosen + [d for d in diversity.final_documents(ctx) if d not in chosen]
     if not documents:
         raise StageError(_nothing_to_write_from(ctx))
     write_report(ctx, documents)
+    return Outcome.CONTINUE
 
 
 def write_report(ctx: RunContext, documents: list[Document]) -> None:

@@ -36,7 +36,7 @@ from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.DEEP
 PROPOSALS_PER_SUBQUERY = 5
@@ -60,23 +60,25 @@ class Proposal:
     score: float  # 0–10: how much the original question needs it
 
 
-def run(ctx: RunContext) -> bool:
-    """Measure the round just finished; True when another round was planned."""
+def run(ctx: RunContext) -> Outcome:
+    """Measure the round just finished; ANOTHER_ROUND when the next one was planned."""
     topic = ctx.topic
     if topic.mode != Topic.Mode.DEEP:
-        return False
+        return Outcome.CONTINUE
     number = current_round(topic)
     measured = Round.objects.filter(topic=topic, number=number).first() or _measure(ctx, number)
     if measured.stop_reason:
-        return False
+        return Outcome.CONTINUE
     reason = stop_reason(measured.growth_rate, number)
     if reason:
-        return _stop(ctx, measured, reason)
+        _stop(ctx, measured, reason)
+        return Outcome.CONTINUE
     texts = next_subqueries(ctx, number)
     if not texts:
-        return _stop(ctx, measured, Round.Stop.NO_QUERIES)
+        _stop(ctx, measured, Round.Stop.NO_QUERIES)
+        return Outcome.CONTINUE
     _start_round(ctx, number + 1, texts)
-    return True
+    return Outcome.ANOTHER_ROUND
 
 
 def current_round(topic: Topic) -> int:
@@ -124,7 +126,7 @@ def _measure(ctx: RunContext, number: int) -> Round:
     return measured
 
 
-def _stop(ctx: RunContext, measured: Round, reason: str) -> bool:
+def _stop(ctx: RunContext, measured: Round, reason: str) -> None:
     measured.stop_reason = reason
     measured.save(update_fields=["stop_reason"])
     why = {
@@ -144,7 +146,6 @@ def _stop(ctx: RunContext, measured: Round, reason: str) -> bool:
         args={"round": measured.number, "why": why},
         data={"stop": reason},
     )
-    return False
 
 
 def _start_round(ctx: RunContext, number: int, texts: list[str]) -> None:

@@ -27,7 +27,7 @@ from research.event_text import choice_phrase
 from research.models import CacheEntry, Document, Topic
 from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.DOMAIN
 Domain = Topic.Domain
@@ -35,13 +35,13 @@ Domain = Topic.Domain
 LIVE = (Domain.WEATHER, Domain.LOCATION, Domain.FINANCE, Domain.SPORTS, Domain.TRANSPORTATION)
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     topic = ctx.topic
     if topic.domain not in LIVE or _done(topic):
-        return
+        return Outcome.CONTINUE
     if topic.domain == Domain.LOCATION:
         _location(ctx)
-        return
+        return Outcome.CONTINUE
     if topic.domain != Domain.WEATHER:
         ctx.emit(
             STAGE,
@@ -50,7 +50,7 @@ def run(ctx: RunContext) -> None:
             ),
             args={"domain": choice_phrase(Domain(topic.domain))},
         )
-        return
+        return Outcome.CONTINUE
     if not openmeteo.is_configured():
         ctx.warn(
             STAGE,
@@ -60,8 +60,9 @@ def run(ctx: RunContext) -> None:
             ),
             args={},
         )
-        return
+        return Outcome.CONTINUE
     _weather(ctx)
+    return Outcome.CONTINUE
 
 
 def _done(topic: Topic) -> bool:

@@ -54,7 +54,7 @@ from research.pipeline.context import Cancelled, RunContext, StageError
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian, language_of
 from research.pipeline.run import topic_lock
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Stage, StageName
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ MIN_WORDS_FOR_LANGUAGE = 2
 EARLIER_ANSWER_CHARS = 1_500
 # A section to expand: its heading and this much of its text are what passages are ranked by.
 SECTION_CONTEXT_CHARS = 1_500
-SEARCH_STAGES = (queries, search, score_hits, read, summarise, score_summaries)
+SEARCH_STAGES: tuple[Stage, ...] = (queries, search, score_hits, read, summarise, score_summaries)
 
 
 @dataclass

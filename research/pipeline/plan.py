@@ -11,15 +11,15 @@ from research.pipeline import extractive, vision
 from research.pipeline.context import RunContext
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import language_of, parse_prefixed_lines
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.PLAN
 MAX_SUBQUERIES = 3
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     if ctx.topic.subqueries.exists():
-        return
+        return Outcome.CONTINUE
     ctx.emit(STAGE, gettext_noop("Planning sub-queries"), args={}, done=0, total=1)
     texts, origin = _plan(ctx)
     SubQuery.objects.bulk_create(
@@ -33,6 +33,7 @@ def run(ctx: RunContext) -> None:
         total=1,
         data={"subqueries": texts},
     )
+    return Outcome.CONTINUE
 
 
 def _plan(ctx: RunContext) -> tuple[list[str], str]:

@@ -13,19 +13,20 @@ from research.pipeline import extractive, route
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines, split_by_language
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.QUERIES
 PER_LANGUAGE = 3
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     pending = list(ctx.topic.subqueries.filter(search_queries__isnull=True).order_by("round", "position"))
     total = ctx.topic.subqueries.count()
     if not pending:
-        return
+        return Outcome.CONTINUE
     ctx.emit(STAGE, gettext_noop("Writing search queries"), args={}, done=total - len(pending), total=total)
     async_to_sync(_write_all)(ctx, pending, total)
+    return Outcome.CONTINUE
 
 
 async def _write_all(ctx: RunContext, pending: list[SubQuery], total: int) -> None:

@@ -19,7 +19,7 @@ from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit
 from research.pipeline import cache, private, summarise
 from research.pipeline.context import RunContext, db
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.READ
 TOP_K = 5
@@ -43,7 +43,7 @@ PAYWALL = re.compile(
 )
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     passages = private.read_documents(ctx, STAGE)
     number = _current_round(ctx)
     pool = _candidates(ctx)
@@ -51,7 +51,7 @@ def run(ctx: RunContext) -> None:
     wanted = min(TOP_K * len(searched), len(pool))
     have = _web_documents(ctx).count()
     if have >= wanted and not passages:
-        return
+        return Outcome.CONTINUE
     if have < wanted:
         ctx.emit(
             STAGE,
@@ -62,6 +62,7 @@ def run(ctx: RunContext) -> None:
         )
     queue = _reading_order(pool, number, attempts=wanted - have + SPARE_CANDIDATES * len(searched))
     async_to_sync(_read_all)(ctx, queue, wanted, have, number, passages)
+    return Outcome.CONTINUE
 
 
 def _current_round(ctx: RunContext) -> int:

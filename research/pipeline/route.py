@@ -28,7 +28,7 @@ from research.pipeline import timeparse
 from research.pipeline.context import RunContext
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import is_russian
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.ROUTE
 Domain = Topic.Domain
@@ -46,11 +46,11 @@ class Route:
     by_llm: bool
 
 
-def run(ctx: RunContext) -> bool:
-    """Route the topic once; True when it was answered directly and needs nothing more."""
+def run(ctx: RunContext) -> Outcome:
+    """Route the topic once; ANSWERED when it was answered directly and needs nothing more."""
     topic = ctx.topic
     if topic.domain:
-        return answered_directly(topic)
+        return Outcome.ANSWERED if answered_directly(topic) else Outcome.CONTINUE
     # Relative phrases are read on the day the question was asked, so a resumed run agrees.
     today = timezone.localdate(topic.created_at)
     period = timeparse.parse_period(topic.question, today)
@@ -61,15 +61,15 @@ def run(ctx: RunContext) -> bool:
     )
     if not route.needs_search and _may_skip_search(topic, route):
         if not looks_like_small_talk(topic.question) and _answered_from_documents(ctx, route, period):
-            return True
+            return Outcome.ANSWERED
         markdown, model = _direct_answer(ctx)
         if markdown:
             _save_direct_answer(ctx, route, markdown, model)
-            return True
+            return Outcome.ANSWERED
     _save_route(topic, route, period, today)
     template, args = _describe(topic, route)
     ctx.emit(STAGE, template, args=args, done=1, total=1, data=_route_data(topic, route))
-    return False
+    return Outcome.CONTINUE
 
 
 def classify(ctx: RunContext) -> Route:

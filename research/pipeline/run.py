@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import ModuleType
 
 from django.db import connection
 from django.utils import timezone
@@ -25,6 +24,7 @@ from research.pipeline import (
     answer,
     deep,
     domain,
+    overlap,
     plan,
     private,
     queries,
@@ -38,12 +38,14 @@ from research.pipeline import (
     years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, Stage, StageName
 
 log = logging.getLogger(__name__)
 
 # One round: what each sub-query not yet done needs, up to its scored summaries.
-ROUND_STAGES = (queries, search, years, score_hits, read, summarise, score_summaries)
+ROUND_STAGES: tuple[Stage, ...] = (queries, search, years, score_hits, read, summarise, score_summaries)
+# Every stage a topic's run may call, in the order they first come.
+STAGES: tuple[Stage, ...] = (vision, route, domain, plan, *ROUND_STAGES, deep, answer)
 LOCK_NAMESPACE = 7_301  # first key of pg_try_advisory_lock(int, int): "research topic"
 
 Listener = Callable[[RunEvent], None]
@@ -93,11 +95,11 @@ def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
 def _route_then_plan(ctx: RunContext) -> None:
     private.check_before_planning(ctx)
     _stage(ctx, vision)  # the picture's labels join the question before it is routed
-    if _stage(ctx, route):
+    if _stage(ctx, route) is Outcome.ANSWERED:
         _answered_directly(ctx)
         return
     _stage(ctx, domain)  # domain data before the web
-    plan.run(ctx)
+    _stage(ctx, plan)
 
 
 def _answered_directly(ctx: RunContext) -> None:
@@ -114,18 +116,27 @@ def _answered_directly(ctx: RunContext) -> None:
 
 
 def _run_stages(ctx: RunContext) -> None:
-    if _stage(ctx, route):  # a copy of a topic that was answered directly
+    if _stage(ctx, route) is Outcome.ANSWERED:  # a copy of a topic that was answered directly
         return
     _stage(ctx, domain)
     while True:
-        for stage in ROUND_STAGES:
-            _stage(ctx, stage)
-        if not _stage(ctx, deep):
+        _round(ctx)
+        if _stage(ctx, deep) is not Outcome.ANOTHER_ROUND:
             break
     _stage(ctx, answer)
 
 
-def _stage(ctx: RunContext, stage: ModuleType) -> bool | None:
+def _round(ctx: RunContext) -> None:
+    stages = ROUND_STAGES
+    if overlap.applies(ctx):  # queries, search and scoring per sub-query, overlapped
+        _stage(ctx, overlap)
+        stages = tuple(stage for stage in ROUND_STAGES if stage not in overlap.COVERS)
+    for stage in stages:
+        if _stage(ctx, stage) is Outcome.SEARCH_AGAIN:  # years added sub-queries of their own
+            _stage(ctx, search)
+
+
+def _stage(ctx: RunContext, stage: Stage) -> Outcome:
     ctx.check_cancelled()
     if ctx.topic.stage != stage.STAGE:
         ctx.topic.set_status(ctx.topic.status, stage=stage.STAGE)

@@ -18,13 +18,13 @@ from research.pipeline import extractive, rerank
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import default_scores, match_scores
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SCORE_HITS
 BATCH_SIZE = 10
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     rerank.order_web_hits(ctx, STAGE)
     hits = Hit.objects.filter(topic=ctx.topic).select_related("subquery")
     # The reranker's order first (when one is configured and answered), so a batch of ten holds
@@ -33,7 +33,7 @@ def run(ctx: RunContext) -> None:
     order = ("subquery__round", "subquery__position", by_reranker, "position", "normalized_url")
     pending = list(hits.filter(score__isnull=True).order_by(*order))
     if not pending:
-        return
+        return Outcome.CONTINUE
     batches = _batches(pending)
     total = hits.count()
     ctx.emit(
@@ -44,6 +44,7 @@ def run(ctx: RunContext) -> None:
         total=total,
     )
     async_to_sync(_score_all)(ctx, batches, total, total - len(pending))
+    return Outcome.CONTINUE
 
 
 def _batches(hits: list[Hit]) -> list[list[Hit]]:

@@ -11,12 +11,12 @@ from django.utils.translation import gettext_noop
 from research.models import Document, Summary, SummaryScore
 from research.pipeline.context import RunContext, db
 from research.pipeline.score_hits import BATCH_SIZE, score_batch
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SCORE_SUMMARIES
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     summaries = Summary.objects.filter(document__topic=ctx.topic)
     pending = list(
         summaries.filter(score__isnull=True)
@@ -24,7 +24,7 @@ def run(ctx: RunContext) -> None:
         .order_by("document__url", "document__title")
     )
     if not pending:
-        return
+        return Outcome.CONTINUE
     total = summaries.count()
     ctx.emit(
         STAGE,
@@ -34,6 +34,7 @@ def run(ctx: RunContext) -> None:
         total=total,
     )
     async_to_sync(_score_all)(ctx, _batches(pending), total, total - len(pending))
+    return Outcome.CONTINUE
 
 
 def _direction(summary: Summary) -> str:

@@ -41,7 +41,7 @@ from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
 from research.pipeline import cache, private, route
 from research.pipeline.context import RunContext, StageError, db
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 from research.pipeline.urls import normalize_url
 
 STAGE = StageName.SEARCH
@@ -55,10 +55,10 @@ THIN_RESULTS = RESULTS_PER_QUERY
 PARTIAL_TTL = timedelta(hours=1)
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     private.search_documents(ctx, STAGE)
     if ctx.topic.sources == Topic.Sources.DOCS:
-        return
+        return Outcome.CONTINUE
     # The search tools of MCP servers an admin registered (mcphub/sources.py): their results
     # are saved as web hits here, then scored, read and cited like SearXNG's.
     from_tools = tool_sources.search(ctx, STAGE, _save_hit)
@@ -69,7 +69,7 @@ def run(ctx: RunContext) -> None:
         .order_by("subquery__round", "subquery__position", "language", "position")
     )
     if not pending:
-        return
+        return Outcome.CONTINUE
     if not websearch.is_configured():
         if from_tools:
             ctx.warn(
@@ -77,9 +77,9 @@ def run(ctx: RunContext) -> None:
                 gettext_noop("Web search is not configured (SEARXNG_URL); using the MCP sources' results."),
                 args={},
             )
-            return
+            return Outcome.CONTINUE
         _without_search_engine(ctx)
-        return
+        return Outcome.CONTINUE
     total = queries.count()
     ctx.emit(STAGE, gettext_noop("Searching the web"), args={}, done=total - len(pending), total=total)
     failures = async_to_sync(_search_all)(ctx, pending, total)
@@ -92,6 +92,7 @@ def run(ctx: RunContext) -> None:
             gettext_noop("Web search failed (%(error)s); using your documents only."),
             args={"error": failures[0]},
         )
+    return Outcome.CONTINUE
 
 
 def _without_search_engine(ctx: RunContext) -> None:

@@ -17,19 +17,19 @@ from research.models import CacheEntry, Document, Scores, Summary
 from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SUMMARISE
 # What the summariser sees of a long page: its passages most about the sub-query.
 MAX_INPUT_CHARS = passages.SUMMARY_BUDGET
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     documents = Document.objects.filter(topic=ctx.topic)
     # Domain data is not summarised: the report gets it whole, as pre-context (domain.py).
     pending = list(documents.filter(summary__isnull=True).exclude(fetched_via=Document.FetchedVia.DOMAIN))
     if not pending:
-        return
+        return Outcome.CONTINUE
     total = documents.count()
     ctx.emit(
         STAGE,
@@ -39,6 +39,7 @@ def run(ctx: RunContext) -> None:
         total=total,
     )
     async_to_sync(_summarise_all)(ctx, pending, total)
+    return Outcome.CONTINUE
 
 
 async def _summarise_all(ctx: RunContext, pending: list[Document], total: int) -> None:

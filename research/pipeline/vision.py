@@ -28,7 +28,7 @@ from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext
 from research.pipeline.llm import data_block, load_prompt
 from research.pipeline.parsing import language_of
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.VISION
 MAX_TOKENS = 500
@@ -40,12 +40,12 @@ def is_configured() -> bool:
     return llm_client.is_configured() and bool(settings.VISION_MODEL)
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
     image = TopicImage.objects.filter(topic=ctx.topic).first()
     if image is None or image.analysis == TopicImage.Analysis.DONE:
-        return
+        return Outcome.CONTINUE
     if image.analysis in (TopicImage.Analysis.NO_VISION, TopicImage.Analysis.FAILED) and _told(ctx):
-        return
+        return Outcome.CONTINUE
     if not is_configured():
         image.analysis = TopicImage.Analysis.NO_VISION
         image.save(update_fields=["analysis"])
@@ -57,7 +57,7 @@ def run(ctx: RunContext) -> None:
             ),
             args={},
         )
-        return
+        return Outcome.CONTINUE
     ctx.emit(STAGE, gettext_noop("Describing the picture"), args={}, done=0, total=1)
     try:
         found = describe(ctx, image)
@@ -71,7 +71,7 @@ def run(ctx: RunContext) -> None:
             ),
             args={"error": str(exc)},
         )
-        return
+        return Outcome.CONTINUE
     for name, value in found.items():
         setattr(image, name, value)
     image.analysis, image.vision_model, image.error = TopicImage.Analysis.DONE, settings.VISION_MODEL, ""
@@ -85,6 +85,7 @@ def run(ctx: RunContext) -> None:
         total=1,
         data={"labels": image.labels, "entities": image.entities},
     )
+    return Outcome.CONTINUE
 
 
 def _told(ctx: RunContext) -> bool:

@@ -18,9 +18,9 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from research.models import Hit, SearchQuery, SubQuery, Topic
-from research.pipeline import search, timeparse
+from research.pipeline import timeparse
 from research.pipeline.context import RunContext
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.YEARS
 MAX_YEARS = 12
@@ -29,14 +29,18 @@ _YEARS = re.compile(
 )
 
 
-def run(ctx: RunContext) -> None:
+def run(ctx: RunContext) -> Outcome:
+    """SEARCH_AGAIN when years were missing: their sub-queries are saved and wait for the search."""
     topic = ctx.topic
     years = years_asked(topic)
-    if not years or topic.sources == Topic.Sources.DOCS or topic.events.filter(stage=STAGE).exists():
-        return
+    if not years or topic.sources == Topic.Sources.DOCS or topic.years_checked:
+        return Outcome.CONTINUE
     missing = [] if _planned(topic) else missing_years(years, *_found(topic))
-    if missing:
-        _add_subqueries(topic, missing[:MAX_YEARS])
+    with transaction.atomic():
+        if missing:
+            _add_subqueries(topic, missing[:MAX_YEARS])
+        topic.years_checked = True
+        topic.save(update_fields=["years_checked", "updated_at"])
     message = (
         gettext_noop("No result mentions %(years)s: searching each of those years on its own")
         if missing
@@ -44,8 +48,7 @@ def run(ctx: RunContext) -> None:
     )
     listed = _listed(missing or list(years))
     ctx.emit(STAGE, message, args={"years": listed}, data={"years": list(years), "missing": missing})
-    if missing:
-        search.run(ctx)
+    return Outcome.SEARCH_AGAIN if missing else Outcome.CONTINUE
 
 
 def years_asked(topic: Topic) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ from research.pipeline.deep import (
     parse_proposals,
 )
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stage import Outcome
 from tests.support.deep_world import FACTS, FIRST_ROUND_FACTS, QUESTION, DeepWorld, deep_world, facts_in
 
 # --- pure parts -------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_a_deep_run_that_died_between_rounds_resumes_in_its_round(alice: User, w
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
     for stage in (queries, search, years, score_hits, read, summarise, score_summaries):
         stage.run(ctx)
-    assert deep.run(ctx) is True  # round 2 planned; then the worker died
+    assert deep.run(ctx) is Outcome.ANOTHER_ROUND  # round 2 planned; then the worker died
     calls = LLMCall.objects.filter(topic=topic).count()
     expands = web.script.calls["expand"]
     assert run_topic(topic.pk) == Topic.Status.COMPLETED

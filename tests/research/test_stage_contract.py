@@ -1,19 +1,24 @@
-"""The stage contract (research/pipeline/stage.py): one spelling of every stage name."""
+"""The stage contract (research/pipeline/stage.py): one spelling of every stage name, one shape of
+a stage, outcomes the run loop reads by name, and a stage's "done" kept in rows."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from types import ModuleType
+from typing import get_type_hints
 
 import pytest
 from django.contrib.auth.models import User
 
 from research import feeds, presenters
-from research.models import LLMCall, RunEvent, Topic
-from research.pipeline import run
-from research.pipeline.stage import StageName
-from tests.support.world import TOPIC, World
+from research.models import LLMCall, RunEvent, SearchQuery, SubQuery, Topic
+from research.pipeline import followup, queries, run, search, years
+from research.pipeline.context import RunContext
+from research.pipeline.stage import Outcome, Stage, StageName
+from tests.support.fakes import searxng_search
+from tests.support.world import PAGES, TOPIC, World, search_pages
 
 
 def pipeline_modules() -> list[ModuleType]:
@@ -50,3 +55,60 @@ def test_a_run_writes_no_stage_outside_the_enum(alice: User, loopback: World) ->
     written |= set(LLMCall.objects.filter(topic=topic).values_list("stage", flat=True))
     assert {StageName.PLAN, StageName.SEARCH, StageName.ANSWER, StageName.DONE} <= written
     assert written <= set(StageName.values)
+
+
+@pytest.mark.parametrize(
+    "stage", [*run.STAGES, *followup.SEARCH_STAGES], ids=lambda stage: stage.__name__.rsplit(".", 1)[-1]
+)
+def test_every_stage_the_runs_call_has_the_stage_shape(stage: ModuleType) -> None:
+    assert isinstance(stage, Stage)
+    assert isinstance(stage.STAGE, StageName)
+    assert get_type_hints(stage.run)["return"] is Outcome
+
+
+def test_the_run_loop_runs_every_stage_module_of_the_pipeline() -> None:
+    """A module with a stage's shape that no run calls would be a stage someone forgot (or calls
+    from another stage, by a side door). local_rag's `run` also takes the period: it is the route
+    stage's branch, not a stage."""
+    stages = {
+        module
+        for module in pipeline_modules()
+        if isinstance(module, Stage) and list(inspect.signature(module.run).parameters) == ["ctx"]
+    }
+    assert stages == set(run.STAGES)
+
+
+def years_world(loopback: World) -> None:
+    """The broad search covers 2022 only, so 2021 and 2023 get sub-queries of their own."""
+    base = search_pages(loopback.web.url, PAGES)
+
+    def dated(request: object) -> list[dict]:
+        results = base(request)
+        if "2023" not in request.param("q"):
+            for result in results[:1]:
+                result["publishedDate"] = "2022-03-01T00:00:00"
+        return results
+
+    loopback.searxng.routes[("GET", "/search")] = searxng_search(dated)
+
+
+@pytest.mark.django_db
+def test_years_asks_the_run_loop_to_search_and_its_done_state_is_a_row(alice: User, loopback: World) -> None:
+    years_world(loopback)
+    topic = Topic.objects.create(owner=alice, question=TOPIC + " в 2021–2023 годах", auto_approve=True)
+    assert run.plan_topic(topic.pk) is True
+    ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
+    queries.run(ctx)
+    search.run(ctx)
+    assert years.run(ctx) is Outcome.SEARCH_AGAIN
+    per_year = SearchQuery.objects.filter(subquery__topic=topic, subquery__origin=SubQuery.Origin.PERIOD)
+    assert (
+        per_year.count() == 4 and not per_year.filter(searched_at__isnull=False).exists()
+    )  # years searches none
+    # The worker died here, and the event log was lost (an export, a clean-up): the row says done.
+    RunEvent.objects.filter(topic=topic).delete()
+    assert run.run_topic(topic.pk) == Topic.Status.COMPLETED
+    assert not per_year.filter(searched_at__isnull=True).exists()  # the run loop searched them
+    assert not RunEvent.objects.filter(topic=topic, stage=StageName.YEARS).exists()
+    assert SubQuery.objects.filter(topic=topic, origin=SubQuery.Origin.PERIOD).count() == 2
+    assert Topic.objects.get(pk=topic.pk).years_checked
