@@ -136,7 +136,7 @@ class MemoEmbedder:
 
 def scifact_pairs(limit: int) -> list[dict[str, Any]]:
     from research.pipeline.citecheck import numbers
-    from research.pipeline.extractive import BM25, tokenize
+    from research.pipeline.text import BM25, tokenize
 
     corpus = {}
     with open(SCIFACT / "corpus.jsonl") as handle:

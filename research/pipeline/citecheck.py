@@ -40,8 +40,8 @@ from typing import Any
 
 from mindsearch.clients.llm import LLMError, parse_json
 from research.pipeline import passages
-from research.pipeline.extractive import tokenize
 from research.pipeline.parsing import is_russian
+from research.pipeline.text import tokenize
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
+from research.pipeline.text import tokenize
 
 STAGE = StageName.DEEP
 PROPOSALS_PER_SUBQUERY = 5
@@ -255,7 +256,7 @@ def parse_proposals(answer: str) -> list[Proposal]:
         text = line[: found.start()] if found else line
         text = text.strip(" |;—-\"'«»")
         score = min(10.0, float(found.group(1).replace(",", "."))) if found else 5.0
-        if extractive.tokenize(text):
+        if tokenize(text):
             proposals.append(Proposal(text, score))
     return proposals
 
@@ -265,11 +266,11 @@ def keyword_proposals(question: str, learned: list[Direction], asked: list[str])
     keeps to the question and how good the page's summary was; a name counts more than a
     run of words. The passages are read, not the summaries: an extractive summary keeps the
     sentences that repeat the question and drops the ones that lead elsewhere."""
-    known = set(extractive.tokenize(" ".join([question, *asked])))
-    wanted = set(extractive.tokenize(question))
+    known = set(tokenize(" ".join([question, *asked])))
+    wanted = set(tokenize(question))
     best: dict[str, Proposal] = {}
     for direction in learned:
-        focus = wanted | set(extractive.tokenize(direction.text))
+        focus = wanted | set(tokenize(direction.text))
         for finding in direction.findings:
             for sentence in _sentences(finding.passages):
                 phrase, is_name = novel_phrase(sentence, known)
@@ -277,7 +278,7 @@ def keyword_proposals(question: str, learned: list[Direction], asked: list[str])
                     continue
                 # The page's score says how much it is about the question; how closely the
                 # sentence itself keeps to the question only breaks ties within the page.
-                tokens = set(extractive.tokenize(sentence))
+                tokens = set(tokenize(sentence))
                 closeness = min(1.0, len(tokens & focus) / max(len(wanted), 1))
                 weight = (1.0 if is_name else WORDS_WEIGHT) * (0.5 + 0.5 * closeness)
                 proposal = Proposal(phrase, round(finding.score * weight, 1))
@@ -299,15 +300,15 @@ def novel_phrase(sentence: str, known: set[str]) -> tuple[str, bool]:
     do not name (a lone capital at the start of the sentence is no name), or else the longest
     run of new content words (two to four)."""
     for match in _NAME.finditer(sentence):
-        words = [word for word in match.group(0).split() if extractive.tokenize(word)]
+        words = [word for word in match.group(0).split() if tokenize(word)]
         if match.start() == 0 and len(words) == 1:
             continue
-        novel = [word for word in words if not set(extractive.tokenize(word)) <= known]
+        novel = [word for word in words if not set(tokenize(word)) <= known]
         if novel:
             return " ".join(match.group(0).split()), True
     runs, current = [], []
     for word in re.findall(r"[^\W_][\w\-]*", sentence):
-        tokens = extractive.tokenize(word)
+        tokens = tokenize(word)
         if tokens and not set(tokens) <= known:
             current.append(word)
         else:
@@ -320,12 +321,12 @@ def novel_phrase(sentence: str, known: set[str]) -> tuple[str, bool]:
 
 def choose(proposals: list[Proposal], asked: list[str], limit: int) -> list[Proposal]:
     """The best proposals of the whole pool, none repeating what is asked or already chosen."""
-    taken = [set(extractive.tokenize(text)) for text in asked]
+    taken = [set(tokenize(text)) for text in asked]
     chosen: list[Proposal] = []
     for proposal in sorted(proposals, key=lambda p: -p.score):
         if len(chosen) >= limit:
             break
-        tokens = set(extractive.tokenize(proposal.text))
+        tokens = set(tokenize(proposal.text))
         if tokens and not any(len(tokens & other) >= DUPLICATE_SHARE * len(tokens) for other in taken):
             chosen.append(proposal)
             taken.append(tokens)
@@ -343,7 +344,7 @@ def question_subject(question: str) -> str:
 def merge_with_question(text: str, question: str) -> str:
     """The proposal, with the question's subject added when the proposal does not name it."""
     subject = question_subject(question)
-    if not subject or set(extractive.tokenize(subject)) <= set(extractive.tokenize(text)):
+    if not subject or set(tokenize(subject)) <= set(tokenize(text)):
         return text
     return f"{text} — {subject}"
 

@@ -2,129 +2,16 @@
 
 Used when no LLM is configured and as the fallback when LLM calls keep failing. Keyword
 sub-queries, BM25 scoring, extractive summaries and an extractive cited report — same input,
-same output, no network.
+same output, no network. Its words and BM25 are `text.py`'s, as everyone's.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 
 from research.pipeline.parsing import is_russian
-
-
-def _words(text: str) -> list[str]:
-    return text.split()
-
-
-_RUSSIAN_STOP_WORDS = frozenset(
-    _words(
-        """
-    а без более бы был была были было быть в вам вас весь во вот все всего всех вы где да даже
-    для до его ее ей ему если есть еще же за здесь и из или им их к как какая какие каким каких
-    какой ко когда кто ли либо между меня мне много может можно мой мы на над нам нас не него нее
-    нет ни них но ну о об обо однако он она они оно от очень по под после при про раз с свой себя
-    со так также такое такой там те тем то того тоже той только том тот ту тут ты у уже хотя чего
-    чем через что чтобы эта эти это этого этой этом этот эту я который которая которые которых
-    почему зачем каков какова каковы ним ней нем расскажи расскажите объясни объясните опиши опишите
-    поясни пожалуйста числе
-        """
-    )
-)
-_ENGLISH_STOP_WORDS = frozenset(
-    _words(
-        """
-    a about above after again all also am an and any are as at be been before being below between
-    both but by can could did do does doing down during each few for from further had has have
-    having he her here hers him his how i if in into is it its itself just me more most my no nor
-    not now of off on once only or other our out over own same she should so some such than that
-    the their them then there these they this those through to too under until up very was we
-    were what when where which while who whom why will with would you your describe explain tell
-    please etc via vs
-        """
-    )
-)
-_WORD = re.compile(r"[^\W_]+")
-_RUSSIAN_ENDINGS = sorted(
-    _words(
-        """
-    ами ями ыми ими ого его ому ему ется ются ться ают яют уют ют ах ях ам ям ов ев ей ом ем ой ою
-    ую юю ая яя ое ее ые ие ый ий ых их ым им ся сь а я о е ы и у ю ь й
-        """
-    ),
-    key=len,
-    reverse=True,
-)
-_MIN_STEM = 3
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased, lightly stemmed word tokens without stop words (Russian and English)."""
-    words = _WORD.findall((text or "").lower().replace("ё", "е"))
-    return [_stem(word) for word in words if _is_content_word(word)]
-
-
-def _is_content_word(word: str) -> bool:
-    if len(word) == 1 and not word.isdigit():
-        return False
-    return word not in _RUSSIAN_STOP_WORDS and word not in _ENGLISH_STOP_WORDS
-
-
-def _stem(word: str) -> str:
-    if re.fullmatch(r"[а-я]+", word):
-        return _stem_russian(word)
-    if re.fullmatch(r"[a-z]+", word):
-        return _stem_english(word)
-    return word
-
-
-def _stem_russian(word: str) -> str:
-    for ending in _RUSSIAN_ENDINGS:
-        if word.endswith(ending) and len(word) - len(ending) >= _MIN_STEM:
-            word = word[: -len(ending)]
-            break
-    # "технология" → "технологи" but "технологий" → "технолог": drop the soft tail too.
-    if word[-1] in "иьй" and len(word) > _MIN_STEM:
-        word = word[:-1]
-    return word
-
-
-def _stem_english(word: str) -> str:
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("s") and len(word) > 3 and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-class BM25:
-    """Okapi BM25 over tokenised documents, with an idf that never goes negative."""
-
-    def __init__(self, documents: list[list[str]], k1: float = 1.5, b: float = 0.75) -> None:
-        self.k1 = k1
-        self.b = b
-        self.frequencies = [Counter(document) for document in documents]
-        self.lengths = [len(document) for document in documents]
-        self.average_length = sum(self.lengths) / len(documents) if documents else 0.0
-        counts = Counter(term for frequency in self.frequencies for term in frequency)
-        total = len(documents)
-        self.idf = {term: math.log(1 + (total - df + 0.5) / (df + 0.5)) for term, df in counts.items()}
-
-    def scores(self, query_tokens: list[str]) -> list[float]:
-        return [self._score(index, query_tokens) for index in range(len(self.frequencies))]
-
-    def _score(self, index: int, query_tokens: list[str]) -> float:
-        frequency = self.frequencies[index]
-        relative_length = self.lengths[index] / self.average_length if self.average_length else 0.0
-        norm = self.k1 * (1 - self.b + self.b * relative_length)
-        total = 0.0
-        for term in query_tokens:
-            tf = frequency.get(term, 0)
-            if tf:
-                total += self.idf[term] * tf * (self.k1 + 1) / (tf + norm)
-        return total
-
+from research.pipeline.text import BM25, WORD, tokenize, words
 
 # --- queries without an LLM -------------------------------------------------------------
 
@@ -176,7 +63,7 @@ def _keywords(text: str) -> str:
 
     Latin terms stay whole in Russian text: "Mixture of Tokens" is one name, not two words.
     """
-    pattern = _TERM_OR_WORD if is_russian(text) else _WORD
+    pattern = _TERM_OR_WORD if is_russian(text) else WORD
     kept = [match.group(0) for match in pattern.finditer(text) if tokenize(match.group(0))]
     words = " ".join(kept)
     return words if len(words.split()) <= len(text.split()) - 2 else ""
@@ -187,7 +74,7 @@ def _distinct(queries: list[str]) -> list[str]:
     seen: set[tuple[str, ...]] = set()
     kept = []
     for query in queries:
-        key = tuple(_WORD.findall(query.casefold().replace("ё", "е")))
+        key = tuple(WORD.findall(query.casefold().replace("ё", "е")))
         if tokenize(query) and key not in seen:
             seen.add(key)
             kept.append(query)
@@ -294,7 +181,7 @@ _INLINE_NOISE = (
 )
 _SENTENCE_END = re.compile(r"[.!?…]+[\"'»”)\]]*\s+")
 _ABBREVIATIONS = frozenset(
-    _words(
+    words(
         """
     e.g i.e etc vs mr mrs ms dr prof fig no al approx inc ltd jr sr st
     т.е т.д т.п т.к др г гг им см рис стр тыс млн млрд руб ок ср напр проф

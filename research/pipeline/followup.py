@@ -55,6 +55,7 @@ from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import is_russian, language_of
 from research.pipeline.run import topic_lock
 from research.pipeline.stage import Stage, StageName
+from research.pipeline.text import BM25, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -340,9 +341,7 @@ def _rank_known(known: list[Numbered], query: str) -> list[tuple[Numbered, str]]
         for entry in usable
         if entry.document is not None
     ]
-    scores = extractive.BM25([extractive.tokenize(text) for text in excerpts]).scores(
-        extractive.tokenize(query)
-    )
+    scores = BM25([tokenize(text) for text in excerpts]).scores(tokenize(query))
     order = sorted(range(len(usable)), key=lambda i: (-scores[i], usable[i].source["n"]))
     best = sorted(order[:MAX_KNOWN_SOURCES])
     return [(usable[i], excerpts[i]) for i in best]
@@ -350,10 +349,10 @@ def _rank_known(known: list[Numbered], query: str) -> list[tuple[Numbered, str]]
 
 def coverage(query: str, texts: list[str]) -> float:
     """Share of the query's content words (stemmed, a shared prefix counting) in the texts."""
-    words = extractive.tokenize(query)
+    words = tokenize(query)
     if not words:
         return 1.0
-    found = frozenset(token for text in texts for token in extractive.tokenize(text))
+    found = frozenset(token for text in texts for token in tokenize(text))
     return citecheck.coverage(words, found)
 
 
@@ -542,12 +541,12 @@ def extractive_answer(query: str, excerpts: dict[int, str], sources: int = 3) ->
     paragraph citing its source."""
     numbers = sorted(excerpts)
     texts = [excerpts[n] for n in numbers]
-    scores = extractive.BM25([extractive.tokenize(text) for text in texts]).scores(extractive.tokenize(query))
+    scores = BM25([tokenize(text) for text in texts]).scores(tokenize(query))
     best = sorted(range(len(numbers)), key=lambda i: (-scores[i], numbers[i]))[:sources]
     paragraphs = []
     for i in sorted(best, key=lambda i: numbers[i]):
         summary = extractive.extractive_summary(texts[i], query, max_sentences=3).strip()
-        if extractive.tokenize(summary):  # words, not a rule or stray punctuation
+        if tokenize(summary):  # words, not a rule or stray punctuation
             paragraphs.append(f"{summary} [{numbers[i]}]")
     return "\n\n".join(paragraphs)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote as url_quote
 
-from research.pipeline.extractive import BM25, tokenize
+from research.pipeline.text import BM25, tokenize
 
 if TYPE_CHECKING:
     from research.models import Document

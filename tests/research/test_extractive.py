@@ -5,15 +5,14 @@ import re
 import pytest
 
 from research.pipeline.extractive import (
-    BM25,
     extractive_report,
     extractive_summary,
     keyword_queries,
     keyword_subqueries,
     score_texts,
-    tokenize,
 )
 from research.pipeline.parsing import CRITERIA
+from research.pipeline.text import BM25, tokenize
 
 SEED_QUESTION = "Расскажи об Mixture of Tokens, в том числе где используется и какие есть улучшения"
 

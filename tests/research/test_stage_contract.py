@@ -17,7 +17,7 @@ from research.models import LLMCall, RunEvent, SearchQuery, SubQuery, Topic
 from research.pipeline import followup, queries, run, search, years
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, Stage, StageName
-from tests.support.fakes import searxng_search
+from tests.support.fakes import Request, searxng_search
 from tests.support.world import PAGES, TOPIC, World, search_pages
 
 
@@ -82,7 +82,7 @@ def years_world(loopback: World) -> None:
     """The broad search covers 2022 only, so 2021 and 2023 get sub-queries of their own."""
     base = search_pages(loopback.web.url, PAGES)
 
-    def dated(request: object) -> list[dict]:
+    def dated(request: Request) -> list[dict]:
         results = base(request)
         if "2023" not in request.param("q"):
             for result in results[:1]:
