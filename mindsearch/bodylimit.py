@@ -19,13 +19,22 @@ handed to it in one go, so a layer inside the application comes too late for mem
 declared or streamed body over the limit is answered 413 while its headers are read (or as the
 stream passes the limit), daphne stops reading that socket — the client's unsent bytes wait in
 its own kernel, costing this process nothing — and closes it a few seconds later.
+
+A body within its limit is spooled to a temporary file by twisted as it arrives; daphne would
+then copy all of it into the application's input queue at once, and twisted would first parse a
+multipart body into memory (a 100 MB upload, even an anonymous one answered 401, cost daphne
+~200 MB). A body over `SPOOLED_BODY_MIN_BYTES` is therefore kept in its file: daphne hands the
+application an empty piece, and `GuardedApp` reads the file to the application a piece at a
+time, so an accepted body costs the process one piece, whatever its size.
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import cache
 from typing import Any
@@ -51,6 +60,15 @@ FORWARDED_HEADERS = {
 # body) and is closed this long later, time for any client to read the answer.
 LINGER_SECONDS = 5.0
 UNSAFE = {"POST", "PUT", "PATCH"}
+# Bodies larger than this are read to the application from daphne's spool file (below).
+SPOOLED_BODY_MIN_BYTES = 256 * 1024
+SPOOLED_PIECE_BYTES = 64 * 1024
+# The header by which daphne's request names its spooled body to GuardedApp. Whatever a client
+# sends under this name is removed first; the value is an unguessable key of `_spooled`.
+SPOOLED_HEADER = b"x-mindsearch-spooled-body"
+# A spooled body no application took (the client left before it started) is closed this late.
+SPOOLED_ORPHAN_SECONDS = 600.0
+_spooled: dict[str, Any] = {}
 
 
 # --- Limits by route -----------------------------------------------------------------------------
@@ -142,6 +160,16 @@ class GuardedApp:
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return
+        scope, spooled = take_spooled_body(scope)
+        try:
+            await self._http(
+                scope, _spooled_receive(spooled, receive) if spooled is not None else receive, send
+            )
+        finally:
+            if spooled is not None:
+                spooled.close()
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = limit_for(scope.get("method", "GET"), scope.get("path", ""))
         declared = _content_length(scope)
         if declared is not None and declared > limit:
@@ -170,6 +198,38 @@ class GuardedApp:
         except BodyTooLarge:
             if not started:
                 await _refuse(send, limit)
+
+
+def take_spooled_body(scope: Scope) -> tuple[Scope, Any]:
+    """The scope without the spooled-body header, and the body file it names (None: the body
+    comes through `receive` as usual — under any server but daphne, or a small body)."""
+    headers = scope.get("headers", [])
+    if not any(name.lower() == SPOOLED_HEADER for name, _ in headers):
+        return scope, None
+    key = next(value for name, value in headers if name.lower() == SPOOLED_HEADER)
+    kept = [(name, value) for name, value in headers if name.lower() != SPOOLED_HEADER]
+    return {**scope, "headers": kept}, _spooled.pop(key.decode("latin-1"), None)
+
+
+def _spooled_receive(body: Any, receive: Receive) -> Receive:
+    """`receive` that reads the request's body from its file, a piece at a time, then goes on
+    with daphne's own messages (a disconnect)."""
+    size = body.seek(0, io.SEEK_END)
+    body.seek(0)
+    state = {"first": True, "done": False}
+
+    async def spooled() -> Message:
+        if state["done"]:
+            return await receive()
+        if state["first"]:
+            state["first"] = False
+            await receive()  # daphne's own piece: empty, its body being here
+        piece = body.read(SPOOLED_PIECE_BYTES)
+        more = body.tell() < size
+        state["done"] = not more
+        return {"type": "http.request", "body": piece, "more_body": more}
+
+    return spooled
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -245,12 +305,33 @@ def install_daphne_guard() -> None:
             if transport is not None:
                 transport.loseConnection()
             return
+        self.requestHeaders.removeHeader(SPOOLED_HEADER)  # no client may name a spooled body
+        if self.content.tell() > SPOOLED_BODY_MIN_BYTES:
+            _spool(self)
         original_received(self, command, path, version)
 
     WebRequest.gotLength = got_length
     WebRequest.handleContentChunk = handle_content_chunk
     WebRequest.requestReceived = request_received
     WebRequest._mindsearch_guarded = True
+
+
+def _spool(request: Any) -> None:
+    """Keep the request's body in its file for GuardedApp; daphne and twisted see an empty one
+    (twisted parses no multipart into memory, daphne queues one empty piece)."""
+    from twisted.internet import reactor
+
+    key = secrets.token_urlsafe(24)
+    _spooled[key] = request.content
+    request.content = io.BytesIO()
+    request.requestHeaders.setRawHeaders(SPOOLED_HEADER, [key.encode()])
+    reactor.callLater(SPOOLED_ORPHAN_SECONDS, _discard_spooled, key)
+
+
+def _discard_spooled(key: str) -> None:
+    body = _spooled.pop(key, None)
+    if body is not None:
+        body.close()
 
 
 def _daphne_limit(request: Any) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import select
 import socket
 import threading
@@ -171,6 +172,125 @@ def test_a_normal_page_is_served_at_once_after_refusals(web: tuple[str, int]) ->
     conn.request("GET", "/accounts/login/")
     assert conn.getresponse().status == 200
     assert time.monotonic() - started < 1.0
+
+
+ROOMY = 40 * 1024 * 1024  # the upload routes' limit in `roomy_web`
+BIG = 12 * 1024 * 1024  # within it
+
+
+@pytest.fixture(scope="module")
+def roomy_web(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[str, int]]:
+    with django_db_blocker.unblock():
+        env = process_env(UPLOAD_MAX_REQUEST_BYTES=str(ROOMY), UPLOAD_MAX_BYTES=str(ROOMY))
+        with daphne(env) as address:
+            host, port = address.split(":")
+            yield host, int(port)
+
+
+def multipart_file(content: bytes, name: str = "notes.txt") -> tuple[bytes, bytes]:
+    """(start, end) of a multipart body with one file field `file` holding `content`."""
+    start = (
+        f'--zz\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+        "Content-Type: text/plain\r\n\r\n"
+    ).encode()
+    return start, b"\r\n--zz--\r\n"
+
+
+def test_an_accepted_body_is_not_held_in_daphnes_memory(roomy_web: tuple[str, int]) -> None:
+    """Bodies within the upload routes' larger limit, anonymous and answered 401: before, daphne
+    copied each whole into the application's queue after twisted had parsed its multipart into
+    memory (an anonymous 100 MB upload grew daphne by ~200 MB, so a few such requests could still
+    take the web process down). Now each is read to Django from daphne's spool file."""
+    host, port = roomy_web
+    start, end = multipart_file(b"")
+    length = len(start) + BIG + len(end)
+
+    def body() -> Iterator[bytes]:
+        yield start
+        yield from pieces(BIG)
+        yield end
+
+    send_raw(host, port, multipart_head("/api/documents", length, host), body())  # warm up
+    answers: list[bytes] = []
+
+    def flood() -> None:
+        senders = [
+            threading.Thread(
+                target=lambda: answers.append(
+                    send_raw(host, port, multipart_head("/api/documents", length, host), body())
+                )
+            )
+            for _ in range(4)
+        ]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+
+    grown = peak_growth(port, flood)
+    assert len(answers) == 4
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert grown < BIG, f"daphne grew by {grown / 2**20:.1f} MB for four bodies of {BIG / 2**20:.0f} MB"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_spooled_body_reaches_the_application_whole(roomy_web: tuple[str, int]) -> None:
+    """The bytes read from daphne's spool file are the bytes sent, in order (a signed-in upload
+    stored with the sent file's size and hash), and a client cannot name a spooled body."""
+    import hashlib
+
+    from django.contrib.auth import get_user_model
+
+    from mindsearch.models import ApiToken
+
+    host, port = roomy_web
+    user = get_user_model().objects.create_user("spool", password="Corr3ct-Horse-Battery")
+    _row, token = ApiToken.issue(user, "spool")
+    content = b"".join(f"line {i} of a long text file\n".encode() for i in range(100_000))
+    assert len(content) > 4 * bodylimit.SPOOLED_BODY_MIN_BYTES
+    start, end = multipart_file(content, "long.txt")
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    headers = {
+        "Content-Type": "multipart/form-data; boundary=zz",
+        "Authorization": f"Bearer {token}",
+        "X-Mindsearch-Spooled-Body": "guessed",  # dropped, never followed
+    }
+    conn.request("POST", "/api/documents", body=start + content + end, headers=headers)
+    response = conn.getresponse()
+    answer = response.read()
+    assert response.status == 201, answer[:300]
+    document = json.loads(answer)
+    assert document["size_bytes"] == len(content)
+    assert document["sha256"] == hashlib.sha256(content).hexdigest()
+
+
+def test_a_spooled_body_header_from_a_client_names_nothing() -> None:
+    """Under any ASGI server: the header is removed, and an unknown key gives no body."""
+    seen: dict[str, Any] = {}
+
+    async def inner(scope: dict, receive: Any, send: Any) -> None:
+        seen["headers"] = scope["headers"]
+        seen["message"] = await receive()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"mine", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/documents",
+        "client": ["192.0.2.1", 5000],
+        "headers": [(bodylimit.SPOOLED_HEADER, b"guessed"), (b"content-length", b"4")],
+    }
+    asyncio.run(bodylimit.GuardedApp(inner)(scope, receive, send))
+    assert seen["headers"] == [(b"content-length", b"4")]
+    assert seen["message"]["body"] == b"mine"
 
 
 def test_forwarded_headers_count_only_from_trusted_proxies() -> None:
