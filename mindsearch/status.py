@@ -26,6 +26,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django_q.status import Stat
 
+from mindsearch.clients import reader
+
 OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
 
 
@@ -183,20 +185,17 @@ def _searxng_engines(name: str, engines: list[dict]) -> Check:
     return Check(name, OK, summary, f"{settings.SEARXNG_URL} — {listed}{more} (⏱ = time ranges).{note}")
 
 
-async def check_reader(client: httpx.AsyncClient) -> Check:
+async def check_reader() -> Check:
     name = _("Reader")
-    headers = {"Authorization": f"Bearer {settings.JINA_API_KEY}"} if settings.JINA_API_KEY else {}
-    response, error = await _get(client, settings.JINA_READER_URL, headers=headers)
     keyed = _("with API key") if settings.JINA_API_KEY else _("without API key")
-    if error:
-        return Check(
-            name,
-            ERROR,
-            _("Not reachable"),
-            f"{settings.JINA_READER_URL}: {error}. " + _("Pages will be fetched directly instead."),
-        )
-    if response.status_code >= 500:
-        return Check(name, WARN, _("Answered HTTP %d") % response.status_code, settings.JINA_READER_URL)
+    fallback = _("Pages will be fetched directly instead.")
+    try:
+        status = await reader.probe(settings.STATUS_CHECK_TIMEOUT)
+    except reader.ReadError as exc:
+        return Check(name, ERROR, _("Not reachable"), f"{exc}. {fallback}")
+    problem = reader.problem(status)
+    if problem:
+        return Check(name, WARN, _("Answered HTTP %d") % status, f"{problem}. {fallback}")
     return Check(name, OK, f"{settings.JINA_READER_URL} ({keyed})")
 
 
@@ -268,7 +267,7 @@ async def _outside_checks() -> list[Check]:
     async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
         return list(
             await asyncio.gather(
-                check_channel_layer(), check_llm(client), check_searxng(client), check_reader(client)
+                check_channel_layer(), check_llm(client), check_searxng(client), check_reader()
             )
         )
 

@@ -60,12 +60,29 @@ def _headers() -> dict[str, str]:
     return headers
 
 
-async def _get(reader_url: str) -> httpx.Response:
+async def probe(timeout: float) -> int:
+    """The HTTP status of the reader's own address, for the status page (no page is read and no
+    share of the limit spent); ReadError when it does not answer."""
+    return (await _get(settings.JINA_READER_URL, timeout=timeout)).status_code
+
+
+def problem(status: int) -> str:
+    """What a status of the reader means for reading pages, as `read` would say it; "" when none
+    (a reader's own address may well answer 404)."""
+    if status in (401, 402, 403, 429) or status >= 500:
+        try:
+            _raise_for_status(status)
+        except ReadError as exc:
+            return str(exc)
+    return ""
+
+
+async def _get(reader_url: str, timeout: float = TIMEOUT_SECONDS) -> httpx.Response:
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
+        async with httpx.AsyncClient(timeout=timeout) as client:
             return await client.get(reader_url, headers=_headers())
     except httpx.TimeoutException:
-        raise ReadError(f"the reader did not answer within {TIMEOUT_SECONDS:g} s") from None
+        raise ReadError(f"the reader did not answer within {timeout:g} s") from None
     except httpx.HTTPError as exc:
         base = settings.JINA_READER_URL
         raise ReadError(f"the reader is not reachable at {base}: {exc or type(exc).__name__}") from exc
