@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 # One round: what each sub-query not yet done needs, up to its scored summaries.
 ROUND_STAGES: tuple[Stage, ...] = (queries, search, years, score_hits, read, summarise, score_summaries)
 # Every stage a topic's run may call, in the order they first come.
-STAGES: tuple[Stage, ...] = (vision, route, domain, plan, *ROUND_STAGES, deep, answer)
+STAGES: tuple[Stage, ...] = (vision, route, domain, plan, overlap, *ROUND_STAGES, deep, answer)
 LOCK_NAMESPACE = 7_301  # first key of pg_try_advisory_lock(int, int): "research topic"
 
 Listener = Callable[[RunEvent], None]
