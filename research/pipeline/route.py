@@ -186,7 +186,10 @@ DOMAIN_TERMS: dict[str, Terms] = {
             r"троллейбус\w*", r"такси\b", r"ржд\b", r"авиарейс\w*", r"flights\b", r"airports?\b",
             r"airlines?\b", r"timetables?\b", r"railways?\b", r"subway\b", r"commut\w*",
             r"train (?:tickets?|schedules?|stations?|times)\b", r"public transport\w*",
-            r"bus (?:routes?|schedules?|stops?|tickets?|stations?)\b",
+            r"bus (?:routes?|schedules?|stops?|tickets?|stations?)\b", r"маршрут\w* (?:от|из)\b",
+            r"(?:route|directions|drive|driving|distance|how far) from\b", r"(?:сколько|как долго) ехать\b",
+            r"расстояни\w* (?:от|между)\b", r"driving (?:time|distance)\b", r"travel time\b",
+            r"время в пути\b", r"(?:доехать|добраться) (?:от|из) .{1,40} (?:до|в)\b",
         ),
         weak=_words(
             r"поезд\w*", r"вокзал\w*", r"рейс(?:ы|ов|а|ам)?\b", r"маршрут(?:ы|а|ов|у|ом|ах)?\b", r"пробк\w*",
@@ -202,7 +205,8 @@ DOMAIN_TERMS: dict[str, Terms] = {
             r"биткоин\w*", r"криптовалют\w*", r"ipo\b", r"share prices?\b", r"stock prices?\b",
             r"stock market\b", r"nasdaq\b", r"nyse\b", r"s&p\b", r"market cap\w*", r"dividends?\b",
             r"interest rates?\b", r"mortgage rates?\b", r"bitcoin\b", r"exchange rates?\b", r"p/e\b",
-            r"мосбирж\w*",
+            r"мосбирж\w*", r"(?:курс|цен|стоимост)\w* акци\w*", r"тикер\w*", r"ticker\b",
+            r"stock quotes?\b",
         ),
         weak=_words(
             r"акци[яийею]\b", r"акциям\w*", r"выручк\w*", r"прибыл\w*", r"финанс\w*", r"ставк\w*",
@@ -221,6 +225,9 @@ DOMAIN_TERMS: dict[str, Terms] = {
             r"world cup\b", r"кубк\w* мира\b", r"grand prix\b", r"standings\b", r"формул\w* 1\b",
             r"formula 1\b", r"олимпийск\w* игр\w*", r"olympic games\b", r"wimbledon\b", r"super bowl\b",
             r"stanley cup\b", r"tour de france\b", r"roland garros\b", r"ufc\b",
+            r"play(?:s|ing)? next\b", r"next (?:game|match|fixture)(?:es|s)?\b", r"fixtures\b",
+            r"kick-?off\b", r"когда (?:играет|играют|сыграет|сыграют)\b",
+            r"(?:следующ|ближайш)\w+ (?:матч|игр)\w*",
         ),
         weak=_words(
             r"турнир(?:а|е|у|ом|ы|ов|ах|ам)?\b", r"матч(?:а|е|и|ей|ам|ах|у|ем)?\b", r"лиг[аиуе]\b",

@@ -59,3 +59,42 @@ def test_an_unlisted_vision_model_and_a_failing_open_meteo_are_shown(
     seed.osm.inject(Fault(status=403, body="<html>Access blocked</html>"))
     settings.VISION_MODEL = ""
     assert "HTTP 403" in row(alice_client.get("/status/").content.decode(), PLACES)
+
+
+FINANCE = "Finance data (Alpha Vantage)"
+SPORTS = "Sports data (TheSportsDB)"
+ROUTES = "Route data (OSRM)"
+
+
+def test_finance_sports_and_routes_working(alice_client: Client, seed: SeedWorld) -> None:
+    html = alice_client.get("/status/").content.decode()
+    assert 'class="badge ok"' in row(html, FINANCE) and "not spent here" in row(html, FINANCE)
+    # The free key's 25 requests a day are not spent on the status page: asked without the key.
+    assert [r.param("apikey") for r in seed.finance.requests] == [""]
+    assert 'class="badge ok"' in row(html, SPORTS) and seed.sports.url in row(html, SPORTS)
+    assert seed.sports.requests[0].path == "/api/v1/json/123/searchteams.php"
+    assert 'class="badge ok"' in row(html, ROUTES) and "(driving)" in row(html, ROUTES)
+    assert seed.router.requests[0].path.startswith("/route/v1/driving/13.388860,52.517037;")
+
+
+def test_finance_sports_and_routes_unconfigured_or_down(
+    alice_client: Client, seed: SeedWorld, settings: Any
+) -> None:
+    settings.ALPHA_VANTAGE_API_KEY = ""
+    settings.THESPORTSDB_URL = ""
+    settings.OSRM_URL = ""
+    html = alice_client.get("/status/").content.decode()
+    assert "ALPHA_VANTAGE_API_KEY" in row(html, FINANCE) and "Not configured" in row(html, FINANCE)
+    assert "THESPORTSDB_URL" in row(html, SPORTS) and "OSRM_URL" in row(html, ROUTES)
+    assert not seed.finance.requests and not seed.sports.requests and not seed.router.requests
+    settings.ALPHA_VANTAGE_API_KEY = "KEY"
+    settings.THESPORTSDB_URL = seed.sports.url
+    settings.OSRM_URL = seed.router.url
+    seed.finance.inject(Fault(status=502, body="<html>Bad Gateway</html>"))
+    seed.sports.inject(*[Fault(status=503, body="<html>Service Unavailable</html>")] * 2)
+    seed.router.inject(Fault(status=400, body={"code": "InvalidUrl", "message": "URL string malformed"}))
+    html = alice_client.get("/status/").content.decode()
+    assert "Not working" in row(html, FINANCE) and "HTTP 502" in row(html, FINANCE)
+    assert "HTTP 503" in row(html, SPORTS) and "InvalidUrl" in row(html, ROUTES)
+    settings.NOMINATIM_URL = ""
+    assert "NOMINATIM_URL is empty" in row(alice_client.get("/status/").content.decode(), ROUTES)

@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from mindsearch.clients import openmeteo
 from research import workflow
 from research.models import CacheEntry, Document, Report, RunEvent, Topic
-from research.pipeline.domain import place_candidates
+from research.pipeline.question_domain import place_candidates
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.domain_world import SeedWorld, loopback_seed_world
 from tests.support.fakes import Fault
@@ -130,13 +130,6 @@ def test_a_place_open_meteo_does_not_know_is_a_warning(alice: User, seed: SeedWo
     line = RunEvent.objects.get(topic=topic, stage="domain", level=RunEvent.Level.WARNING)
     assert "no place" in line.message
     assert not seed.weather.requests
-
-
-def test_a_domain_without_a_provider_says_web_alone(alice: User, seed: SeedWorld) -> None:
-    seed.script.route = lambda user: '{"domain": "finance", "needs_search": true}'  # type: ignore[method-assign]
-    topic = research(alice, "NVIDIA stock price and earnings this quarter")
-    line = RunEvent.objects.get(topic=topic, stage="domain")
-    assert "No data provider for" in line.message and "web alone" in line.message
 
 
 def test_the_place_can_come_from_the_picture(alice: User, seed: SeedWorld) -> None:

@@ -10,6 +10,12 @@ model answers its JSON inside a fenced block with a sentence around it.
 Open-Meteo's stand-in speaks the real JSON (`/v1/search`, `/v1/forecast`) and fails the real
 ways: a name it cannot find is an answer without `results`; an unknown variable or a missing
 coordinate is HTTP 400 `{"error": true, "reason": …}`.
+
+Alpha Vantage's answers everything with HTTP 200: a missing key is `{"Error Message": …}`, the
+day's 25 requests spent is `{"Information": …}` naming the key, a ticker without a quote is
+`{"Global Quote": {}}`. TheSportsDB's puts the key in the path, answers null for nothing found,
+the last events under `results` and the next under `events`, with nulls in any field. OSRM's
+answers `{"code": "Ok", …}` or HTTP 400 with `NoRoute` (an island), `InvalidQuery`, `InvalidValue`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -169,9 +176,14 @@ class SeedScript(ScriptedLLM):
         return "Here is what I see:\n```json\n" + json.dumps(scene, ensure_ascii=False) + "\n```"
 
     def route(self, user: str) -> str:
-        weather = re.search(r"weather|погод", user, re.I)
-        place = re.search(r"where is|где находится|how do i get", user, re.I)
-        domain = "weather" if weather else "location" if place else "general"
+        kinds = (
+            ("weather", r"weather|погод"),
+            ("transportation", r"маршрут|route|drive from|ехать"),
+            ("finance", r"stock|share price|акци|курс"),
+            ("sports", r"play next|match|матч|играет"),
+            ("location", r"where is|где находится|how do i get"),
+        )
+        domain = next((name for name, words in kinds if re.search(words, user, re.I)), "general")
         return json.dumps({"domain": domain, "needs_search": True})
 
     def plan(self, user: str) -> str:
@@ -198,7 +210,15 @@ class SeedScript(ScriptedLLM):
             user,
             re.M,
         )
-        first = days[0] if days else ("?", "?", "?")
+        if not days:  # another provider's facts: the first of them, cited
+            fact = found(r"(?m)^- ([^\n]+)$", user)
+            return (
+                "# Facts\n\n## Introduction\n\n"
+                f"The provider's data, fetched {fetched}, says: {fact} [1]. "
+                f"Mixture of Tokens is unrelated [{numbers[-1]}].\n\n"
+                f"## Conclusion\n\nAs fetched {fetched} [1]."
+            )
+        first = days[0]
         return (
             "# Weather\n\n## Introduction\n\n"
             f"Open-Meteo's forecast, fetched {fetched}, says {first[0]} will be {first[1]} [1]. "
@@ -274,6 +294,65 @@ OSM: list[dict[str, Any]] = [
         "extratags": {"wikipedia": "de:Berlin"},
         "boundingbox": ["52.3382", "52.6755", "13.0883", "13.7611"],
         "names": ["berlin"],
+    },
+    {
+        "place_id": 337443270,
+        "licence": "Data © OpenStreetMap contributors, ODbL 1.0. http://osm.org/copyright",
+        "osm_type": "relation",
+        "osm_id": 2555133,
+        "lat": "55.6255780",
+        "lon": "37.6063916",
+        "category": "boundary",
+        "type": "administrative",
+        "place_rank": 8,
+        "importance": 0.8320,
+        "addresstype": "city",
+        "name": "Москва",
+        "display_name": "Москва, Центральный федеральный округ, Россия",
+        "address": {"city": "Москва", "country": "Россия"},
+        "extratags": {"wikipedia": "ru:Москва", "population": "13149803"},
+        "boundingbox": ["55.1421", "56.0212", "36.8031", "37.9674"],
+        "names": ["москва", "moscow"],
+    },
+    {
+        "place_id": 336990874,
+        "licence": "Data © OpenStreetMap contributors, ODbL 1.0. http://osm.org/copyright",
+        "osm_type": "relation",
+        "osm_id": 2560736,
+        "lat": "56.8586029",
+        "lon": "35.9116476",
+        "category": "boundary",
+        "type": "administrative",
+        "place_rank": 12,
+        "importance": 0.6194,
+        "addresstype": "city",
+        "name": "Тверь",
+        "display_name": (
+            "Тверь, городской округ Тверь, Тверская область, Центральный федеральный округ, Россия"
+        ),
+        "address": {"city": "Тверь", "country": "Россия"},
+        "extratags": {"wikipedia": "ru:Тверь"},
+        "boundingbox": ["56.7735", "56.9544", "35.7362", "36.0815"],
+        "names": ["тверь", "tver"],
+    },
+    {
+        "place_id": 297418811,
+        "licence": "Data © OpenStreetMap contributors, ODbL 1.0. http://osm.org/copyright",
+        "osm_type": "relation",
+        "osm_id": 3124509,
+        "lat": "54.1822780",
+        "lon": "7.8870540",
+        "category": "place",
+        "type": "island",
+        "place_rank": 17,
+        "importance": 0.5210,
+        "addresstype": "island",
+        "name": "Helgoland",
+        "display_name": "Helgoland, Kreis Pinneberg, Schleswig-Holstein, Germany",
+        "address": {"island": "Helgoland", "country": "Germany"},
+        "extratags": {},
+        "boundingbox": ["54.1700", "54.1900", "7.8700", "7.9000"],
+        "names": ["helgoland", "heligoland"],
     },
 ]
 
@@ -363,12 +442,344 @@ def forecast(request: Request) -> Response:
     )
 
 
+# --- Alpha Vantage ---------------------------------------------------------------------------------
+
+AV_KEY = "TESTKEY123"
+AV_SYMBOLS: list[dict[str, str]] = [
+    {
+        "1. symbol": "NVDA",
+        "2. name": "NVIDIA Corp",
+        "3. type": "Equity",
+        "4. region": "United States",
+        "5. marketOpen": "09:30",
+        "6. marketClose": "16:00",
+        "7. timezone": "UTC-04",
+        "8. currency": "USD",
+    },
+    {
+        "1. symbol": "NVD.DEX",
+        "2. name": "NVIDIA Corp",
+        "3. type": "Equity",
+        "4. region": "XETRA",
+        "5. marketOpen": "08:00",
+        "6. marketClose": "20:00",
+        "7. timezone": "UTC+02",
+        "8. currency": "EUR",
+    },
+    {
+        "1. symbol": "SBRCY",
+        "2. name": "Sberbank of Russia PJSC ADR",
+        "3. type": "Equity",
+        "4. region": "United States",
+        "5. marketOpen": "09:30",
+        "6. marketClose": "16:00",
+        "7. timezone": "UTC-04",
+        "8. currency": "USD",
+    },
+]
+AV_QUOTES = {
+    "NVDA": {
+        "01. symbol": "NVDA",
+        "02. open": "178.2000",
+        "03. high": "182.5400",
+        "04. low": "177.9100",
+        "05. price": "181.3600",
+        "06. volume": "163254789",
+        "07. latest trading day": "2026-11-23",
+        "08. previous close": "178.8800",
+        "09. change": "2.4800",
+        "10. change percent": "1.3864%",
+    },
+    "SBRCY": {},  # listed once, no longer traded: an empty quote, as the real API gives
+}
+AV_OVERVIEWS = {
+    "NVDA": {
+        "Symbol": "NVDA",
+        "AssetType": "Common Stock",
+        "Name": "NVIDIA Corporation",
+        "Exchange": "NASDAQ",
+        "Currency": "USD",
+        "Country": "USA",
+        "Sector": "TECHNOLOGY",
+        "Industry": "SEMICONDUCTORS & RELATED DEVICES",
+        "MarketCapitalization": "4420000000000",
+        "PERatio": "51.2",
+        "PEGRatio": "-",
+        "EPS": "3.54",
+        "DividendYield": "0.0002",
+        "DividendDate": "None",
+        "52WeekHigh": "212.19",
+        "52WeekLow": "86.62",
+        "AnalystTargetPrice": "223.5",
+        "LatestQuarter": "2026-10-31",
+    },
+}
+
+
+@dataclass
+class AlphaVantage:
+    """Alpha Vantage's /query: its key, its free tier's 25 requests a day, and its 200 answers."""
+
+    key: str = AV_KEY
+    daily_limit: int = 25
+    spent: int = 0
+
+    def __call__(self, request: Request) -> Response:
+        key = request.param("apikey")
+        if key != self.key:
+            return Response(
+                200,
+                {
+                    "Error Message": "the parameter apikey is invalid or missing. Please claim your unique "
+                    "API key on (https://www.alphavantage.co/support/#api-key). It should take less than "
+                    "20 seconds."
+                },
+            )
+        self.spent += 1
+        if self.spent > self.daily_limit:
+            return Response(
+                200,
+                {
+                    "Information": f"We have detected your API key as {key} and our standard API rate "
+                    "limit is 25 requests per day. Please subscribe to any of the premium plans at "
+                    "https://www.alphavantage.co/premium/ to instantly remove all daily rate limits."
+                },
+            )
+        function, symbol = request.param("function"), request.param("symbol").upper()
+        if function == "SYMBOL_SEARCH" and request.param("keywords"):
+            words = request.param("keywords").lower()
+            found = [
+                {**match, "9. matchScore": "1.0000" if match["1. symbol"].lower() == words else "0.6667"}
+                for match in AV_SYMBOLS
+                if words in match["2. name"].lower() or words == match["1. symbol"].lower()
+            ]
+            return Response(200, {"bestMatches": found})
+        if function == "GLOBAL_QUOTE" and symbol:
+            return Response(200, {"Global Quote": AV_QUOTES.get(symbol, {})})
+        if function == "OVERVIEW" and symbol:
+            return Response(200, AV_OVERVIEWS.get(symbol, {}))
+        return Response(
+            200,
+            {
+                "Error Message": "Invalid API call. Please retry or visit the documentation "
+                f"(https://www.alphavantage.co/documentation/) for {function}."
+            },
+        )
+
+
+# --- TheSportsDB -----------------------------------------------------------------------------------
+
+TSDB_KEYS = ("123",)  # the public free key; a test may add a Patreon one
+TEAMS: list[dict[str, Any]] = [
+    {
+        "idTeam": "133604",
+        "strTeam": "Arsenal",
+        "strTeamShort": "ARS",
+        "strAlternate": "Gunners",
+        "intFormedYear": "1886",
+        "strSport": "Soccer",
+        "strLeague": "English Premier League",
+        "idLeague": "4328",
+        "strStadium": "Emirates Stadium",
+        "strCountry": "England",
+        "strWebsite": "www.arsenal.com",
+        "strDescriptionEN": "Arsenal Football Club is a professional football club based in Islington.",
+        "strBadge": "https://r2.thesportsdb.com/images/media/team/badge/uyhbfe1612467038.png",
+    },
+    {
+        "idTeam": "134209",
+        "strTeam": "Arsenal Tula",
+        "strTeamShort": None,
+        "strAlternate": "",
+        "intFormedYear": "1946",
+        "strSport": "Soccer",
+        "strLeague": "Russian Football National League",
+        "idLeague": "4690",
+        "strStadium": "Arsenal Stadium",
+        "strCountry": "Russia",
+        "strWebsite": None,
+        "strDescriptionEN": None,
+        "strBadge": None,
+    },
+    {
+        "idTeam": "133954",
+        "strTeam": "Spartak Moscow",
+        "strTeamShort": "SPA",
+        "strAlternate": "Спартак Москва",
+        "intFormedYear": "1922",
+        "strSport": "Soccer",
+        "strLeague": "Russian Premier League",
+        "idLeague": "4355",
+        "strStadium": None,
+        "strCountry": "Russia",
+        "strWebsite": None,
+        "strDescriptionEN": None,
+        "strBadge": None,
+    },
+]
+
+
+def _event(**fields: Any) -> dict[str, Any]:
+    """A v1 event object: every field present, most of them null unless given."""
+    keys = re.findall(
+        r"\w+",
+        "idEvent strEvent strSport idLeague strLeague strSeason intRound strHomeTeam strAwayTeam "
+        "intHomeScore intAwayScore dateEvent strTime strTimestamp strVenue strCountry strStatus "
+        "strPostponed strThumb",
+    )
+    return {key: fields.get(key) for key in keys}
+
+
+EVENTS_NEXT = {
+    "133604": [
+        _event(
+            idEvent="2274180",
+            strEvent="Arsenal vs Chelsea",
+            strSport="Soccer",
+            strLeague="English Premier League",
+            strSeason="2026-2027",
+            intRound="13",
+            strHomeTeam="Arsenal",
+            strAwayTeam="Chelsea",
+            dateEvent="2026-11-29",
+            strTime="16:30:00",
+            strTimestamp="2026-11-29T16:30:00",
+            strVenue="Emirates Stadium",
+            strStatus="Not Started",
+            strPostponed="no",
+        )
+    ],
+}
+EVENTS_LAST = {
+    "133604": [
+        _event(
+            idEvent="2274171",
+            strEvent="Arsenal vs Tottenham Hotspur",
+            strLeague="English Premier League",
+            intRound="12",
+            strHomeTeam="Arsenal",
+            strAwayTeam="Tottenham Hotspur",
+            intHomeScore="4",
+            intAwayScore="1",
+            dateEvent="2026-11-23",
+            strTime="16:30:00",
+            strTimestamp="2026-11-23T16:30:00",
+            strVenue="Emirates Stadium",
+            strStatus="Match Finished",
+        )
+    ],
+    "133954": [  # nulls everywhere: no time, no venue, no score, no round
+        _event(
+            idEvent="2281140",
+            strEvent="Spartak Moscow vs Zenit",
+            strHomeTeam="Spartak Moscow",
+            strAwayTeam="Zenit",
+            dateEvent="2026-11-22",
+            strTime="00:00:00",
+            intRound="0",
+        )
+    ],
+}
+
+
+def thesportsdb(request: Request) -> Response:
+    match = re.fullmatch(r"/api/v1/json/([^/]+)/(\w+\.php)", request.path)
+    if not match:
+        return Response(404, "<html><body>404 Not Found</body></html>", {"Content-Type": "text/html"})
+    key, endpoint = match.groups()
+    if key not in TSDB_KEYS:
+        return Response(200, b"", {"Content-Type": "text/html"})  # an empty page, not JSON
+    if endpoint == "searchteams.php":
+        name = request.param("t").lower()
+        found = [team for team in TEAMS if name and name in str(team["strTeam"]).lower()]
+        return Response(200, {"teams": found or None})
+    if endpoint == "eventsnext.php":
+        return Response(200, {"events": EVENTS_NEXT.get(request.param("id")) or None})
+    if endpoint == "eventslast.php":
+        return Response(200, {"results": EVENTS_LAST.get(request.param("id")) or None})
+    return Response(404, "<html><body>404 Not Found</body></html>", {"Content-Type": "text/html"})
+
+
+# --- OSRM ------------------------------------------------------------------------------------------
+
+ISLANDS = ((54.17, 54.19, 7.87, 7.90),)  # Helgoland: no road reaches it
+ROAD_NAMES = {(55.6, 37.6): "Тверская улица", (56.9, 35.9): "Тверской проспект"}
+
+
+def _osrm_error(code: str, message: str) -> Response:
+    return Response(400, {"code": code, "message": message})
+
+
+def osrm_route(request: Request) -> Response:
+    match = re.fullmatch(r"/route/v1/([\w-]+)/(.+)", request.path)
+    if not match:
+        return _osrm_error("InvalidUrl", f'URL string malformed close to position {len(request.path)}: "/"')
+    _profile, coordinates = match.groups()  # osrm-routed serves its one dataset for any profile
+    points: list[tuple[float, float]] = []
+    for i, pair in enumerate(coordinates.split(";")):
+        try:
+            lon, lat = (float(v) for v in pair.split(","))
+        except ValueError:
+            return _osrm_error("InvalidQuery", f"Query string malformed close to position {i * 20 + 1}")
+        if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+            return _osrm_error("InvalidValue", "Invalid coordinate value.")
+        points.append((lat, lon))
+    if len(points) < 2:
+        return _osrm_error("InvalidValue", "Number of coordinates needs to be at least two.")
+    if any(a <= lat <= b and c <= lon <= d for lat, lon in points for a, b, c, d in ISLANDS):
+        return _osrm_error("NoRoute", "Impossible route between points")
+    (lat1, lon1), (lat2, lon2) = points[0], points[-1]
+    straight = (
+        6371000
+        * 2
+        * math.asin(
+            math.sqrt(
+                math.sin(math.radians(lat2 - lat1) / 2) ** 2
+                + math.cos(math.radians(lat1))
+                * math.cos(math.radians(lat2))
+                * math.sin(math.radians(lon2 - lon1) / 2) ** 2
+            )
+        )
+    )
+    distance = round(straight * 1.27, 1)  # roads wind
+    duration = round(distance / 21.5, 1)
+    leg = {"steps": [], "summary": "", "weight": duration, "duration": duration, "distance": distance}
+    return Response(
+        200,
+        {
+            "code": "Ok",
+            "routes": [
+                {
+                    "legs": [leg],
+                    "weight_name": "routability",
+                    "weight": duration,
+                    "duration": duration,
+                    "distance": distance,
+                }
+            ],
+            "waypoints": [
+                {
+                    "hint": "KSoKADRYroqUBAEAEAAAABkAAAAGAAAAAAAAABhnCQCLtwAA_0vMAKlYIQM8TMwArVghAwEAAQH1",
+                    "distance": 12.4,
+                    "name": ROAD_NAMES.get((round(lat, 1), round(lon, 1)), ""),
+                    "location": [round(lon, 6), round(lat, 6)],
+                }
+                for lat, lon in points
+            ],
+        },
+    )
+
+
 @dataclass
 class SeedWorld(World):
     script: SeedScript
     geocoder: FakeService = None  # type: ignore[assignment]
     weather: FakeService = None  # type: ignore[assignment]
     osm: FakeService = None  # type: ignore[assignment]
+    finance: FakeService = None  # type: ignore[assignment]
+    alpha_vantage: AlphaVantage = None  # type: ignore[assignment]
+    sports: FakeService = None  # type: ignore[assignment]
+    router: FakeService = None  # type: ignore[assignment]
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -379,12 +790,22 @@ class SeedWorld(World):
             "LIMIT_OPEN_METEO_RPM": 0,
             "NOMINATIM_URL": self.osm.url,
             "LIMIT_NOMINATIM_RPS": 0,
+            "ALPHA_VANTAGE_URL": self.finance.url,
+            "ALPHA_VANTAGE_API_KEY": AV_KEY,
+            "LIMIT_ALPHA_VANTAGE_RPM": 0,
+            "THESPORTSDB_URL": self.sports.url,
+            "THESPORTSDB_API_KEY": "123",
+            "LIMIT_THESPORTSDB_RPM": 0,
+            "OSRM_URL": self.router.url,
+            "OSRM_PROFILE": "driving",
+            "LIMIT_OSRM_RPS": 0,
         }
 
 
 @contextmanager
 def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
-    """The scripted world (tests/support/world.py) with SeedScript, a vision model and Open-Meteo."""
+    """The scripted world (tests/support/world.py) with SeedScript, a vision model and the domain
+    providers: Open-Meteo, Nominatim, Alpha Vantage, TheSportsDB and OSRM."""
     script = SeedScript(pages=list(PAGES))
     with ExitStack() as stack:
         web = stack.enter_context(FakeService())
@@ -402,6 +823,10 @@ def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
         geocoder = stack.enter_context(FakeService({("GET", "/v1/search"): geocoding}))
         weather = stack.enter_context(FakeService({("GET", "/v1/forecast"): forecast}))
         osm = stack.enter_context(FakeService({("GET", "/search"): nominatim_search}))
+        alpha_vantage = AlphaVantage()
+        finance = stack.enter_context(FakeService({("GET", "/query"): alpha_vantage}))
+        sports = stack.enter_context(FakeService(fallback=thesportsdb))
+        router = stack.enter_context(FakeService(fallback=osrm_route))
         yield SeedWorld(
             llm=llm,
             searxng=searxng,
@@ -411,6 +836,10 @@ def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
             geocoder=geocoder,
             weather=weather,
             osm=osm,
+            finance=finance,
+            alpha_vantage=alpha_vantage,
+            sports=sports,
+            router=router,
         )
 
 
