@@ -174,8 +174,9 @@ if env_bool("DATABASE_POOL", False):
     _pool = {"min_size": 2, "max_size": env_int("DATABASE_POOL_SIZE", 10), "timeout": 10}
     DATABASES["default"]["OPTIONS"] = {**DATABASES["default"]["OPTIONS"], "pool": _pool}
 
-# Rendered page fragments, keyed by what they show (a topic's version, a row's values): every
-# change makes a new key, so a cache of each process's own is never stale, and needs no query.
+# The one fragment cache (research/fragments.py): a topic's panels, keyed by the topic's version
+# as PostgreSQL holds it, so every change makes a new key and a cache of each process's own is
+# never stale.
 CACHES["fragments"] = {
     "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
     "LOCATION": "mindsearch-fragments",

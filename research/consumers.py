@@ -3,10 +3,13 @@
 A browser says which event it shows last ({"since": n}) when it connects, so a reload, a second
 tab or a dropped connection gets exactly the missing events. With each batch of events the
 consumer also sends the parts of the page those events changed, as HTMX out-of-band swaps;
-research/feeds.py renders both once per process for all the topic's watchers.
+research/feeds.py renders both once per process for all the topic's watchers. The panels carry
+no CSRF token (the same HTML goes to every watcher): static/js/topic.js gives their forms the
+page's own.
 
 While the report is written, `report.draft` messages say its text has grown: the consumer sends
-the report card again, with the text so far (rendered once per version and language per process).
+the report card again, with the text so far (from the fragment cache, research/fragments.py;
+rendered once per draft version for all the topic's watchers of the process).
 A client that says where it is also gets the card with the current draft, so a reload or a new
 connection mid-stream goes on from the text so far.
 """
@@ -31,10 +34,6 @@ from research.progress import topic_group
 
 # Event numbers are 32-bit in PostgreSQL.
 MAX_SEQ = 2**31 - 1
-# The latest rendered report card per topic: {topic_id: ((version, language), html)}.
-_draft_cards: dict[int, tuple[tuple[int, str], str]] = {}
-# The latest rendered follow-up being written per topic: {topic_id: ((id, version, language), html)}.
-_followup_cards: dict[int, tuple[tuple[int, int, str], str]] = {}
 
 
 def valid_since(value: object) -> int:
@@ -69,9 +68,6 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
             feeds.unwatch(self.feed)
-            if self.feed.watchers <= 0:
-                _draft_cards.pop(self.topic_id, None)
-                _followup_cards.pop(self.topic_id, None)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -97,14 +93,15 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
     async def _send_draft(self, version: int | None = None) -> None:
         """The report card with the text written so far; `version` None: only when a draft exists."""
         language = self._language()
-        cached = _draft_cards.get(self.topic_id)
-        if version and cached and cached[0] == (version, language):
-            await self.send(text_data=cached[1])
-            return
-        html = await _report_card(self.topic_id, language, only_with_draft=version is None)
+        if version:
+            html = await self.feed.shared(
+                "draft",
+                (version, language),
+                lambda: _report_card(self.topic_id, language, only_with_draft=False),
+            )
+        else:
+            html = await _report_card(self.topic_id, language, only_with_draft=version is None)
         if html:
-            if version:
-                _draft_cards[self.topic_id] = ((version, language), html)
             await self.send(text_data=html)
 
     async def followup_draft(self, message: dict[str, Any]) -> None:
@@ -116,12 +113,9 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             return
         language = self._language()
         key = (followup_id, version, language)
-        cached = _followup_cards.get(self.topic_id)
-        if cached and cached[0] == key:
-            html = cached[1]
-        else:
-            html = await _followup_card(self.topic_id, followup_id, language)
-            _followup_cards[self.topic_id] = (key, html)
+        html = await self.feed.shared(
+            "followup", key, lambda: _followup_card(self.topic_id, followup_id, language)
+        )
         if html:
             await self.send(text_data=html)
 
@@ -151,10 +145,8 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             return
         self.last_seq = events[-1].seq
         language = self._language()
-        # Forms in re-rendered panels need the CSRF token; the cookie's value is one Django accepts.
-        csrf_token = self.scope.get("cookies", {}).get("csrftoken", "")
         stages = {event.stage for event in events}
-        panels = await self.feed.panels(self.last_seq, stages, language, csrf_token)
+        panels = await self.feed.panels(self.last_seq, stages, language)
         # One frame per batch: writing frames is most of a socket's cost per event.
         await self.send(text_data=self.feed.lines(events, language) + panels)
 
@@ -187,9 +179,8 @@ def _report_card(topic_id: int, language: str, *, only_with_draft: bool) -> str:
         return ""
     if only_with_draft and (topic.is_finished or not ReportDraft.objects.filter(topic=topic).exists()):
         return ""
-    context = presenters.panel_context(topic, {"report"})
     with translation.override(language):
-        return render_to_string("research/_report.html", context)
+        return presenters.cached_panels(topic, ["report"])["report"]
 
 
 @database_sync_to_async

@@ -9,13 +9,12 @@ wait for that result.
 from __future__ import annotations
 
 import asyncio
-import re
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
 from django.utils import translation
-from django.utils.html import escape
 
 from research import presenters
 from research.models import RunEvent, Topic
@@ -35,8 +34,6 @@ PANELS: dict[str, tuple[str, ...]] = {
     StageName.DONE: ("report", "documents", "sharing", "thread"),
     StageName.FOLLOWUP: ("thread",),
 }
-# Placeholder for each client's own CSRF token in panels rendered once for everyone.
-CSRF_PLACEHOLDER = "__csrf_token_placeholder__"
 KEEP_EVENTS = 500
 
 
@@ -47,8 +44,8 @@ class TopicFeed:
     rendered: dict[tuple[int, str], str] = field(default_factory=dict)
     watchers: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    panels_key: tuple[int, frozenset[str], str] | None = None
-    panels_html: str = ""
+    # The latest frame of each kind ("panels", "draft", "followup") with what it was made for.
+    latest: dict[str, tuple[Hashable, str]] = field(default_factory=dict)
 
     async def events_after(self, since: int, upto: int | None = None) -> list[RunEvent]:
         """Events after `since`; with `upto` (the newest seq announced) the database is only read
@@ -60,6 +57,8 @@ class TopicFeed:
             elif upto is None or self.events[-1].seq < upto:
                 self.events.extend(await _events_since(self.topic_id, self.events[-1].seq))
                 del self.events[:-KEEP_EVENTS]
+                oldest = self.events[0].seq
+                self.rendered = {key: line for key, line in self.rendered.items() if key[0] >= oldest}
             return [event for event in self.events if event.seq > since]
 
     def lines(self, events: list[RunEvent], language: str) -> str:
@@ -72,22 +71,22 @@ class TopicFeed:
                 self.rendered[key] = render_to_string("research/_run_event.html", {"event": event})
         return self.rendered[key]
 
-    async def panels(self, upto: int, stages: set[str], language: str, csrf_token: str) -> str:
+    async def panels(self, upto: int, stages: set[str], language: str) -> str:
+        """The panels a batch of events up to `upto` changed, rendered by the first watcher to
+        ask and handed to the others (one batch is kept: the latest)."""
+        key = (upto, frozenset(stages), language)
+        return await self.shared("panels", key, lambda: _render_panels(self.topic_id, stages, language))
+
+    async def shared(self, kind: str, key: Hashable, render: Callable[[], Awaitable[str]]) -> str:
+        """What `render` makes for `key`, made once for all this process's watchers of the topic:
+        the first to ask renders, the others wait and get the same text. Only the latest of each
+        kind is held (the fragment cache, research/fragments.py, holds the rest)."""
         async with self.lock:
-            key = (upto, frozenset(stages), language)
-            if key != self.panels_key:
-                self.panels_html = await _render_panels(self.topic_id, stages, language)
-                self.panels_key = key
-            return self.panels_html.replace(CSRF_PLACEHOLDER, safe_csrf_token(csrf_token))
-
-
-# What Django's CSRF cookie holds: 32 or 64 letters and digits. Anything else in the cookie
-# (it is the client's to set) is not a token and must not reach the page.
-CSRF_TOKEN = re.compile(r"[A-Za-z0-9]{32}(?:[A-Za-z0-9]{32})?")
-
-
-def safe_csrf_token(value: str) -> str:
-    return escape(value) if CSRF_TOKEN.fullmatch(value or "") else ""
+            held = self.latest.get(kind)
+            if held is None or held[0] != key:
+                held = (key, await render())
+                self.latest[kind] = held
+            return held[1]
 
 
 _feeds: dict[int, TopicFeed] = {}
@@ -115,11 +114,15 @@ def _events_since(topic_id: int, since: int) -> list[RunEvent]:
 
 @database_sync_to_async
 def _render_panels(topic_id: int, stages: set[str], language: str) -> str:
-    """The status header and progress bars, plus the panels these stages changed."""
+    """The status header and progress bars, plus the panels these stages changed: the read-only
+    ones from the fragment cache, the ones with forms rendered here without a CSRF token (the
+    same HTML goes to every watcher; static/js/topic.js gives each form the page's token)."""
     topic = Topic.objects.get(pk=topic_id)
     names = {"status", "progress"} | {panel for stage in stages for panel in PANELS.get(stage, ())}
     if topic.is_finished:
         names |= {"report", "documents", "hits", "plan", "sharing", "thread"}
-    context = {**presenters.panel_context(topic, names), "csrf_token": CSRF_PLACEHOLDER}
     with translation.override(language):
-        return "".join(render_to_string(f"research/_{name}.html", context) for name in sorted(names))
+        html = dict(presenters.cached_panels(topic, names & set(presenters.CACHED_PANELS)))
+        context = presenters.panel_context(topic, names - set(html))
+        html.update((name, render_to_string(f"research/_{name}.html", context)) for name in names - set(html))
+        return "".join(html[name] for name in sorted(names))

@@ -4,15 +4,16 @@ websocket (which re-renders fragments as the run goes on)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import caches
 from django.template.loader import render_to_string
-from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import get_language, gettext
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
-from research import usage
+from research import fragments, usage
 from research.forms import ShareLinkForm
 from research.models import (
     Citation,
@@ -65,7 +66,8 @@ def topic_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     return context
 
 
-# The read-only panels of the topic page: the costly part of it (queries, Markdown, tables).
+# The read-only panels of the topic page: the costly part of it (queries, Markdown, tables),
+# kept in the fragment cache (research/fragments.py). Panels with forms are never cached.
 CACHED_PANELS = ("progress", "events", "report", "documents", "hits")
 
 
@@ -73,12 +75,8 @@ def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     """The topic page: the panels with forms (status, plan, sharing) rendered per request, the
     others from the fragment cache."""
     context = panel_context(topic, {"status", "plan", "thread"})
-    panels = rendered_panels(topic)
-    # The text being written changes without an event: the report panel is rendered afresh then.
-    if not topic.is_finished and ReportDraft.objects.filter(topic=topic).exists():
-        panels["report"] = render_to_string("research/_report.html", panel_context(topic, {"report"}))
     context.update(
-        panels=panels,
+        panels=cached_panels(topic, CACHED_PANELS),
         report=Report.objects.filter(topic=topic).exists(),
         share_form=ShareLinkForm(),
         share_links=list(topic.share_links.all()),
@@ -87,21 +85,21 @@ def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     return context
 
 
-def rendered_panels(topic: Topic) -> dict[str, SafeString]:
-    """The read-only panels, rendered once per version of the topic and language.
+def cached_panels(topic: Topic, names: Iterable[str]) -> dict[str, SafeString]:
+    """The named read-only panels in the active language, each from the fragment cache or
+    rendered from the topic's rows (the context of all of them built once, on the first miss).
+    The topic is read again after its version: `topic` may be older than that."""
+    version = fragments.version_of(topic.pk)
+    shared: dict[str, Any] = {}
 
-    Whatever changes them is announced by an event (the live page re-renders on events, too)
-    or a status change, so the event sequence and `updated_at` name the version.
-    """
-    fragments = caches["fragments"]
-    key = f"topic-panels:{topic.pk}:{topic.updated_at.timestamp()}:{topic.last_event_seq}:{get_language()}"
-    panels = fragments.get(key)
-    if panels is None:
-        context = panel_context(topic, {"progress", "hits", "documents", "report"})
-        context.update(recent_events(topic))
-        panels = {name: str(render_to_string(f"research/_{name}.html", context)) for name in CACHED_PANELS}
-        fragments.set(key, panels)
-    return {name: mark_safe(html) for name, html in panels.items()}  # noqa: S308 — rendered templates
+    def render(name: str) -> str:
+        if not shared:
+            current = Topic.objects.get(pk=topic.pk)
+            shared.update(panel_context(current, {"progress", "hits", "documents", "report"}))
+            shared.update(recent_events(current))
+        return render_to_string(f"research/_{name}.html", shared)
+
+    return {name: fragments.fragment(version, name, partial(render, name)) for name in names}
 
 
 def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:

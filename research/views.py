@@ -3,26 +3,22 @@ and export. Every lookup starts from the signed-in user; another user's ids are 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import wraps
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
-from django.core.cache import caches
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import get_language
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
@@ -58,38 +54,18 @@ def topic_list(request: HtmxHttpRequest) -> HttpResponse:
     rows = topic_rows(context)
     if request.htmx and request.htmx.target == "topic-rows":
         return HttpResponse(rows)
-    context.update(rows=rows, form_fields=blank_form_fields(), has_any=has_any)
+    context.update(rows=rows, form=TopicForm(), has_any=has_any)
     context["checks"] = [] if has_any else checks_for(request.user)
     return render(request, "research/topic_list.html", context)
 
 
-# What a row of the topic list shows: the fragment cache key is made of these values.
+# What a row of the topic list shows (the only columns read).
 ROW_FIELDS = ("id", "question", "mode", "status", "stage", "sources", "created_at")
 
 
 def topic_rows(context: dict[str, Any]) -> SafeString:
-    """The rows of one page of the list, rendered once for the values they show."""
-    page = context["page"]
-    values = [[getattr(topic, name) for name in ROW_FIELDS] for topic in page.object_list]
-    signature = repr((values, page.number, page.paginator.num_pages, context["query"], context["status"]))
-    key = f"topic-rows:{get_language()}:{hashlib.sha256(signature.encode()).hexdigest()}"
-    fragments = caches["fragments"]
-    html = fragments.get(key)
-    if html is None:
-        html = str(render_to_string("research/_topic_rows.html", context))
-        fragments.set(key, html)
-    return mark_safe(html)  # noqa: S308 — a rendered template
-
-
-def blank_form_fields() -> SafeString:
-    """The new-topic form's fields before anything was typed: the same for everyone."""
-    fragments = caches["fragments"]
-    key = f"topic-form:{get_language()}:{bool(settings.SEARXNG_URL)}"
-    html = fragments.get(key)
-    if html is None:
-        html = str(render_to_string("_form_fields.html", {"form": TopicForm()}))
-        fragments.set(key, html)
-    return mark_safe(html)  # noqa: S308 — a rendered template
+    """The rows of one page of the list (what an htmx search swaps in)."""
+    return render_to_string("research/_topic_rows.html", context)
 
 
 @require_POST

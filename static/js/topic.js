@@ -77,3 +77,26 @@ function addExpandButtons() {
 }
 addExpandButtons();
 document.addEventListener("htmx:wsAfterMessage", addExpandButtons);
+
+// Panels re-rendered over the websocket are the same HTML for every watcher, so their forms
+// carry no CSRF token: each gets this page's own (the one htmx sends as X-CSRFToken).
+function pageCsrfToken() {
+  try {
+    return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
+  } catch {
+    return "";
+  }
+}
+function giveFormsTheToken() {
+  const token = pageCsrfToken();
+  if (!token) return;
+  for (const form of document.querySelectorAll('form[method="post"]')) {
+    if (form.querySelector('input[name="csrfmiddlewaretoken"]')) continue;
+    const input = document.createElement("input");
+    input.type = "hidden";
+    input.name = "csrfmiddlewaretoken";
+    input.value = token;
+    form.prepend(input);
+  }
+}
+document.addEventListener("htmx:wsAfterMessage", giveFormsTheToken);

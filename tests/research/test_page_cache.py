@@ -1,7 +1,6 @@
-"""The topic pages keep rendered fragments; what a user sees must still be current.
-
-The fragments are keyed by what they show (a topic's event sequence and `updated_at`, a list
-row's values, the language), so every test here changes one of those between two requests.
+"""The topic pages keep rendered fragments (research/fragments.py); what a user sees must still
+be current. Every test here changes something between two requests, as a user would see it;
+tests/research/test_fragments.py changes every row kind behind the app's back.
 """
 
 from __future__ import annotations
