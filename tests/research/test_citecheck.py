@@ -5,6 +5,7 @@ untrusted answer, and the verification pass through the real client against a lo
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -169,10 +170,42 @@ def test_without_the_embedding_model_the_check_goes_on_by_words(monkeypatch: pyt
 
     monkeypatch.setattr(embeddings, "embed", broken)
     monkeypatch.setattr(citecheck, "_scales", {})
+    monkeypatch.setattr(citecheck, "_vectors", OrderedDict())  # a fresh process: nothing remembered
     supported = only("Tokens from different examples are mixed in groups before each expert [1].")
     wrong = only("Tokens from different examples are mixed in groups before each expert [2].")
     assert (supported.verdict, supported.method) == (citecheck.SUPPORTED, citecheck.LEXICAL)
     assert wrong.verdict == citecheck.UNSUPPORTED
+
+
+def test_a_sentence_is_embedded_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from retrieval import embeddings
+
+    embedded: list[str] = []
+    real = embeddings.embed
+
+    def counting(texts: list[str], **kwargs: Any) -> list[list[float]]:
+        embedded.extend(texts)
+        return real(texts, **kwargs)
+
+    monkeypatch.setattr(embeddings, "embed", counting)
+    monkeypatch.setattr(citecheck, "_vectors", OrderedDict())
+    citecheck.similarity_scale()  # measured once per process in any case
+    embedded.clear()
+    body = (
+        "Tokens from different examples are mixed in groups before each expert [1]. "
+        "The Osprey protocol rotates its validators every 40 minutes [2]."
+    )
+    first = verdicts(body)
+    assert embedded and len(embedded) == len(set(embedded))
+    count = len(embedded)
+    again = verdicts(body)  # the same report checked again (a re-run, a follow-up on its sources)
+    assert len(embedded) == count
+    assert [(v.verdict, v.method, v.similarity) for v in again] == [
+        (v.verdict, v.method, v.similarity) for v in first
+    ]
+    monkeypatch.setattr(citecheck, "REMEMBERED_VECTORS", 1)
+    verdicts(body)
+    assert len(citecheck._vectors) == 1  # the least recently used are forgotten
 
 
 def test_the_similarity_scale_puts_restatements_above_unrelated_sentences() -> None:
