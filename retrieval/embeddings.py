@@ -8,7 +8,8 @@ Three backends (EMBEDDING_BACKEND):
 - `sentence-transformers`: any sentence-transformers model by name or path (EMBEDDING_MODEL),
   for deployments that may download; sentence-transformers is not installed by default and
   this backend says so plainly until it is.
-- `openai`: the endpoint's /embeddings with EMBEDDING_MODEL.
+- `openai`: the LLM endpoint's /embeddings with EMBEDDING_MODEL, asked through
+  `mindsearch/clients/llm.py` (its global rate limit and retries).
 
 E5 models are trained with "query: " and "passage: " prefixes; queries and passages are embedded
 with theirs (`embed_query`, `embed`). Each chunk stores the `model_id()` it was embedded with,
@@ -23,11 +24,12 @@ import math
 import threading
 import time
 from functools import cache
-from typing import Any, Protocol
+from typing import Protocol
 
-import httpx
+from asgiref.sync import async_to_sync
 from django.conf import settings
 
+from mindsearch.clients import llm
 from retrieval.models import EMBEDDING_DIMENSIONS
 
 # multilingual-e5-small reads up to 512 tokens ("passage: " and the special tokens included).
@@ -35,10 +37,6 @@ MAX_SEQUENCE_TOKENS = 512
 LOCAL_MODEL_NAME = "multilingual-e5-small-q4"
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
-REMOTE_TIMEOUT_SECONDS = 60.0
-REMOTE_ATTEMPTS = 3
-REMOTE_BACKOFF_SECONDS = 1.0
-RETRYABLE_STATUSES = {408, 409, 429}
 
 _model_lock = threading.Lock()
 _models: dict[str, Encoder] = {}
@@ -254,50 +252,20 @@ def _passage_text(text: str) -> str:
 
 
 def _embed_remote(texts: list[str], batch_size: int) -> list[list[float]]:
-    url = f"{settings.AITUNNEL_BASE_URL.rstrip('/')}/embeddings"
-    headers = {"Authorization": f"Bearer {settings.AITUNNEL_API_KEY}"} if settings.AITUNNEL_API_KEY else {}
+    """The endpoint's vectors (its HTTP, limit and retries are mindsearch/clients/llm.py's), checked
+    for this project's dimensions and normalised."""
     vectors: list[list[float]] = []
-    with httpx.Client(timeout=REMOTE_TIMEOUT_SECONDS, headers=headers) as client:
-        for first in range(0, len(texts), batch_size):
-            batch = texts[first : first + batch_size]
-            vectors.extend(_checked(_post_batch(client, url, batch), len(batch)))
+    for first in range(0, len(texts), batch_size):
+        batch = texts[first : first + batch_size]
+        try:
+            answer = async_to_sync(llm.embed)(batch, model=settings.EMBEDDING_MODEL)
+        except llm.LLMError as exc:
+            raise EmbeddingError(str(exc)) from exc
+        vectors.extend(_checked(answer))
     return vectors
 
 
-def _post_batch(client: httpx.Client, url: str, batch: list[str]) -> Any:
-    payload = {"model": settings.EMBEDDING_MODEL, "input": batch}
-    for attempt in range(1, REMOTE_ATTEMPTS + 1):
-        try:
-            response = client.post(url, json=payload)
-        except httpx.HTTPError as error:
-            problem = f"the embedding endpoint is not reachable: {error}"
-        else:
-            retryable = response.status_code in RETRYABLE_STATUSES or response.status_code >= 500
-            if response.is_success:
-                return _json_of(response)
-            problem = f"the embedding endpoint answered HTTP {response.status_code}: {response.text[:200]}"
-            if not retryable:
-                break
-        if attempt < REMOTE_ATTEMPTS:
-            time.sleep(REMOTE_BACKOFF_SECONDS * attempt)
-    raise EmbeddingError(problem)
-
-
-def _json_of(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        raise EmbeddingError("the embedding endpoint did not answer JSON") from None
-
-
-def _checked(answer: Any, expected: int) -> list[list[float]]:
-    try:
-        items = sorted(answer["data"], key=lambda item: item.get("index", 0))
-        vectors = [[float(value) for value in item["embedding"]] for item in items]
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise EmbeddingError("the embedding endpoint's answer has no embeddings in it") from None
-    if len(vectors) != expected:
-        raise EmbeddingError(f"the embedding endpoint returned {len(vectors)} vectors for {expected} texts")
+def _checked(vectors: list[list[float]]) -> list[list[float]]:
     for vector in vectors:
         if len(vector) != EMBEDDING_DIMENSIONS:
             raise EmbeddingError(

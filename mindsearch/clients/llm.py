@@ -1,4 +1,4 @@
-"""Chat completions from an OpenAI-compatible endpoint (aitunnel, OpenAI, Ollama, vLLM…).
+"""Chat completions and embeddings from an OpenAI-compatible endpoint (aitunnel, OpenAI, Ollama, vLLM…).
 
 One retry layer only, ours (the SDK's is off): up to MAX_ATTEMPTS on 429, 5xx, timeouts,
 dropped connections and empty answers, each attempt waiting for the global rate limit first.
@@ -34,6 +34,7 @@ from mindsearch.clients import ratelimit
 DEFAULT_BASE_URL = "https://api.aitunnel.ru/v1/"
 # Read at call time, so tests can shorten them.
 TIMEOUT_SECONDS = 120.0
+EMBEDDINGS_TIMEOUT_SECONDS = 60.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_ATTEMPTS = 4
 BACKOFF_SECONDS = 0.5
@@ -307,6 +308,59 @@ def retry_delay(attempt: int, retry_after: float | None) -> float:
 
 def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
+
+
+# --- embeddings: the same endpoint, its global limit and its retries ------------------------------
+
+
+async def embed(texts: list[str], *, model: str, user: int | None = None) -> list[list[float]]:
+    """The endpoint's /embeddings of `texts`, in their order (as sent: no prefix, no norm).
+
+    Each attempt waits for the LLM's global limit (one endpoint, one limit), and 429, 5xx,
+    timeouts and dropped connections are retried like a completion's (Retry-After honoured);
+    a rejected key or a refused request is not. LLMError says what went wrong."""
+    url = settings.AITUNNEL_BASE_URL.rstrip("/") + "/embeddings"
+    headers = {"Authorization": f"Bearer {settings.AITUNNEL_API_KEY}"} if settings.AITUNNEL_API_KEY else {}
+    timeout = httpx.Timeout(EMBEDDINGS_TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS)
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, verify=_tls_context()) as client:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            await ratelimit.acquire_llm(user=user)
+            try:
+                response = await client.post(url, json={"model": model, "input": texts})
+            except httpx.HTTPError as exc:
+                failure = _Transient(f"the embedding endpoint is not reachable: {exc or type(exc).__name__}")
+            else:
+                if response.is_success:
+                    return _embeddings_of(response, len(texts))
+                failure = _embedding_failure(response)
+            if attempt == MAX_ATTEMPTS:
+                raise failure.kind(f"{failure} (gave up after {attempt} attempts)", attempts=attempt)
+            await asyncio.sleep(retry_delay(attempt, failure.retry_after))
+    raise LLMError("the embedding endpoint was not asked")  # MAX_ATTEMPTS < 1
+
+
+def _embedding_failure(response: httpx.Response) -> _Transient:
+    status = response.status_code
+    message = f"the embedding endpoint answered HTTP {status}: {response.text[:200]}"
+    if status in (401, 403):
+        raise LLMAuthError(message)
+    if status in RETRYABLE_STATUSES or status >= 500:
+        return _Transient(message, retry_after=parse_retry_after(response.headers))
+    raise LLMError(message)
+
+
+def _embeddings_of(response: httpx.Response, expected: int) -> list[list[float]]:
+    """OpenAI's answer: {"data": [{"index": 0, "embedding": [...]}, ...]}, put back in input order."""
+    try:
+        items = sorted(response.json()["data"], key=lambda item: item.get("index", 0))
+        vectors = [[float(value) for value in item["embedding"]] for item in items]
+    except ValueError:
+        raise LLMBadAnswer("the embedding endpoint did not answer JSON") from None
+    except (KeyError, TypeError, AttributeError):
+        raise LLMBadAnswer("the embedding endpoint's answer has no embeddings in it") from None
+    if len(vectors) != expected:
+        raise LLMBadAnswer(f"the embedding endpoint returned {len(vectors)} vectors for {expected} texts")
+    return vectors
 
 
 # --- Tolerant JSON -----------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
+from mindsearch.clients import llm, ratelimit
 from retrieval import embeddings
 from retrieval.chunking import chunk
 from retrieval.embeddings import EmbeddingError, count_tokens, embed, embed_query
@@ -157,7 +159,8 @@ def unnormalised(index: int, dimensions: int) -> list[float]:
 
 @pytest.fixture
 def remote(settings, monkeypatch):
-    monkeypatch.setattr(embeddings, "REMOTE_BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr(llm, "BACKOFF_SECONDS", 0.0)
+    settings.LIMIT_AITUNNEL_RPS = 0  # the limit has a test of its own, with a database
     with FakeService({("POST", "/v1/embeddings"): fake_embeddings()}) as service:
         settings.EMBEDDING_BACKEND = "openai"
         settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
@@ -209,8 +212,44 @@ def test_remote_rejected_key_is_not_retried(remote):
 
 
 def test_remote_unreachable_is_a_clear_error(settings, monkeypatch):
-    monkeypatch.setattr(embeddings, "REMOTE_BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr(llm, "BACKOFF_SECONDS", 0.0)
     settings.EMBEDDING_BACKEND = "openai"
     settings.AITUNNEL_BASE_URL = "http://127.0.0.1:9/v1/"
+    settings.LIMIT_AITUNNEL_RPS = 0
     with pytest.raises(EmbeddingError, match="not reachable"):
         embed(["text"])
+
+
+@pytest.mark.django_db
+def test_remote_calls_wait_for_the_llm_endpoints_global_limit(remote, settings):
+    """One endpoint, one limit: embedding batches take turns with the LLM's calls."""
+    settings.LIMIT_AITUNNEL_RPS = 4
+    granted_before = ratelimit.wait_figures().get("llm", (0, 0.0))[0]
+    assert len(embed([f"text {n}" for n in range(5)], batch_size=1)) == 5
+    arrived = [request.arrived for request in remote.requests_to("/v1/embeddings")]
+    assert arrived[-1] - arrived[0] >= 0.9 * (len(arrived) - 1) / 4
+    assert ratelimit.wait_figures()["llm"][0] == granted_before + 5
+    # The grants are shared rows that live a window past their slot: let them lapse, so a later
+    # test counting the LLM's grants (clients/test_llm.py) does not count these.
+    time.sleep(1 + ratelimit.margin_for(1.0))
+
+
+def test_remote_rate_limiting_is_retried_after_the_time_the_endpoint_asks(remote):
+    """OpenAI's 429: its error JSON and a Retry-After, honoured before the next attempt."""
+    remote.inject(
+        Fault(
+            status=429,
+            body={
+                "error": {
+                    "message": "Rate limit reached for requests",
+                    "type": "requests",
+                    "param": None,
+                    "code": "rate_limit_exceeded",
+                }
+            },
+            headers={"retry-after": "0.4"},
+        )
+    )
+    assert len(embed(["text"])) == 1
+    first, second = remote.requests_to("/v1/embeddings")
+    assert second.arrived - first.arrived >= 0.35

@@ -9,6 +9,7 @@ import pytest
 from django.core.files.base import ContentFile
 from django_q.models import OrmQ
 
+from mindsearch.clients import llm
 from retrieval import embeddings
 from retrieval.ingest import index_documents, ingest
 from retrieval.models import Chunk, KeywordStats, UploadedDocument
@@ -110,7 +111,7 @@ def test_reingesting_is_idempotent(alice):
 def test_embedding_failure_fails_the_document_and_drops_its_old_chunks(alice, settings, monkeypatch):
     document = upload(alice, MARKDOWN.encode(), "quokkas.md")
     ingest(document.pk)
-    monkeypatch.setattr(embeddings, "REMOTE_BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr(llm, "BACKOFF_SECONDS", 0.0)
 
     def wrong_size(request):
         texts = request.json()["input"]

@@ -11,7 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
-from retrieval import embeddings
+from mindsearch.clients import llm
 from retrieval.highlight import mark_words
 from retrieval.ingest import ingest
 from retrieval.models import Chunk, UploadedDocument
@@ -395,7 +395,7 @@ def test_search_falls_back_to_keywords_when_the_model_is_unavailable(
 ):
     add_document(alice, "notes.md", QUOKKAS)
     add_document(alice, "routing.md", ROUTING)
-    monkeypatch.setattr(embeddings, "REMOTE_BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr(llm, "BACKOFF_SECONDS", 0.0)
     settings.EMBEDDING_BACKEND = "openai"
     settings.AITUNNEL_BASE_URL = "http://127.0.0.1:9/v1/"  # nothing listens there
     settings.AITUNNEL_API_KEY = "sk-test"
