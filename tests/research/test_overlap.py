@@ -31,7 +31,9 @@ def limited(settings: Any) -> Iterator[World]:
 
 
 def _kinds(w: World) -> list[tuple[float, str]]:
-    return [(request.arrived, prompt_kind(request.json()["messages"][0]["content"])) for request in w.llm.requests]
+    return [
+        (request.arrived, prompt_kind(request.json()["messages"][0]["content"])) for request in w.llm.requests
+    ]
 
 
 def test_hits_are_scored_and_pages_read_while_later_searches_wait(alice: User, limited: World) -> None:
@@ -56,7 +58,9 @@ def test_the_overlapped_front_makes_the_rows_the_stages_make(alice: User, limite
     urls = Hit.objects.filter(topic=topic).values_list("normalized_url", flat=True)
     assert len(urls) == len(set(urls))
     assert Document.objects.filter(topic=topic).count() == 5 * topic.subqueries.count()
-    assert Summary.objects.filter(document__topic=topic).count() == Document.objects.filter(topic=topic).count()
+    assert (
+        Summary.objects.filter(document__topic=topic).count() == Document.objects.filter(topic=topic).count()
+    )
     # Every sub-query has a page (its best hit is always read).
     assert set(Document.objects.filter(topic=topic).values_list("hit__subquery", flat=True)) == set(
         topic.subqueries.values_list("pk", flat=True)
