@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
-from django.db.models import F, Q
+from django.db import connection, models
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -128,14 +128,22 @@ class Topic(models.Model):
         self.save(update_fields=["status", *fields, "updated_at"])
 
     def next_event_seq(self) -> int:
-        """Reserve the next event number; the row lock keeps concurrent writers in order."""
-        with transaction.atomic():
-            Topic.objects.filter(pk=self.pk).update(
-                last_event_seq=F("last_event_seq") + 1, heartbeat_at=timezone.now()
+        """Reserve the next event number; the row lock keeps concurrent writers in order.
+
+        One statement (UPDATE … RETURNING), not a transaction of an update and a read: a run
+        writes an event for nearly every step, and four round trips each were a good part of a
+        cached re-run's time."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE research_topic SET last_event_seq = last_event_seq + 1, heartbeat_at = %s "
+                "WHERE id = %s RETURNING last_event_seq",
+                [timezone.now(), self.pk],
             )
-            seq = Topic.objects.values_list("last_event_seq", flat=True).get(pk=self.pk)
-        self.last_event_seq = seq
-        return seq
+            row = cursor.fetchone()
+        if row is None:
+            raise Topic.DoesNotExist(f"topic {self.pk} is gone")
+        self.last_event_seq = row[0]
+        return row[0]
 
 
 class TopicImage(models.Model):

@@ -111,6 +111,20 @@ def test_next_event_seq_counts_up_from_one(topic):
     assert topic.last_event_seq == 3
 
 
+def test_next_event_seq_is_one_statement(topic, django_assert_num_queries):
+    """Nearly every step of a run writes an event: its number costs one round trip."""
+    with django_assert_num_queries(1):
+        assert topic.next_event_seq() == 1
+    topic.refresh_from_db()
+    assert topic.heartbeat_at is not None
+
+
+def test_next_event_seq_of_a_deleted_topic_raises(topic):
+    Topic.objects.filter(pk=topic.pk).delete()
+    with pytest.raises(Topic.DoesNotExist):
+        topic.next_event_seq()
+
+
 def test_record_event_saves_rows_in_sequence(topic, caplog):
     with caplog.at_level(logging.ERROR, logger="research.progress"):
         for n in range(3):
