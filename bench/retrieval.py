@@ -580,7 +580,9 @@ def chunk_documents(owner: Any) -> dict[int, str]:
 
 
 def ts_rank_run(owner: Any, queries: dict[str, str]) -> Run:
-    """PostgreSQL's ts_rank on the 'simple' column, OR of the query's words: the usual baseline."""
+    """PostgreSQL's ts_rank on the 'simple' configuration (no stemming: Russian and English
+    words alike), OR of the query's words: the usual baseline. The vector is computed here, per
+    query: nothing in the product ranks this way, so no column or index is kept for it."""
     from django.db import connection
 
     run = {}
@@ -591,8 +593,8 @@ def ts_rank_run(owner: Any, queries: dict[str, str]) -> Run:
                 WITH q AS (
                     SELECT replace(plainto_tsquery('simple', %(text)s)::text, ' & ', ' | ')::tsquery AS q
                 )
-                SELECT c.id, ts_rank(c.search_vector, q.q) AS rank FROM retrieval_chunk c, q
-                WHERE c.owner_id = %(owner)s AND c.search_vector @@ q.q
+                SELECT c.id, ts_rank(to_tsvector('simple', c.text), q.q) AS rank FROM retrieval_chunk c, q
+                WHERE c.owner_id = %(owner)s AND to_tsvector('simple', c.text) @@ q.q
                 ORDER BY rank DESC, c.id LIMIT %(limit)s
                 """,
                 {"text": text, "owner": owner.pk, "limit": EVALUATION_DEPTH},

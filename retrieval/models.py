@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.utils import timezone
@@ -128,12 +127,6 @@ class Chunk(models.Model):
     # "ru" (mostly Cyrillic letters), "en" (mostly Latin) or "" (neither): fusion weighs the
     # keyword leg, which matches only the query's language, per language (retrieval/search.py).
     language = models.CharField(max_length=8, blank=True, default="")
-    # 'simple' keeps Russian and English words alike: no language-specific stemming.
-    search_vector = models.GeneratedField(
-        expression=SearchVector("text", config="simple"),
-        output_field=SearchVectorField(),
-        db_persist=True,
-    )
     # What keyword search (BM25) ranks by: English and Russian Snowball stems, no stop words
     # (the text search configuration is created by migration 0002). Triggers copy it into
     # Posting rows, the index BM25 actually reads.
@@ -156,7 +149,6 @@ class Chunk(models.Model):
                 ef_construction=64,
                 opclasses=["vector_cosine_ops"],
             ),
-            GinIndex(fields=["search_vector"], name="chunk_search_vector_gin"),
             models.Index(fields=["owner", "document"]),
             models.Index(fields=["owner", "embedding_model"], name="chunk_owner_model"),
         ]

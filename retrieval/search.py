@@ -506,7 +506,7 @@ def _passages(
     dense_rank = _ranks(dense or [])
     keyword_rank = _ranks(keyword or [])
     chunks = Chunk.objects.for_user(user).filter(id__in=[chunk_id for chunk_id, _ in ranked])
-    chunks = chunks.select_related("document").defer("embedding", "search_vector", "stemmed_vector")
+    chunks = chunks.select_related("document").defer("embedding", "stemmed_vector")
     by_id = {item.id: item for item in chunks}
     return [
         Passage(

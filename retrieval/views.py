@@ -149,7 +149,7 @@ def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
     here) shows the passages from the N-th on, whole, with the first of them marked."""
     document = _document(request, document_id)
     start = _position(request.GET.get("from"))
-    chunks = document.chunks.defer("embedding", "search_vector", "stemmed_vector")
+    chunks = document.chunks.defer("embedding", "stemmed_vector")
     if start is not None:
         chunks = chunks.filter(position__gte=start)
     limit = PREVIEW_CHARS if start is None else None

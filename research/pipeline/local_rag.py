@@ -79,7 +79,7 @@ def save_documents(topic: Topic, passages: list[Passage]) -> list[Document]:
         for chunk in Chunk.objects.for_user(topic.owner)
         .filter(id__in=[passage.chunk_id for passage in passages])
         .select_related("document")
-        .defer("embedding", "search_vector", "stemmed_vector")
+        .defer("embedding", "stemmed_vector")
     }
     items = [
         (chunks[p.chunk_id], chunks[p.chunk_id].document_id, chunks[p.chunk_id].position)

@@ -10,7 +10,7 @@ from django.contrib.postgres.search import SearchQuery
 from django.db import DataError, IntegrityError, connection, transaction
 from pgvector.django import CosineDistance
 
-from retrieval.models import EMBEDDING_DIMENSIONS, Chunk, UploadedDocument
+from retrieval.models import EMBEDDING_DIMENSIONS, KEYWORD_CONFIG, Chunk, UploadedDocument
 
 
 def upload(owner, content: bytes = b"%PDF-1.7 paper") -> UploadedDocument:
@@ -64,8 +64,12 @@ def test_chunk_embedding_has_cosine_hnsw_index(db):
     )
 
 
-def test_chunk_search_vector_has_gin_index(db):
-    assert any("USING gin (search_vector)" in definition for definition in chunk_index_definitions())
+def test_keyword_search_reads_the_stemmed_vector_only(db):
+    """BM25 ranks by `stemmed_vector` (its postings); the 'simple' vector and its GIN index that
+    only a benchmark read are gone (bench/retrieval.py computes its ts_rank baseline itself)."""
+    columns = {field.column for field in Chunk._meta.concrete_fields}
+    assert "stemmed_vector" in columns and "search_vector" not in columns
+    assert not any("search_vector" in definition for definition in chunk_index_definitions())
 
 
 # --- Embeddings ---------------------------------------------------------------------------------
@@ -94,10 +98,10 @@ def test_embedding_of_wrong_dimensions_is_rejected(document):
     [("Mixture of Tokens improves experts", "tokens"), ("Смесь токенов", "токенов")],
     ids=["english", "russian"],
 )
-def test_search_vector_is_generated_from_text(document, text, word):
+def test_stemmed_vector_is_generated_from_text(document, text, word):
     chunk = make_chunk(document, text)
     make_chunk(document, "Unrelated passage about routers")
-    found = Chunk.objects.filter(search_vector=SearchQuery(word, config="simple"))
+    found = Chunk.objects.filter(stemmed_vector=SearchQuery(word, config=KEYWORD_CONFIG))
     assert list(found) == [chunk]
 
 

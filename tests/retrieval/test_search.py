@@ -144,8 +144,8 @@ def ts_rank_order(owner, query: str) -> list[str]:
             WITH q AS (SELECT replace(plainto_tsquery('simple', %s)::text, ' & ', ' | ')::tsquery AS q)
             SELECT d.original_name
             FROM retrieval_chunk c JOIN retrieval_uploadeddocument d ON d.id = c.document_id, q
-            WHERE c.owner_id = %s AND c.search_vector @@ q.q
-            ORDER BY ts_rank(c.search_vector, q.q) DESC
+            WHERE c.owner_id = %s AND to_tsvector('simple', c.text) @@ q.q
+            ORDER BY ts_rank(to_tsvector('simple', c.text), q.q) DESC
             """,
             [query, owner.pk],
         )
