@@ -268,10 +268,31 @@ def _as_payload(result: websearch.SearchResult) -> dict:
 
 
 def _save_hits(topic: Topic, query: SearchQuery, response: dict, *, offset: int = 0) -> int:
-    """Save a page of results; the number of hits new to the topic."""
+    """Save a page of results; the number of hits new to the topic.
+
+    In three statements, not three or four per result: which of its URLs the topic has, the new
+    ones in one insert (one another query saved at the same moment is skipped, as `_save_hit`
+    skips it), and how many of them are this query's."""
+    results = [
+        (position, result, normalize_url(result["url"])[:2000])
+        for position, result in enumerate(response["results"], start=offset)
+    ]
+    known = set(
+        Hit.objects.filter(topic=topic, normalized_url__in=[url for _, _, url in results]).values_list(
+            "normalized_url", flat=True
+        )
+    )
+    rows = []
+    for position, result, normalized in results:
+        if normalized in known:
+            continue
+        known.add(normalized)
+        rows.append(_hit(topic, query, position, result, normalized))
     added = 0
-    for position, result in enumerate(response["results"], start=offset):
-        added += _save_hit(topic, query, position, result)
+    if rows:
+        Hit.objects.bulk_create(rows, ignore_conflicts=True)
+        mine = [row.normalized_url for row in rows]
+        added = Hit.objects.filter(topic=topic, search_query=query, normalized_url__in=mine).count()
     query.result_count = offset + len(response["results"])
     if not offset or response["unresponsive_engines"]:
         query.unresponsive_engines = response["unresponsive_engines"]
@@ -286,18 +307,22 @@ def _save_hit(topic: Topic, query: SearchQuery, position: int, result: dict) -> 
         return 0
     try:
         with transaction.atomic():
-            Hit.objects.create(
-                topic=topic,
-                subquery=query.subquery,
-                search_query=query,
-                url=result["url"][:2000],
-                normalized_url=normalized[:2000],
-                title=result["title"],
-                snippet=result["snippet"],
-                engine=result["engine"],
-                position=position,
-                published_at=parse_datetime(result["published_at"]) if result.get("published_at") else None,
-            )
+            _hit(topic, query, position, result, normalized[:2000]).save(force_insert=True)
     except IntegrityError:  # found by another query of this topic at the same moment
         return 0
     return 1
+
+
+def _hit(topic: Topic, query: SearchQuery, position: int, result: dict, normalized: str) -> Hit:
+    return Hit(
+        topic=topic,
+        subquery=query.subquery,
+        search_query=query,
+        url=result["url"][:2000],
+        normalized_url=normalized,
+        title=result["title"],
+        snippet=result["snippet"],
+        engine=result["engine"],
+        position=position,
+        published_at=parse_datetime(result["published_at"]) if result.get("published_at") else None,
+    )

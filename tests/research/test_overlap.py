@@ -101,3 +101,36 @@ def test_topics_that_need_every_hit_at_once_run_the_stages(alice: User, limited:
     assert overlap.applies(RunContext.for_topic(web))
     both = Topic.objects.create(owner=alice, question=TOPIC, sources=Topic.Sources.BOTH)
     assert not overlap.applies(RunContext.for_topic(both))
+
+
+def test_a_page_of_results_is_saved_in_a_few_statements(
+    alice: User, django_assert_max_num_queries: Any
+) -> None:
+    from research.models import SubQuery
+    from research.pipeline import search
+
+    topic = Topic.objects.create(owner=alice, question=TOPIC)
+    subquery = SubQuery.objects.create(topic=topic, position=1, text="Mixture of Tokens")
+    first, second = (
+        SearchQuery.objects.create(subquery=subquery, language="en", position=i, text=f"q{i}") for i in (0, 1)
+    )
+
+    def page(urls: list[str]) -> dict:
+        results = [
+            {"url": url, "title": url, "snippet": "", "engine": "bing", "published_at": None} for url in urls
+        ]
+        return {"results": results, "unresponsive_engines": []}
+
+    urls = [f"https://example.org/{i}?utm_source=x" for i in range(20)]
+    with django_assert_max_num_queries(4):
+        assert search._save_hits(topic, first, page(urls)) == 20
+    # Known URLs (after normalising) and repeats within the page are not new.
+    again = [f"https://example.org/{i}" for i in range(15, 25)] + ["https://example.org/24"]
+    assert search._save_hits(topic, second, page(again)) == 5
+    assert Hit.objects.filter(topic=topic).count() == 25
+    assert Hit.objects.filter(search_query=second).count() == 5
+    assert list(
+        Hit.objects.filter(search_query=second).order_by("position").values_list("position", flat=True)
+    ) == [5, 6, 7, 8, 9]
+    second.refresh_from_db()
+    assert second.result_count == 11 and second.searched_at is not None
