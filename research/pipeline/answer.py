@@ -302,7 +302,7 @@ def _write(
     if ctx.llm_enabled:
         private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
         try:
-            request = _request(ctx.question, documents, excerpts) + vision.context_block(ctx)
+            request = _request(ctx.asked, documents, excerpts) + vision.context_block(ctx)
             if instruction:
                 request += "\n\n" + instruction
             if feedback:

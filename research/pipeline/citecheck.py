@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mindsearch.clients.llm import LLMError, parse_json
-from research.pipeline import passages
+from research.pipeline import passages, vision
 from research.pipeline.parsing import is_russian
 from research.pipeline.text import tokenize
 
@@ -712,7 +712,7 @@ async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str
                 ctx,
                 stage,
                 prompt,
-                verification_request(batch, ctx.question),
+                verification_request(batch, ctx.asked) + vision.labels_block(ctx),
                 kind=CacheEntry.Kind.CITATION_CHECKS,
                 private=private,
             )

@@ -69,8 +69,15 @@ class RunContext:
         self.image_context = image.image_context
 
     @property
+    def asked(self) -> str:
+        """The question in the user's own words, as a prompt quotes it. The picture's labels are
+        the vision model's reading of an untrusted image: prompts get them in a data block
+        (`vision.labels_block`, `vision.context_block`), never beside these words."""
+        return self.topic.question
+
+    @property
     def question(self) -> str:
-        """The question as planning and search see it: with the picture's labels, if any."""
+        """The question as search and the keyword fallbacks see it: with the picture's labels."""
         if not self.image_labels:
             return self.topic.question
         return f"{self.topic.question} ({', '.join(dict.fromkeys(self.image_labels))})"

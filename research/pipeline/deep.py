@@ -32,7 +32,7 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError
 from research.event_text import phrase
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
-from research.pipeline import extractive, passages
+from research.pipeline import extractive, passages, vision
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines
@@ -229,9 +229,9 @@ async def _propose_all(ctx: RunContext, learned: list[Direction], asked: list[st
 async def _propose(ctx: RunContext, direction: Direction, asked: list[str]) -> list[Proposal]:
     listing = "\n\n".join(f"[{n}] {f.title}\n{f.summary}" for n, f in enumerate(direction.findings, 1))
     request = (
-        f"Исходный запрос: {ctx.question}\nНаправление поиска: {direction.text}\n"
+        f"Исходный запрос: {ctx.asked}\nНаправление поиска: {direction.text}\n"
         "Уже заданные подзапросы:\n" + "\n".join(f"- {text}" for text in asked) + "\n\n"
-        f"Найдено по этому направлению:\n{data_block(listing)}"
+        f"Найдено по этому направлению:\n{data_block(listing)}" + vision.labels_block(ctx)
     )
     try:
         answer = await ask(

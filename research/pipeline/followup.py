@@ -86,6 +86,10 @@ class FollowUpContext(RunContext):
     followup_question: str = ""
 
     @property
+    def asked(self) -> str:
+        return self.followup_question or self.topic.question
+
+    @property
     def question(self) -> str:
         """The follow-up, with the topic's picture's labels as the run's question has them."""
         asked = self.followup_question or self.topic.question

@@ -43,7 +43,7 @@ def _plan(ctx: RunContext) -> tuple[list[str], str]:
                 ctx,
                 STAGE,
                 load_prompt("plan"),
-                f'Запрос: "{ctx.question}"\nЯзык подзапросов: {language_of(ctx.question)}'
+                f'Запрос: "{ctx.asked}"\nЯзык подзапросов: {language_of(ctx.asked)}'
                 + vision.context_block(ctx),
                 kind=CacheEntry.Kind.SEARCH_QUERIES,
             )

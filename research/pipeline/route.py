@@ -24,7 +24,7 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError, parse_json
 from research.event_text import choice_phrase, phrase
 from research.models import CacheEntry, Report, Topic
-from research.pipeline import timeparse
+from research.pipeline import timeparse, vision
 from research.pipeline.context import RunContext
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import is_russian
@@ -109,7 +109,7 @@ def _classify(ctx: RunContext, period: timeparse.Period | None) -> Route:
             ctx,
             STAGE,
             load_prompt("route"),
-            f'Запрос: "{ctx.question}"',
+            f'Запрос: "{ctx.asked}"' + vision.labels_block(ctx),
             kind=CacheEntry.Kind.SEARCH_QUERIES,
             max_tokens=60,
         )
@@ -348,7 +348,7 @@ def _direct_answer(ctx: RunContext) -> tuple[str, str]:
                 ctx,
                 StageName.ANSWER,
                 load_prompt("direct"),
-                f"Сообщение пользователя: {ctx.question}",
+                f"Сообщение пользователя: {ctx.asked}" + vision.labels_block(ctx),
                 kind=CacheEntry.Kind.ANSWERS,
                 max_tokens=DIRECT_MAX_TOKENS,
             )

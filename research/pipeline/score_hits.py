@@ -14,7 +14,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError, parse_json
 from research.models import CacheEntry, Hit, HitScore, Scores
-from research.pipeline import extractive, rerank
+from research.pipeline import extractive, rerank, vision
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, data_block, load_prompt
 from research.pipeline.parsing import default_scores, match_scores
@@ -90,7 +90,7 @@ async def score_batch(
     """
     if ctx.llm_enabled:
         try:
-            request = _scoring_request(ctx.question, direction, items)
+            request = _scoring_request(ctx.asked, direction, items) + vision.labels_block(ctx)
             answer = await ask(
                 ctx, stage, load_prompt("score"), request, kind=_cache_kind(stage), private=private
             )

@@ -185,6 +185,14 @@ def parse_description(text: str) -> dict:
     }
 
 
+def labels_block(ctx: RunContext) -> str:
+    """The picture's labels for a prompt that does not take the whole image context: as data."""
+    if not ctx.image_labels:
+        return ""
+    labels = ", ".join(dict.fromkeys(ctx.image_labels))
+    return "\n\nМетки изображения к вопросу (их прочитала модель зрения):\n" + data_block(labels)
+
+
 def context_block(ctx: RunContext) -> str:
     """The seed's "image context" for a text-only model: what the vision model saw, as data
     (the text in a picture is untrusted like a web page's)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -324,3 +325,34 @@ def test_an_archive_carries_the_picture_and_refuses_one_that_is_not(
     with pytest.raises(ArchiveError, match="picture"):
         archive.import_topic(data, bob)
     assert Topic.objects.count() == before
+
+
+def test_the_pictures_labels_reach_every_prompt_only_inside_the_data_block(
+    alice: User, seed: SeedWorld
+) -> None:
+    """What the vision model read off a picture is untrusted data, like a page: a prompt quotes
+    the user's own words as the question, and the labels reach it only inside a data block. (A
+    sub-query the planner wrote from them is the plan the user approved, and is quoted as such.)"""
+    topic = start(alice, picture(RED), auto_approve=True)
+    assert plan_topic(topic.pk)
+    run_topic(topic.pk)
+    prompts = [
+        (prompt_kind(str(m[0]["content"])), m[-1]["content"])
+        for m in seed.script.requests
+        if isinstance(m[-1]["content"], str)
+    ]
+    quoting = re.compile(r'^(?:Запрос: "(.*)"|Исходный запрос: (.*)|Сообщение пользователя: (.*))$', re.M)
+    quoted = {
+        kind: [next(g for g in m.groups() if g is not None) for m in quoting.finditer(text)]
+        for kind, text in prompts
+    }
+    assert {"route", "plan", "score", "answer"} <= {kind for kind, lines in quoted.items() if lines}
+    for kind, lines in quoted.items():
+        assert all(line == QUESTION for line in lines), (kind, lines)
+    for kind, text in prompts:
+        if kind in ("route", "plan", "score", "answer"):
+            data = "".join(re.findall(r"<<<ДАННЫЕ\n.*?\nДАННЫЕ>>>", text, flags=re.S))
+            assert "Eiffel Tower" in data, (kind, text)  # the labels still reach it, as data
+    # The planner still used them: the sub-queries name what the picture shows.
+    planned = SubQuery.objects.filter(topic=topic).values_list("text", flat=True)
+    assert any("Eiffel Tower" in text for text in planned)

@@ -189,6 +189,8 @@ class SeedScript(ScriptedLLM):
     def plan(self, user: str) -> str:
         """Sub-queries made of the question as it was put (a real model would do as much)."""
         question = found(r'Запрос: "(.*)"', user)
+        labels = re.search(r"^Метки: (.*)$", user, re.M)  # the picture's, from the image context
+        question = f"{question} ({labels.group(1)})" if labels else question
         return (
             f"ПОДЗАПРОС: {question} — что это\nПОДЗАПРОС: {question} — история\n"
             "ПОДЗАПРОС: Mixture of Tokens улучшения"
