@@ -287,7 +287,7 @@ CACHE_TTL_DAYS = env_int("CACHE_TTL_DAYS", 30)
 # (empty = the picture is kept and shown, the topic goes on with the text alone).
 VISION_MODEL = env_str("VISION_MODEL")
 TOPIC_IMAGE_MAX_BYTES = env_int("TOPIC_IMAGE_MAX_BYTES", 8 * 1024 * 1024)
-# Domain data before the web (seed 001's IntelligentSourceSelector): empty URL = provider off.
+# Domain data before the web (research/pipeline/domain.py): empty URL = provider off.
 OPEN_METEO_URL = env_str("OPEN_METEO_URL")
 OPEN_METEO_GEOCODING_URL = env_str("OPEN_METEO_GEOCODING_URL")
 LIMIT_OPEN_METEO_RPM = env_float("LIMIT_OPEN_METEO_RPM", 60)
@@ -356,7 +356,7 @@ LLM_CACHE_SCOPE = (env_str("LLM_CACHE_SCOPE") or "shared").lower()
 if LLM_CACHE_SCOPE not in {"shared", "user"}:
     raise ImproperlyConfigured(f"LLM_CACHE_SCOPE must be 'shared' or 'user', got {LLM_CACHE_SCOPE!r}")
 
-# --- Research: deep rounds, source selection (seeds 001, 002) ----------------------------------
+# --- Research: deep rounds, source selection ---------------------------------------------------
 # Deep mode stops when a round's relevant new documents / relevant documents already known falls
 # under the threshold, or after the last allowed round; each round asks this many new sub-queries.
 RESEARCH_DEEP_MAX_ROUNDS = env_int("RESEARCH_DEEP_MAX_ROUNDS", 5)

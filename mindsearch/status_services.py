@@ -1,4 +1,4 @@
-"""Status lines for the services of seed 001: the vision model and the domain-data providers.
+"""Status lines for the optional services before the web: the vision model and the domain-data providers.
 
 Run with the other checks (`mindsearch/status.py`, cached a minute). Open-Meteo, Nominatim,
 TheSportsDB and OSRM are asked for real (under their global limits); the vision model only

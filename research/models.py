@@ -147,7 +147,7 @@ class Topic(models.Model):
 
 
 class TopicImage(models.Model):
-    """The picture a question was asked with (seed 001's visual retrieval), stored privately.
+    """The picture a question was asked with (research/pipeline/vision.py), stored privately.
 
     Only re-encoded pixels are kept (`research/images.py`): no EXIF, GPS or other metadata of
     the upload survives. The vision model's description of it is saved here once it is made.
@@ -226,7 +226,7 @@ class RoundQuerySet(OwnedQuerySet):
 
 
 class Round(models.Model):
-    """One finished round of a deep topic and the information growth it measured (seed 002).
+    """One finished round of a deep topic and the information growth it measured (research/pipeline/deep.py).
 
     Growth = relevant documents new in this round / relevant documents known before it; the
     topic stops searching when it falls under the threshold or at the last allowed round.

@@ -1,6 +1,6 @@
 """Which documents the report is written from: good enough, from different sites, not repetitive.
 
-Seed 001's filters and seed 002's reranking, applied to the scored summaries:
+Source filters and diversity reranking, applied to the scored summaries:
 
 1. a minimum score (`RESEARCH_MIN_SCORE`, on the 0–10 scale of the five criteria) for scores an
    LLM gave; scores of the keyword fallback (no LLM, or it failed) rank but are on no

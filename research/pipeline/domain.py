@@ -1,4 +1,4 @@
-"""Domain data before the web (seed 001's IntelligentSourceSelector).
+"""Domain data before the web: a provider chosen by the question's domain.
 
 When the route stage puts a question in a domain that has a data provider, the provider's
 structured facts are fetched first and saved as a `Document` (fetched via "domain"), with the

@@ -1,4 +1,4 @@
-"""Passages, not pages (seed 004): the parts of a long page that are about the sub-query.
+"""Passages, not pages: the parts of a long page that are about the sub-query.
 
 A long page is cut into passages at headings and paragraphs (a paragraph longer than a passage
 at sentence ends), the passages are ranked by BM25 against the sub-query and the question, and

@@ -1,4 +1,4 @@
-"""The optional reranker (seed 001's Qwen3 rerank with fallback) as the pipeline uses it.
+"""The optional reranker (a rerank endpoint; the original order on any failure) as the pipeline uses it.
 
 - Web hits, before score_hits: each sub-query's web hits are ranked against the sub-query
   (title and snippet, as the search engine gave them), and each hit keeps its place

@@ -1,4 +1,4 @@
-"""Per-year search (seed 001's granular fallback for questions about a span of years).
+"""Per-year search (a fallback for questions about a span of years: one search per year).
 
 A question about "2015–2023" (or "в прошлом году", "since 2020") names calendar years, and one
 broad search rarely covers them all. After the first search, each year that no hit mentions

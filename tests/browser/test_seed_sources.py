@@ -32,7 +32,7 @@ RUN_TIMEOUT = 120_000
 
 @pytest.fixture
 def site() -> Iterator[str]:
-    """The browser tests' daphne + qcluster pair, with the seed-001 world behind them."""
+    """The browser tests' daphne + qcluster pair, with the visual and domain-data world behind them."""
     cache.clear()
     with seed_world(llm_latency=0.3) as w:
         w.llm.routes[("GET", "/v1/models")] = openai_models("test-model", "test-vision")

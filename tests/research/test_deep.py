@@ -27,7 +27,7 @@ from tests.support.deep_world import FACTS, FIRST_ROUND_FACTS, QUESTION, DeepWor
 
 
 def test_growth_rate_is_new_over_known_with_a_floor_of_one() -> None:
-    assert growth_rate(5, 0) == 5.0  # a first round: its count of finds (seed 002)
+    assert growth_rate(5, 0) == 5.0  # a first round: its count of finds
     assert growth_rate(2, 5) == 0.4
     assert growth_rate(0, 9) == 0.0
 
