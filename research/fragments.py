@@ -1,29 +1,37 @@
-"""The one fragment cache: a topic's read-only panels, rendered once per version of the topic.
+"""The one fragment cache: HTML rendered once per version of the rows it shows.
 
 Key rule. A fragment is stored under
 
-    fragment:<name>:<topic id>:<language>:<settings generation>:<topic version>
+    fragment:<name>:<language>:<settings generation>:<version of the rows it is rendered from>
 
-and nothing else names a fragment. The topic version is read from PostgreSQL itself
-(`version_of`): over the topic's row and every row that belongs to it — every model reached
-from `Topic` through relations pointing at it, found by walking the models (`ROW_KINDS`), so a
-new model that belongs to a topic counts without anyone listing it — the number of rows and
-the sum of a 64-bit hash of each row version's identity (its table, `ctid` and `xmin`).
-PostgreSQL gives every INSERT and every UPDATE a new row version (a new `ctid` and the writing
-transaction's `xmin`) and a DELETE takes one away, so any committed change of any of those rows,
-by any process, through the ORM or raw SQL, with or without an event, makes a new version.
-Locking a row (`SELECT ... FOR UPDATE`) writes no version and changes nothing. The settings
-generation moves when a setting changes (`override_settings` in tests; in a process settings
-never change), since panels show a few (prices, the deep-research rule).
+and nothing else names a fragment. The version is read from PostgreSQL: each row version's
+identity (its table, `ctid` and `xmin`). PostgreSQL writes a new row version (a new `ctid`, the
+writing transaction's `xmin`) for every INSERT and UPDATE and takes one away with a DELETE, so
+any committed change of those rows — by any process, through the ORM or raw SQL, with or without
+an event — makes a new version; locking a row (`SELECT ... FOR UPDATE`) writes none. What a
+fragment shows that is not a row (a page number, the words searched for) is in its name; the
+settings generation moves when a setting changes (`override_settings` in tests; a process's
+settings never change). Three kinds of fragment:
+
+- a topic's read-only panels (research/presenters.py `cached_panels`), versioned by
+  `version_of`: over the topic's row and every row that belongs to it — every model reached
+  from `Topic` through relations pointing at it, found by walking the models (`ROW_KINDS`), so
+  a new model that belongs to a topic counts without anyone listing it — the number of rows
+  and the sum of a 64-bit hash of each row version's identity (one query);
+- the rows of a page of the topic list (research/views.py `topic_rows`): the listed Topic rows,
+  read with their versions in the list's own query (`row_version`, `version_of_rows`);
+- the blank new-topic form: no rows (`NO_ROWS`), the language and settings alone.
 
 Invalidation rule: there is none to keep by hand. Old versions are never asked for again and
 age out of the cache (`CACHES["fragments"]`, a per-process LocMemCache: every process computes
-the same key from the database, so it needs no shared invalidation either).
+the same key from the database, so none needs telling).
 
-What may be cached here: a fragment rendered from the topic's rows (ROW_KINDS), the language
-and settings alone — no request, no user, no CSRF token, no clock. `tests/research/
-test_fragments.py` changes every row kind the cached panels show and asserts each panel changes
-with it, and that every model belonging to a topic is in ROW_KINDS.
+What may be cached here: a fragment rendered from its rows, the language and settings alone —
+no request, no user, no CSRF token, no clock; panels with forms are rendered per request.
+`tests/research/test_fragments.py` changes every row kind the cached panels show behind the
+app's back and asserts each panel changes with it, that every field of every row kind moves the
+version, that every model belonging to a topic is in ROW_KINDS, and that the list's rows are
+rendered from the listed rows alone (no query).
 
 The version is read before the fragment is rendered: a change in between is stored under the
 older version (newer text than that version, never older text under a newer one).
@@ -31,7 +39,7 @@ older version (newer text than that version, never older text under a newer one)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,26 +84,40 @@ ROW_KINDS = row_kinds()
 
 
 @dataclass(frozen=True)
-class TopicVersion:
-    topic_id: int
-    rows: int
-    digest: int
+class Version:
+    """What the database says of the rows a fragment is rendered from."""
+
+    token: str
 
     def key(self, name: str) -> str:
         language = get_language() or "-"
-        return f"fragment:{name}:{self.topic_id}:{language}:{_settings_generation}:{self.rows}:{self.digest}"
+        return f"fragment:{name}:{language}:{_settings_generation}:{self.token}"
+
+
+# A fragment rendered from no rows at all (the language and settings alone).
+NO_ROWS = Version("-")
+
+
+def row_version(model: type[models.Model]) -> models.expressions.RawSQL:
+    """An annotation: this row's version (a hash of its table, ctid and xmin), new with every
+    write of the row. A list annotates its rows with it, and `version_of_rows` reads it."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    identity = f"{table}.tableoid::text || {table}.ctid::text || {table}.xmin::text"
+    # The table name from the model's own meta; nothing from outside.
+    return models.expressions.RawSQL(f"hashtextextended({identity}, 0)", [])  # noqa: S611
+
+
+def version_of_rows(rows: Iterable[models.Model]) -> Version:
+    """The version of exactly these rows, each annotated `row_version=row_version(Model)`."""
+    return Version("rows:" + ",".join(f"{row.pk}.{row.row_version}" for row in rows))  # type: ignore[attr-defined]
 
 
 def _version_sql() -> str:
     """One query over every row kind: its rows' count and the sum of their versions' hashes."""
     parts = []
     for model, lookup in ROW_KINDS:
-        table = connection.ops.quote_name(model._meta.db_table)
-        identity = f"{table}.tableoid::text || {table}.ctid::text || {table}.xmin::text"
         rows = model._base_manager.filter(**{lookup: 0}).order_by()
-        # Table names from the models' own meta; the topic's id is a parameter.
-        version = models.expressions.RawSQL(f"hashtextextended({identity}, 0)", [])  # noqa: S611
-        query = rows.values_list(version)
+        query = rows.values_list(row_version(model))
         sql, params = query.query.sql_with_params()
         parts.append(sql % tuple("%s" for _ in params))
     union = " UNION ALL ".join(parts)
@@ -105,20 +127,20 @@ def _version_sql() -> str:
 _SQL: str | None = None
 
 
-def version_of(topic_id: int) -> TopicVersion:
-    """The topic's version as the database holds it now (one query)."""
+def version_of(topic_id: int) -> Version:
+    """The version of the topic's row and every row that belongs to it, now (one query)."""
     global _SQL
     if _SQL is None:
         _SQL = _version_sql()
     with connection.cursor() as cursor:
         cursor.execute(_SQL, [topic_id] * len(ROW_KINDS))
         rows, digest = cursor.fetchone()
-    return TopicVersion(topic_id, int(rows), int(digest))
+    return Version(f"topic:{topic_id}:{int(rows)}:{int(digest)}")
 
 
-def fragment(version: TopicVersion, name: str, render: Callable[[], str]) -> SafeString:
-    """The fragment `name` of this version of the topic in the active language: from the cache,
-    or rendered (by `render`, from the topic's rows alone) and kept."""
+def fragment(version: Version, name: str, render: Callable[[], str]) -> SafeString:
+    """The fragment `name` of this version of its rows in the active language: from the cache,
+    or rendered (by `render`, from those rows alone) and kept."""
     cache = caches["fragments"]
     key = version.key(name)
     html = cache.get(key)

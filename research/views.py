@@ -3,6 +3,7 @@ and export. Every lookup starts from the signed-in user; another user's ids are 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from mindsearch.status import checks_for
-from research import export, workflow
+from research import export, fragments, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
 from research.models import ShareLink, Topic, TopicImage
 from research.presenters import panel_context, topic_context, topic_page_context
@@ -47,14 +48,15 @@ def topic_list(request: HtmxHttpRequest) -> HttpResponse:
         topics = topics.matching(query)
     if status in Topic.Status.values:
         topics = topics.filter(status=status)
-    topics = topics.only(*ROW_FIELDS).order_by("-created_at", "-id")
+    topics = topics.only(*ROW_FIELDS).annotate(row_version=fragments.row_version(Topic))
+    topics = topics.order_by("-created_at", "-id")
     page = Paginator(topics, PAGE_SIZE).get_page(request.GET.get("page"))
     context: dict[str, Any] = {"page": page, "query": query, "status": status}
     context["statuses"] = Topic.Status.choices
     rows = topic_rows(context)
     if request.htmx and request.htmx.target == "topic-rows":
         return HttpResponse(rows)
-    context.update(rows=rows, form=TopicForm(), has_any=has_any)
+    context.update(rows=rows, form_fields=blank_form_fields(), has_any=has_any)
     context["checks"] = [] if has_any else checks_for(request.user)
     return render(request, "research/topic_list.html", context)
 
@@ -64,8 +66,20 @@ ROW_FIELDS = ("id", "question", "mode", "status", "stage", "sources", "created_a
 
 
 def topic_rows(context: dict[str, Any]) -> SafeString:
-    """The rows of one page of the list (what an htmx search swaps in)."""
-    return render_to_string("research/_topic_rows.html", context)
+    """The rows of one page of the list (what an htmx search swaps in), from the fragment cache:
+    versioned by the listed rows, named by what else they show (page, search, status filter)."""
+    page = context["page"]
+    shown = repr((page.number, page.paginator.num_pages, context["query"], context["status"]))
+    name = f"topic-rows:{hashlib.sha256(shown.encode()).hexdigest()}"
+    version = fragments.version_of_rows(page.object_list)
+    return fragments.fragment(version, name, lambda: render_to_string("research/_topic_rows.html", context))
+
+
+def blank_form_fields() -> SafeString:
+    """The new-topic form's fields before anything was typed: the same for everyone."""
+    return fragments.fragment(
+        fragments.NO_ROWS, "topic-form", lambda: render_to_string("_form_fields.html", {"form": TopicForm()})
+    )
 
 
 @require_POST
@@ -91,7 +105,8 @@ def _signed_in(request: HttpRequest) -> User:
 
 def _topic_list_with_form(request: HttpRequest, form: TopicForm, status: int) -> HttpResponse:
     topics = Topic.objects.for_user(request.user)
-    page = Paginator(topics.only(*ROW_FIELDS), PAGE_SIZE).get_page(1)
+    listed = topics.only(*ROW_FIELDS).annotate(row_version=fragments.row_version(Topic))
+    page = Paginator(listed.order_by("-created_at", "-id"), PAGE_SIZE).get_page(1)
     context = {"form": form, "page": page, "query": "", "status": "", "has_any": topics.exists()}
     context.update(statuses=Topic.Status.choices, checks=[], rows=topic_rows(context))
     return render(request, "research/topic_list.html", context, status=status)

@@ -20,8 +20,9 @@ import pytest
 from django.apps import apps
 from django.contrib.auth.models import User
 from django.core.cache import caches
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
 from research import fragments, presenters
@@ -242,3 +243,36 @@ def test_each_language_and_setting_has_its_own_fragment(alice: User) -> None:
     with override_settings(LLM_PRICE_INPUT_PER_1K=1.0, LLM_PRICE_OUTPUT_PER_1K=1.0):
         assert panel(topic, "progress") != english
     assert panel(topic, "progress") == english
+
+
+def listed_rows(owner: User) -> str:
+    from django.core.paginator import Paginator
+
+    from research.views import ROW_FIELDS, topic_rows
+
+    topics = Topic.objects.for_user(owner).only(*ROW_FIELDS)
+    topics = topics.annotate(row_version=fragments.row_version(Topic)).order_by("-created_at", "-id")
+    page = Paginator(topics, 25).get_page(1)
+    with CaptureQueriesContext(connection) as queries:
+        html = str(topic_rows({"page": page, "query": "", "status": ""}))
+    assert len(queries) == 1, [q["sql"] for q in queries]  # the list itself: rows from it alone
+    return html
+
+
+def test_the_list_rows_are_rendered_from_the_listed_rows_alone(alice: User) -> None:
+    topic = rich_topic(alice)
+    before = listed_rows(alice)
+    assert listed_rows(alice) == before
+    for change in (
+        {"question": "A reworded question"},
+        {"status": Topic.Status.RUNNING, "stage": "read"},
+        {"mode": Topic.Mode.QUICK},
+        {"sources": Topic.Sources.DOCS},
+        {"created_at": timezone.now() - datetime.timedelta(days=400)},
+    ):
+        Topic.objects.filter(pk=topic.pk).update(**change)
+        after = listed_rows(alice)
+        assert after != before, change
+        caches["fragments"].clear()
+        assert listed_rows(alice) == after
+        before = after
