@@ -41,6 +41,7 @@ from research.pipeline import (
     deep,
     extractive,
     passages,
+    private_search,
     queries,
     read,
     route,
@@ -75,7 +76,15 @@ MIN_WORDS_FOR_LANGUAGE = 2
 EARLIER_ANSWER_CHARS = 1_500
 # A section to expand: its heading and this much of its text are what passages are ranked by.
 SECTION_CONTEXT_CHARS = 1_500
-SEARCH_STAGES: tuple[Stage, ...] = (queries, search, score_hits, read, summarise, score_summaries)
+SEARCH_STAGES: tuple[Stage, ...] = (
+    queries,
+    private_search,
+    search,
+    score_hits,
+    read,
+    summarise,
+    score_summaries,
+)
 
 
 @dataclass
@@ -84,10 +93,6 @@ class FollowUpContext(RunContext):
     cache see the question being answered, while the topic stays the one searched."""
 
     followup_question: str = ""
-
-    @property
-    def asked(self) -> str:
-        return self.followup_question or self.topic.question
 
     @property
     def question(self) -> str:

@@ -27,6 +27,7 @@ from research.pipeline import (
     overlap,
     plan,
     private,
+    private_search,
     queries,
     read,
     route,
@@ -43,7 +44,16 @@ from research.pipeline.stage import Outcome, Stage, StageName
 log = logging.getLogger(__name__)
 
 # One round: what each sub-query not yet done needs, up to its scored summaries.
-ROUND_STAGES: tuple[Stage, ...] = (queries, search, years, score_hits, read, summarise, score_summaries)
+ROUND_STAGES: tuple[Stage, ...] = (
+    queries,
+    private_search,
+    search,
+    years,
+    score_hits,
+    read,
+    summarise,
+    score_summaries,
+)
 # Every stage a topic's run may call, in the order they first come.
 STAGES: tuple[Stage, ...] = (vision, route, domain, plan, overlap, *ROUND_STAGES, deep, answer)
 LOCK_NAMESPACE = 7_301  # first key of pg_try_advisory_lock(int, int): "research topic"
@@ -133,6 +143,7 @@ def _round(ctx: RunContext) -> None:
         stages = tuple(stage for stage in ROUND_STAGES if stage not in overlap.COVERS)
     for stage in stages:
         if _stage(ctx, stage) is Outcome.SEARCH_AGAIN:  # years added sub-queries of their own
+            _stage(ctx, private_search)
             _stage(ctx, search)
 
 

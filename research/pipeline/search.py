@@ -39,7 +39,7 @@ from django.utils.translation import gettext_noop
 from mcphub import sources as tool_sources
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
-from research.pipeline import cache, private, route
+from research.pipeline import cache, question_domain
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.stage import Outcome, StageName
 from research.pipeline.urls import normalize_url
@@ -56,7 +56,8 @@ PARTIAL_TTL = timedelta(hours=1)
 
 
 def run(ctx: RunContext) -> Outcome:
-    private.search_documents(ctx, STAGE)
+    """The web's hits (SearXNG's and the MCP sources'); the owner's documents were searched by the
+    stage before (`private_search`), whose hits decide whether a failed web search is fatal."""
     if ctx.topic.sources == Topic.Sources.DOCS:
         return Outcome.CONTINUE
     # The search tools of MCP servers an admin registered (mcphub/sources.py): their results
@@ -191,7 +192,7 @@ async def _search_widening(ctx: RunContext, query: SearchQuery) -> dict:
     if not time_range or len(found) >= THIN_RESULTS:
         return response
     if found and not await websearch.time_filter_hides_engines(
-        route.categories_for(ctx.topic.domain, ctx.question, time_range)
+        question_domain.categories_for(ctx.topic.domain, ctx.question, time_range)
     ):
         return response  # every engine asked supports the filter (or that is unknown): it is the answer
     wide = _within_period(ctx.topic, await _search(ctx, query, time_range=""))
@@ -237,7 +238,7 @@ def _in_period(published_at: str | None, start: date | None, end: date | None) -
 
 
 async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pageno: int = 1) -> dict:
-    categories = route.categories_for(ctx.topic.domain, ctx.question, ctx.topic.time_range)
+    categories = question_domain.categories_for(ctx.topic.domain, ctx.question, ctx.topic.time_range)
     parts = ("search", query.text, query.language, time_range, pageno)
     # The default category adds nothing to the key, so earlier entries stay valid.
     key = cache.make_key(*parts, categories) if categories else cache.make_key(*parts)

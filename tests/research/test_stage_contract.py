@@ -3,6 +3,7 @@ a stage, outcomes the run loop reads by name, and a stage's "done" kept in rows.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -14,7 +15,7 @@ from django.contrib.auth.models import User
 
 from research import feeds, presenters
 from research.models import LLMCall, RunEvent, SearchQuery, SubQuery, Topic
-from research.pipeline import followup, queries, run, search, years
+from research.pipeline import followup, private_search, queries, run, search, years
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, Stage, StageName
 from tests.support.fakes import Request, searxng_search
@@ -99,6 +100,7 @@ def test_years_asks_the_run_loop_to_search_and_its_done_state_is_a_row(alice: Us
     assert run.plan_topic(topic.pk) is True
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
     queries.run(ctx)
+    private_search.run(ctx)
     search.run(ctx)
     assert years.run(ctx) is Outcome.SEARCH_AGAIN
     per_year = SearchQuery.objects.filter(subquery__topic=topic, subquery__origin=SubQuery.Origin.PERIOD)
@@ -112,3 +114,35 @@ def test_years_asks_the_run_loop_to_search_and_its_done_state_is_a_row(alice: Us
     assert not RunEvent.objects.filter(topic=topic, stage=StageName.YEARS).exists()
     assert SubQuery.objects.filter(topic=topic, origin=SubQuery.Origin.PERIOD).count() == 2
     assert Topic.objects.get(pk=topic.pk).years_checked
+
+
+def test_no_stage_runs_another_stage() -> None:
+    """Stages are called by the run loop (or one explicit composition of them, overlap.py), never
+    by each other: a stage module does not call another stage module's `run`."""
+    modules = [importlib.import_module(stage.run.__module__) for stage in run.STAGES]
+    stage_names = {module.__name__.rsplit(".", 1)[-1] for module in modules}
+    composers = {"overlap"}  # the explicit composition of the round's front, per sub-query
+    calls = {}
+    for module in modules:
+        name = module.__name__.rsplit(".", 1)[-1]
+        if name in composers:
+            continue
+        tree = ast.parse(inspect.getsource(module))
+        called = {
+            node.func.value.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "run"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in stage_names
+        }
+        if called:
+            calls[name] = called
+    assert not calls, f"stages running other stages: {calls}"
+
+
+def test_the_web_search_does_not_search_the_owners_documents() -> None:
+    assert "search_documents" not in inspect.getsource(search)
+    assert run.ROUND_STAGES.index(private_search) < run.ROUND_STAGES.index(search)
+    assert followup.SEARCH_STAGES.index(private_search) < followup.SEARCH_STAGES.index(search)
