@@ -43,6 +43,7 @@ from research.pipeline import (
     passages,
     private_search,
     queries,
+    question_domain,
     read,
     route,
     score_hits,
@@ -93,6 +94,10 @@ class FollowUpContext(RunContext):
     cache see the question being answered, while the topic stays the one searched."""
 
     followup_question: str = ""
+
+    @property
+    def asked(self) -> str:
+        return self.followup_question or self.topic.question
 
     @property
     def question(self) -> str:
@@ -367,7 +372,7 @@ def coverage(query: str, texts: list[str]) -> float:
 
 def _needs_search(ctx: FollowUpContext, followup: FollowUp, query: str, excerpts: list[str]) -> bool:
     """The route stage's decision, after the topic's own sources had their say."""
-    if route.looks_like_small_talk(followup.question) and excerpts:
+    if question_domain.looks_like_small_talk(followup.question) and excerpts:
         return False
     share = coverage(query, excerpts) if excerpts else 0.0
     percent = f"{share:.0%}"

@@ -9,7 +9,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SearchQuery, SubQuery, Topic
-from research.pipeline import extractive, route
+from research.pipeline import extractive, question_domain
 from research.pipeline.context import RunContext, db
 from research.pipeline.llm import ask, load_prompt
 from research.pipeline.parsing import parse_prefixed_lines, split_by_language
@@ -72,7 +72,9 @@ async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], 
     # A language the LLM left out is filled from keywords, so both languages are always searched.
     russian, english = (russian or fallback_ru)[:PER_LANGUAGE], (english or fallback_en)[:PER_LANGUAGE]
     domain = ctx.topic.domain
-    return route.enhance_queries(russian, domain, "ru"), route.enhance_queries(english, domain, "en")
+    return question_domain.enhance_queries(russian, domain, "ru"), question_domain.enhance_queries(
+        english, domain, "en"
+    )
 
 
 def _from_private_text(ctx: RunContext, subquery: SubQuery) -> bool:

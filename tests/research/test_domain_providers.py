@@ -14,8 +14,12 @@ from django.contrib.auth.models import User
 from mindsearch.clients import osrm, thesportsdb
 from research import workflow
 from research.models import CacheEntry, Document, Report, RunEvent, Topic
-from research.pipeline.question_domain import name_candidates, nominative_guesses, route_ends
-from research.pipeline.route import classify_by_keywords
+from research.pipeline.question_domain import (
+    classify_by_keywords,
+    name_candidates,
+    nominative_guesses,
+    route_ends,
+)
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.domain_world import AV_KEY, SeedWorld, loopback_seed_world
 from tests.support.fakes import Fault

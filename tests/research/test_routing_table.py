@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from research.models import Topic
-from research.pipeline.route import classify_by_keywords, enhance_queries
+from research.pipeline.question_domain import classify_by_keywords, enhance_queries
 from research.pipeline.timeparse import parse_period
 
 D = Topic.Domain
