@@ -22,7 +22,7 @@ from django.utils.translation import gettext as _
 from django_q.tasks import async_task
 
 from research import archive
-from research.archive_checks import ArchiveError
+from research.archive.checks import ArchiveError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django_q.models import OrmQ
 
-from research import archive, archive_checks, workflow
+from research import archive, workflow
+from research.archive import checks as archive_checks
 from research.management.commands.research import Command as ResearchCommand
 from research.models import SubQuery, Topic
 from tests.reliability.conftest import _finished_topic

@@ -16,7 +16,8 @@ from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from research import archive, archive_checks, event_text, imports
+from research import archive, event_text, imports
+from research.archive import checks as archive_checks
 from research.models import RunEvent, Topic
 from tests.reliability.conftest import _finished_topic
 

@@ -21,7 +21,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from research import archive, archive_checks, imports
+from research import archive, imports
+from research.archive import checks as archive_checks
 from research.models import (
     CacheEntry,
     Document,

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from mindsearch.models import ApiToken
 from research import archive
-from research.archive_checks import ArchiveError
+from research.archive.checks import ArchiveError
 from research.models import Citation, Document, LLMCall, Report, RunEvent, ShareLink, Topic
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.world import TOPIC, World, citecheck_reply

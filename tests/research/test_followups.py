@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research import archive, export, progress, workflow
-from research.archive_checks import ArchiveError
+from research.archive.checks import ArchiveError
 from research.models import Document, FollowUp, LLMCall, Report, ShareLink, SubQuery, Topic
 from research.pipeline import followup as followups
 from research.pipeline.followup import answer_pending, report_sections

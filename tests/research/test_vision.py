@@ -308,7 +308,7 @@ def test_an_archive_carries_the_picture_and_refuses_one_that_is_not(
     import zipfile
 
     from research import archive
-    from research.archive_checks import ArchiveError
+    from research.archive.checks import ArchiveError
 
     topic = start(alice, picture(RED, exif_gps=True), auto_approve=True)
     plan_topic(topic.pk)

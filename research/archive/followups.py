@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from research.archive_checks import MAX_REPORT_CHARS, ArchiveError, check_row
+from research.archive.checks import MAX_REPORT_CHARS, ArchiveError, check_row
 from research.models import FollowUp, Topic
 from research.pipeline import citecheck
 

@@ -12,7 +12,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 from research import images
-from research.archive_checks import ArchiveError
+from research.archive.checks import ArchiveError
 from research.models import Topic, TopicImage
 
 KEY = "image"

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from research.archive_checks import MAX_ROWS, ArchiveError, check_row
+from research.archive.checks import MAX_ROWS, ArchiveError, check_row
 from research.models import Citation, Report, Topic
 from research.pipeline import citecheck
 

@@ -2,7 +2,7 @@
 
 The zip holds `topic.json` — the topic and every row its run produced, each table a list of
 rows whose references are the ids they had at export — and `report.md` for people. Import
-checks the whole archive before it writes anything (research/archive_checks.py), then creates
+checks the whole archive before it writes anything (research/archive/checks.py), then creates
 every row with new ids in one transaction for the importing user. Links to the exporter's
 private documents (uploaded files, their chunks) cannot follow the topic into another account:
 the text is kept, the link dropped.
@@ -24,8 +24,9 @@ from django.db import DatabaseError, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from research import archive_citations, archive_followups, archive_image, export
-from research.archive_checks import REPORT_FIELDS, TABLES, TOPIC_FIELDS, ArchiveError, Checked, Table, check
+from research import export
+from research.archive import citations, followups, image
+from research.archive.checks import REPORT_FIELDS, TABLES, TOPIC_FIELDS, ArchiveError, Checked, Table, check
 from research.models import LLMCall, Report, RunEvent, Topic
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,9 @@ def topic_data(topic: Topic) -> dict[str, Any]:
     for table in TABLES:
         rows = table.model.objects.filter(**{table.topic_path: topic}).order_by("pk")
         data[table.name] = list(rows.values("id", *table.fields, *table.refs))
-    data[archive_citations.KEY] = archive_citations.export_rows(topic)
-    data[archive_followups.KEY] = archive_followups.export_rows(topic)
-    data[archive_image.KEY] = archive_image.export_row(topic)
+    data[citations.KEY] = citations.export_rows(topic)
+    data[followups.KEY] = followups.export_rows(topic)
+    data[image.KEY] = image.export_row(topic)
     return data
 
 
@@ -188,15 +189,15 @@ def import_topic(data: dict[str, Any], owner: AbstractBaseUser, progress: Progre
     """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved.
     `progress(done, total)` hears of the rows saved so far (the import job's page shows it)."""
     checked = check(data)
-    citations = archive_citations.check(data, checked.report)
+    verdicts = citations.check(data, checked.report)
     tables = checked.tables
-    followups = archive_followups.check(data, checked.report, tables["subqueries"], tables["documents"])
-    image = archive_image.check(data)
+    thread = followups.check(data, checked.report, tables["subqueries"], tables["documents"])
+    picture = image.check(data)
     try:
         with transaction.atomic():
-            topic = _create(checked, owner, citations, progress or (lambda done, total: None))
-            archive_followups.create(topic, followups, checked.new_ids)
-            archive_image.create(topic, image)
+            topic = _create(checked, owner, verdicts, progress or (lambda done, total: None))
+            followups.create(topic, thread, checked.new_ids)
+            image.create(topic, picture)
             return topic
     except DatabaseError:
         # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.
@@ -205,7 +206,7 @@ def import_topic(data: dict[str, Any], owner: AbstractBaseUser, progress: Progre
 
 
 def _create(
-    checked: Checked, owner: AbstractBaseUser, citations: list[dict[str, Any]], progress: Progress
+    checked: Checked, owner: AbstractBaseUser, verdicts: list[dict[str, Any]], progress: Progress
 ) -> Topic:
     fields = dict(checked.topic)
     events = checked.tables["run_events"]
@@ -231,7 +232,7 @@ def _create(
         ]
         report = Report.objects.create(topic=topic, **{**checked.report, "sources": sources})
         _restore_created_at(Report, [report], [checked.report])
-        archive_citations.create(report, citations)
+        citations.create(report, verdicts)
     return topic
 
 
