@@ -84,6 +84,7 @@ def streaming(owner: Any, args: argparse.Namespace, limits: dict, *, fixed: bool
     False: the main run measured them) and the realistic writing profile."""
     from django.conf import settings
 
+    from research.models import CacheEntry
     from tests.support.fakes import Pace
     from tests.support.world import TOPIC, prompt_kind, world
 
@@ -102,7 +103,9 @@ def streaming(owner: Any, args: argparse.Namespace, limits: dict, *, fixed: bool
         with world(**services, **llm, extra_pages=args.extra_pages, queries_per_language=3) as w:
             for setting, value in {**w.settings(), **limits}.items():
                 setattr(settings, setting, value)
-            # A question of its own, so nothing comes from the cache of an earlier run.
+            # A question of its own and an empty cache: the queries, searches, pages and summaries
+            # of an earlier run do not depend on the question, and were served from the cache.
+            CacheEntry.objects.all().delete()
             run = run_topic(owner, f"{TOPIC} ({name})")
             requests = {
                 "llm": len(w.llm.requests),
