@@ -14,10 +14,13 @@ import hashlib
 import io
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.utils.translation import gettext as _
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from research.models import Topic, TopicImage
 
 MAX_SIDE = 2048
 MAX_PIXELS = 40_000_000
@@ -129,3 +132,18 @@ def decode_base64(text: str) -> bytes:
 def data_url(data: bytes, content_type: str) -> str:
     """The image as the chat-completions API takes it inline (an `image_url` content part)."""
     return f"data:{content_type};base64,{base64.b64encode(data).decode()}"
+
+
+def save(topic: Topic, image: PreparedImage, **described: Any) -> TopicImage:
+    """The topic's picture row: the prepared pixels, and what the vision model said of it when
+    that is known already (an imported archive brings it along)."""
+    return TopicImage.objects.create(
+        topic=topic,
+        data=image.data,
+        content_type=image.content_type,
+        width=image.width,
+        height=image.height,
+        sha256=image.sha256,
+        original_bytes=image.original_bytes,
+        **described,
+    )

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from research import tasks
+from research import images, tasks
 from research.images import PreparedImage
 from research.models import FollowUp, Report, SubQuery, Topic, TopicImage
 from research.pipeline.parsing import is_russian
@@ -128,15 +128,7 @@ def create_topic(topic: Topic, owner: User, image: PreparedImage | None = None) 
 
 
 def save_image(topic: Topic, image: PreparedImage) -> TopicImage:
-    return TopicImage.objects.create(
-        topic=topic,
-        data=image.data,
-        content_type=image.content_type,
-        width=image.width,
-        height=image.height,
-        sha256=image.sha256,
-        original_bytes=image.original_bytes,
-    )
+    return images.save(topic, image)
 
 
 def _lock_reviewable(topic: Topic) -> Topic:

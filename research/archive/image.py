@@ -62,14 +62,4 @@ def check(data: dict[str, Any]) -> dict[str, Any] | None:
 def create(topic: Topic, checked: dict[str, Any] | None) -> None:
     if checked is None:
         return
-    image = checked.pop("prepared")
-    TopicImage.objects.create(
-        topic=topic,
-        data=image.data,
-        content_type=image.content_type,
-        width=image.width,
-        height=image.height,
-        sha256=image.sha256,
-        original_bytes=image.original_bytes,
-        **checked,
-    )
+    images.save(topic, checked.pop("prepared"), **checked)
