@@ -1,5 +1,6 @@
 """Alpha Vantage: a company's name to its ticker (SYMBOL_SEARCH), a ticker to its latest quote
-(GLOBAL_QUOTE) and its company facts (OVERVIEW). Needs a key (free at alphavantage.co; the free
+(GLOBAL_QUOTE) and its company facts (OVERVIEW); a currency pair to its rate
+(CURRENCY_EXCHANGE_RATE, physical and digital currencies). Needs a key (free at alphavantage.co; the free
 tier allows 25 requests a day). Every request waits for its turn under `LIMIT_ALPHA_VANTAGE_RPM`.
 
 The real API's ways of failing, repeated by the stand-in in `tests/support/domain_world.py`: almost
@@ -78,6 +79,19 @@ async def quote(symbol: str, *, user: int | None) -> dict[str, str] | None:
         raise AlphaVantageError("Alpha Vantage's quote answer has no Global Quote")
     cleaned = {key.split(". ", 1)[-1]: str(value) for key, value in found.items() if value is not None}
     return cleaned if cleaned.get("price") else None
+
+
+async def exchange_rate(source: str, target: str, *, user: int | None) -> dict[str, str] | None:
+    """CURRENCY_EXCHANGE_RATE's fields without their numbering ("5. Exchange Rate" →
+    "Exchange Rate"), or None when the answer has no rate."""
+    body = await _get_json(
+        query_url("CURRENCY_EXCHANGE_RATE", from_currency=source, to_currency=target), user
+    )
+    found = body.get("Realtime Currency Exchange Rate")
+    if not isinstance(found, dict):
+        raise AlphaVantageError("Alpha Vantage's answer has no Realtime Currency Exchange Rate")
+    cleaned = {key.split(". ", 1)[-1]: str(value) for key, value in found.items() if value is not None}
+    return cleaned if cleaned.get("Exchange Rate") else None
 
 
 async def overview(symbol: str, *, user: int | None) -> dict[str, str] | None:

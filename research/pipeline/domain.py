@@ -32,6 +32,7 @@ from research.models import CacheEntry, Document, Topic
 from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext
 from research.pipeline.question_domain import (
+    currency_pair,
     name_candidates,
     nominative_guesses,
     place_candidates,
@@ -417,6 +418,10 @@ def weather_markdown(
 def _finance(ctx: RunContext) -> None:
     topic = ctx.topic
     language = _language(topic)
+    pair = currency_pair(topic.question)
+    if pair is not None:
+        _exchange_rate(ctx, pair, language)
+        return
     ctx.emit(STAGE, gettext_noop("Looking the company up at Alpha Vantage"), args={}, done=0, total=1)
     url = settings.ALPHA_VANTAGE_URL
     try:
@@ -478,6 +483,75 @@ def _finance(ctx: RunContext) -> None:
         "alpha-vantage",
         fetched_at,
     )
+
+
+def _exchange_rate(ctx: RunContext, pair: tuple[str, str], language: str) -> None:
+    source, target = pair
+    ctx.emit(STAGE, gettext_noop("Fetching the exchange rate from Alpha Vantage"), args={}, done=0, total=1)
+    try:
+        data = _cached(
+            ctx,
+            ("alpha-vantage fx", settings.ALPHA_VANTAGE_URL, source, target),
+            lambda: {"rate": async_to_sync(alphavantage.exchange_rate)(source, target, user=ctx.owner_id)},
+        )
+    except alphavantage.AlphaVantageError as exc:
+        ctx.warn(
+            STAGE,
+            gettext_noop("Alpha Vantage failed (%(error)s): the topic goes on with the web alone."),
+            args={"error": str(exc)},
+        )
+        return
+    if not data["rate"]:
+        ctx.warn(
+            STAGE,
+            gettext_noop("Alpha Vantage has no quote for %(symbol)s: the topic goes on with the web alone."),
+            args={"symbol": f"{source}/{target}"},
+        )
+        return
+    fetched_at = datetime.fromisoformat(data["_fetched_at"])
+    when = _fetched(fetched_at)
+    title = (
+        f"Alpha Vantage: курс {source} → {target} (данные получены {when})"
+        if language == "ru"
+        else f"Alpha Vantage: {source} → {target} exchange rate (fetched {when})"
+    )
+    document = _save(
+        ctx,
+        title=title,
+        url=alphavantage.query_url("CURRENCY_EXCHANGE_RATE", from_currency=source, to_currency=target),
+        text=rate_markdown(data["rate"], fetched_at, language),
+    )
+    _done_event(
+        ctx,
+        gettext_noop("%(pair)s exchange rate from Alpha Vantage, fetched %(time)s"),
+        {"pair": f"{source} → {target}"},
+        document,
+        "alpha-vantage",
+        fetched_at,
+    )
+
+
+def rate_markdown(rate: dict[str, str], fetched_at: datetime, language: str) -> str:
+    """An exchange rate as short lines: the rate, bid and ask, and when Alpha Vantage had it."""
+    ru = language == "ru"
+    source, target = rate.get("From_Currency Code", "?"), rate.get("To_Currency Code", "?")
+    refreshed = f"{rate.get('Last Refreshed', '—')} {rate.get('Time Zone', '')}".strip()
+    lines = [
+        f"# {source} → {target}",
+        "",
+        (
+            f"Источник: Alpha Vantage, данные получены {_fetched(fetched_at)}; курс обновлён {refreshed}."
+            if ru
+            else f"Source: Alpha Vantage, fetched {_fetched(fetched_at)}; rate last refreshed {refreshed}."
+        ),
+        "",
+        f"- 1 {rate.get('From_Currency Name', source)} ({source}) = {rate.get('Exchange Rate')} "
+        f"{rate.get('To_Currency Name', target)} ({target})",
+    ]
+    bid, ask = _number(rate.get("Bid Price")), _number(rate.get("Ask Price"))
+    if bid and ask:
+        lines.append(f"- {'Покупка / продажа' if ru else 'Bid / ask'}: {bid} / {ask}")
+    return "\n".join(lines) + "\n"
 
 
 def _quote_and_overview(ctx: RunContext, symbol: str) -> dict[str, Any]:

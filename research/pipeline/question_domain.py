@@ -373,6 +373,47 @@ def name_candidates(question: str, labels: list[str] | None = None) -> list[str]
     return list(dict.fromkeys(names))[:MAX_CANDIDATES]
 
 
+# --- a currency pair ---------------------------------------------------------------------------------
+
+CURRENCIES = (
+    ("USD", r"доллар\w*|usd\b|dollars?\b"),
+    ("EUR", r"евро\b|eur\b|euros?\b"),
+    ("RUB", r"рубл\w*|rub\b|roubles?\b|rubles?\b"),
+    ("CNY", r"юан\w*|cny\b|yuan\b|renminbi\b"),
+    ("GBP", r"фунт\w* стерлинг\w*|gbp\b|pounds? sterling\b|british pounds?\b"),
+    ("JPY", r"[ий]ен[аыу]?\b|jpy\b|yen\b"),
+    ("BTC", r"биткоин\w*|btc\b|bitcoins?\b"),
+)
+_STOCKS = re.compile(
+    r"(?<!\w)(?:акци|stock|shares?\b|тикер|ticker|котировк\w* компани|earnings|revenue|выручк|прибыл"
+    r"|dividend|дивиденд|market cap|капитализац)"
+)
+
+
+def currency_pair(question: str) -> tuple[str, str] | None:
+    """The currencies of an exchange-rate question, in the order asked ("курс евро к доллару" →
+    EUR, USD); one alone is priced in roubles in a Russian question, else in dollars (in euros
+    when it is the dollar). None for a question about stocks, or without a currency."""
+    text = question.lower().replace("ё", "е")
+    if _STOCKS.search(text):
+        return None
+    found = sorted(
+        (match.start(), code)
+        for code, pattern in CURRENCIES
+        for match in [re.search(rf"(?<!\w)(?:{pattern})", text)]
+        if match
+    )
+    codes = list(dict.fromkeys(code for _, code in found))
+    if len(codes) >= 2:
+        return codes[0], codes[1]
+    if not codes:
+        return None
+    home = "RUB" if re.search(r"[а-я]", text) else "USD"
+    if codes[0] == home:
+        home = "USD" if home == "RUB" else "EUR"
+    return codes[0], home
+
+
 # --- a route's two ends ---------------------------------------------------------------------------
 
 _STOP = (

@@ -258,3 +258,19 @@ def test_a_route_without_two_places_or_without_osrm(alice: User, seed: SeedWorld
     settings.OSRM_URL = ""
     topic = research(alice, ROUTE)
     assert "OSRM_URL" in warning_of(topic) and not seed.router.requests
+
+
+def test_an_exchange_rate_question_gets_the_rate_in_either_language(alice: User, seed: SeedWorld) -> None:
+    topic = research(alice, "Какой курс доллара сегодня?")
+    assert topic.domain == Topic.Domain.FINANCE
+    facts = facts_of(topic)
+    assert facts.title.startswith("Alpha Vantage: курс USD → RUB (данные получены ")
+    assert "- 1 United States Dollar (USD) = 78.50000000 Russian Ruble (RUB)" in facts.text
+    assert "курс обновлён 2026-11-24 06:59:01 UTC" in facts.text
+    asked = seed.finance.requests_to("/query")
+    assert [(r.param("function"), r.param("from_currency"), r.param("to_currency")) for r in asked] == [
+        ("CURRENCY_EXCHANGE_RATE", "USD", "RUB")
+    ]
+    assert_cited_first(topic, facts, "alpha-vantage")
+    topic = research(alice, "What is the bitcoin price in euros today?")
+    assert "- 1 Bitcoin (BTC) = " in facts_of(topic).text and "Euro (EUR)" in facts_of(topic).text

@@ -179,7 +179,7 @@ class SeedScript(ScriptedLLM):
         kinds = (
             ("weather", r"weather|погод"),
             ("transportation", r"маршрут|route|drive from|ехать"),
-            ("finance", r"stock|share price|акци|курс"),
+            ("finance", r"stock|share price|акци|курс|bitcoin|exchange rate"),
             ("sports", r"play next|match|матч|играет"),
             ("location", r"where is|где находится|how do i get"),
         )
@@ -518,6 +518,16 @@ AV_OVERVIEWS = {
 }
 
 
+# Currency → (its name as Alpha Vantage gives it, units per US dollar).
+AV_RATES = {
+    "USD": ("United States Dollar", 1.0),
+    "EUR": ("Euro", 0.8650),
+    "RUB": ("Russian Ruble", 78.50),
+    "CNY": ("Chinese Yuan", 7.105),
+    "BTC": ("Bitcoin", 1 / 86250.0),
+}
+
+
 @dataclass
 class AlphaVantage:
     """Alpha Vantage's /query: its key, its free tier's 25 requests a day, and its 200 answers."""
@@ -558,6 +568,29 @@ class AlphaVantage:
             return Response(200, {"bestMatches": found})
         if function == "GLOBAL_QUOTE" and symbol:
             return Response(200, {"Global Quote": AV_QUOTES.get(symbol, {})})
+        if function == "CURRENCY_EXCHANGE_RATE":
+            source, target = request.param("from_currency"), request.param("to_currency")
+            if source not in AV_RATES or target not in AV_RATES:
+                return Response(
+                    200,
+                    {
+                        "Error Message": "Invalid API call. Please retry or visit the documentation "
+                        "(https://www.alphavantage.co/documentation/) for CURRENCY_EXCHANGE_RATE."
+                    },
+                )
+            rate = AV_RATES[target][1] / AV_RATES[source][1]
+            fields = (
+                ("1. From_Currency Code", source),
+                ("2. From_Currency Name", AV_RATES[source][0]),
+                ("3. To_Currency Code", target),
+                ("4. To_Currency Name", AV_RATES[target][0]),
+                ("5. Exchange Rate", f"{rate:.8f}"),
+                ("6. Last Refreshed", "2026-11-24 06:59:01"),
+                ("7. Time Zone", "UTC"),
+                ("8. Bid Price", f"{rate * 0.9998:.8f}"),
+                ("9. Ask Price", f"{rate * 1.0002:.8f}"),
+            )
+            return Response(200, {"Realtime Currency Exchange Rate": dict(fields)})
         if function == "OVERVIEW" and symbol:
             return Response(200, AV_OVERVIEWS.get(symbol, {}))
         return Response(
