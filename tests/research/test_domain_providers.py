@@ -274,3 +274,22 @@ def test_an_exchange_rate_question_gets_the_rate_in_either_language(alice: User,
     assert_cited_first(topic, facts, "alpha-vantage")
     topic = research(alice, "What is the bitcoin price in euros today?")
     assert "- 1 Bitcoin (BTC) = " in facts_of(topic).text and "Euro (EUR)" in facts_of(topic).text
+
+
+def test_a_configured_sports_key_is_sent_but_never_stored_or_shown(
+    alice: User, seed: SeedWorld, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support import domain_world
+
+    monkeypatch.setattr(domain_world, "TSDB_KEYS", ("123", "patreon-secret-42"))
+    settings.THESPORTSDB_API_KEY = "patreon-secret-42"
+    topic = research(alice, SPORTS)
+    assert seed.sports.requests[0].path == "/api/v1/json/patreon-secret-42/searchteams.php"
+    stored = [
+        *CacheEntry.objects.values_list("description", flat=True),
+        *RunEvent.objects.filter(topic=topic).values_list("message", flat=True),
+        facts_of(topic).url,
+        facts_of(topic).text,
+        Report.objects.get(topic=topic).markdown,
+    ]
+    assert stored and not any("patreon-secret-42" in str(text) for text in stored)
