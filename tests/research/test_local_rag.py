@@ -1,12 +1,10 @@
 """The seed's Router → Local RAG: a question that needs no web search, asked by someone with
 documents, is answered from them — through the real route and answer stages, the scripted LLM
-and the loopback services; cited by file name and page like every private source."""
+and the private_loopback services; cited by file name and page like every private source."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,26 +16,21 @@ from django.utils.translation import gettext
 from research.event_text import I18N_KEY, render
 from research.models import Citation, Document, Report, RunEvent, SubQuery, Topic
 from research.pipeline.run import plan_topic
-from tests.research.test_private_sources import MEMO, PHRASE, alices_documents, judge_passages_by_content
-from tests.support.world import World, world
+from tests.research.test_private_sources import MEMO, PHRASE, alices_documents
+from tests.support.world import World
 
 NO_SEARCH = '{"domain": "general", "needs_search": false}'
 QUESTION = f"How much did the lattice protocol cut training cost in the {PHRASE}?"
 
 
-@pytest.fixture(autouse=True)
-def media_root(settings: Any, tmp_path: Any) -> None:
-    settings.MEDIA_ROOT = tmp_path
+pytestmark = pytest.mark.usefixtures("media_root")
 
 
 @pytest.fixture
-def loopback(settings: Any) -> Iterator[World]:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        judge_passages_by_content(w.script)
-        w.script.route = lambda user: NO_SEARCH  # type: ignore[method-assign]
-        yield w
+def private_loopback(private_loopback: World) -> World:
+    """A world where the router says no search is needed."""
+    private_loopback.script.route = lambda user: NO_SEARCH  # type: ignore[method-assign]
+    return private_loopback
 
 
 def ask(owner: User, question: str = QUESTION) -> Topic:
@@ -61,12 +54,12 @@ def branch_events(topic: Topic) -> list[RunEvent]:
 
 @pytest.mark.django_db
 def test_a_question_without_search_is_answered_from_the_users_documents(
-    alice: User, alice_client: Client, loopback: World
+    alice: User, alice_client: Client, private_loopback: World
 ) -> None:
     alices_documents(alice)
     topic = ask(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
-    assert not loopback.searxng.requests and not loopback.reader.requests  # no web at all
+    assert not private_loopback.searxng.requests and not private_loopback.reader.requests  # no web at all
     assert not SubQuery.objects.filter(topic=topic).exists()  # no plan
 
     documents = Document.objects.filter(topic=topic)
@@ -81,7 +74,7 @@ def test_a_question_without_search_is_answered_from_the_users_documents(
     assert any(source["title"].startswith("Lab notes.md") for source in report.sources)
     # The LLM wrote it from the passages, marked as the user's documents.
     # (Asked again when the answer comes in the other language than the question: same sources.)
-    requests = answer_requests(loopback)
+    requests = answer_requests(private_loopback)
     assert requests and all("41 percent" in r and "(документ пользователя)" in r for r in requests)
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", report.markdown.split("## ")[-2])}
     assert cited and Citation.objects.filter(report=report).exists()  # checked like any report
@@ -100,7 +93,7 @@ def test_a_question_without_search_is_answered_from_the_users_documents(
 
 
 @pytest.mark.django_db
-def test_the_branch_line_reads_in_russian(alice: User, loopback: World) -> None:
+def test_the_branch_line_reads_in_russian(alice: User, private_loopback: World) -> None:
     alices_documents(alice)
     topic = ask(alice)
     event = next(e for e in branch_events(topic) if e.message.startswith("No web search needed"))
@@ -111,10 +104,10 @@ def test_the_branch_line_reads_in_russian(alice: User, loopback: World) -> None:
 
 @pytest.mark.django_db
 def test_the_direct_answer_stays_without_documents_that_match(
-    alice: User, bob: User, loopback: World
+    alice: User, bob: User, private_loopback: World
 ) -> None:
     alices_documents(alice)
-    loopback.script.direct = lambda user: "2 + 2 = **4**."  # type: ignore[method-assign]
+    private_loopback.script.direct = lambda user: "2 + 2 = **4**."  # type: ignore[method-assign]
     topic = ask(alice, "Сколько будет 2+2?")
     assert topic.status == Topic.Status.COMPLETED
     assert topic.report.markdown == "2 + 2 = **4**." and not Document.objects.filter(topic=topic).exists()
@@ -132,11 +125,13 @@ def test_the_direct_answer_stays_without_documents_that_match(
     topic = ask(alice, "Привет! Спасибо!")
     assert topic.status == Topic.Status.COMPLETED and topic.report.sources == []
     assert not Document.objects.filter(topic=topic).exists()
-    assert not answer_requests(loopback)
+    assert not answer_requests(private_loopback)
 
 
 @pytest.mark.django_db
-def test_a_run_stopped_before_the_report_takes_the_passages_it_saved(alice: User, loopback: World) -> None:
+def test_a_run_stopped_before_the_report_takes_the_passages_it_saved(
+    alice: User, private_loopback: World
+) -> None:
     alices_documents(alice)
     topic = ask(alice)
     saved = sorted(Document.objects.filter(topic=topic).values_list("pk", flat=True))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
@@ -62,18 +61,7 @@ CRITERIA = ["соответствие_запросу", "соответствие
 ROWS = (Hit, HitScore, Document, Summary, SummaryScore, Report, SearchQuery, SubQuery)
 
 
-@pytest.fixture(autouse=True)
-def media_root(settings: Any, tmp_path: Any) -> None:
-    settings.MEDIA_ROOT = tmp_path
-
-
-@pytest.fixture
-def loopback(settings: Any) -> Iterator[World]:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        judge_passages_by_content(w.script)
-        yield w
+pytestmark = pytest.mark.usefixtures("media_root")
 
 
 def judge_passages_by_content(script: ScriptedLLM) -> None:
@@ -145,7 +133,7 @@ def counts(topic: Topic) -> dict[str, int]:
 
 @pytest.mark.django_db
 def test_a_both_topic_cites_private_documents_by_name_and_page_next_to_web_sources(
-    alice: User, alice_client: Client, loopback: World
+    alice: User, alice_client: Client, private_loopback: World
 ) -> None:
     uploads = alices_documents(alice)
     topic = research(alice)
@@ -194,23 +182,23 @@ def test_a_both_topic_cites_private_documents_by_name_and_page_next_to_web_sourc
 
 
 @pytest.mark.django_db
-def test_private_text_never_reaches_the_search_engine(alice: User, loopback: World) -> None:
+def test_private_text_never_reaches_the_search_engine(alice: User, private_loopback: World) -> None:
     alices_documents(alice)
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
-    searches = loopback.searxng.requests
+    searches = private_loopback.searxng.requests
     assert searches, "the web was searched"
     for request in searches:
         assert PHRASE.lower() not in unquote(request.raw_path).lower()
-    for service in (loopback.reader, loopback.web):
+    for service in (private_loopback.reader, private_loopback.web):
         assert not any(PHRASE.lower() in unquote(r.raw_path).lower() for r in service.requests)
     # The phrase did go through the pipeline: the LLM summarised and scored it.
-    assert any(PHRASE in body for body in llm_bodies(loopback))
+    assert any(PHRASE in body for body in llm_bodies(private_loopback))
 
 
 @pytest.mark.django_db
 def test_deep_rounds_never_search_the_web_for_private_text(
-    alice: User, loopback: World, settings: Any
+    alice: User, private_loopback: World, settings: Any
 ) -> None:
     """Later rounds are planned from what was found; without an LLM, from names and terms in the
     passages themselves. Those of private documents may not become web searches."""
@@ -224,17 +212,21 @@ def test_deep_rounds_never_search_the_web_for_private_text(
     assert topic.subqueries.filter(round=2).exists()
     assert Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.PRIVATE).exists()
     private_words = re.compile(r"zanzibar|wren|run \d|lattice|catering", re.I)
-    for request in loopback.searxng.requests:
+    for request in private_loopback.searxng.requests:
         assert not private_words.search(unquote(request.raw_path)), request.raw_path
     assert not any(private_words.search(text) for text in topic.subqueries.values_list("text", flat=True))
 
 
 @pytest.mark.django_db
-def test_a_docs_topic_makes_no_web_request(alice: User, loopback: World) -> None:
+def test_a_docs_topic_makes_no_web_request(alice: User, private_loopback: World) -> None:
     alices_documents(alice)
     topic = research(alice, Topic.Sources.DOCS)
     assert topic.status == Topic.Status.COMPLETED, topic.error
-    assert not loopback.searxng.requests and not loopback.reader.requests and not loopback.web.requests
+    assert (
+        not private_loopback.searxng.requests
+        and not private_loopback.reader.requests
+        and not private_loopback.web.requests
+    )
     assert not Hit.objects.filter(topic=topic, source=Hit.Source.WEB).exists()
     sources = topic.report.sources
     assert sources and {source["fetched_via"] for source in sources} == {"private"}
@@ -243,7 +235,9 @@ def test_a_docs_topic_makes_no_web_request(alice: User, loopback: World) -> None
 
 
 @pytest.mark.django_db
-def test_a_docs_topic_cites_several_passages_of_one_file(alice: User, loopback: World, settings: Any) -> None:
+def test_a_docs_topic_cites_several_passages_of_one_file(
+    alice: User, private_loopback: World, settings: Any
+) -> None:
     """The cap of sources per site (one uploaded file is one site) does not apply when the user
     asked for their documents only."""
     settings.RESEARCH_SOURCES_PER_SITE = 1
@@ -255,27 +249,33 @@ def test_a_docs_topic_cites_several_passages_of_one_file(alice: User, loopback: 
 
 
 @pytest.mark.django_db
-def test_a_docs_topic_without_indexed_documents_fails_clearly(alice: User, loopback: World) -> None:
+def test_a_docs_topic_without_indexed_documents_fails_clearly(alice: User, private_loopback: World) -> None:
     topic = research(alice, Topic.Sources.DOCS)
     assert topic.status == Topic.Status.FAILED
     assert "no indexed documents" in topic.error
     assert RunEvent.objects.filter(
         topic=topic, level="error", message__contains="no indexed documents"
     ).exists()
-    assert not loopback.llm.requests and not loopback.searxng.requests  # nothing was spent on it
+    assert (
+        not private_loopback.llm.requests and not private_loopback.searxng.requests
+    )  # nothing was spent on it
 
 
 @pytest.mark.django_db
-def test_a_docs_topic_whose_documents_are_still_indexing_says_so(alice: User, loopback: World) -> None:
+def test_a_docs_topic_whose_documents_are_still_indexing_says_so(
+    alice: User, private_loopback: World
+) -> None:
     UploadedDocument.objects.create(owner=alice, file="x", original_name="late.pdf", sha256="0" * 64)
     topic = research(alice, Topic.Sources.DOCS)
     assert topic.status == Topic.Status.FAILED
     assert "no indexed documents yet: 1 still being indexed" in topic.error
-    assert not loopback.searxng.requests
+    assert not private_loopback.searxng.requests
 
 
 @pytest.mark.django_db
-def test_a_both_topic_without_documents_warns_and_searches_the_web(alice: User, loopback: World) -> None:
+def test_a_both_topic_without_documents_warns_and_searches_the_web(
+    alice: User, private_loopback: World
+) -> None:
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     warning = RunEvent.objects.get(topic=topic, level="warning", stage="search")
@@ -287,11 +287,11 @@ def test_a_both_topic_without_documents_warns_and_searches_the_web(alice: User, 
 
 
 @pytest.mark.django_db
-def test_bob_never_sees_alices_passages(alice: User, bob: User, loopback: World) -> None:
+def test_bob_never_sees_alices_passages(alice: User, bob: User, private_loopback: World) -> None:
     alices_documents(alice)
     assert research(alice).status == Topic.Status.COMPLETED
     upload(bob, pdf_bytes(LEDGER_PAGES), LEDGER)
-    since = len(loopback.llm.requests)
+    since = len(private_loopback.llm.requests)
     topic = research(bob)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     hits = Hit.objects.filter(topic=topic, source=Hit.Source.PRIVATE).select_related("chunk")
@@ -301,19 +301,21 @@ def test_bob_never_sees_alices_passages(alice: User, bob: User, loopback: World)
         *Hit.objects.filter(topic=topic).values_list("snippet", flat=True),
         *Document.objects.filter(topic=topic).values_list("text", flat=True),
         topic.report.markdown,
-        *llm_bodies(loopback, since),
+        *llm_bodies(private_loopback, since),
     ]:
         assert PHRASE not in text and MEMO not in text
     assert f"{LEDGER}, p. 1" in topic.report.markdown
 
 
 @pytest.mark.django_db
-def test_private_answers_are_cached_for_their_owner_only(alice: User, bob: User, loopback: World) -> None:
+def test_private_answers_are_cached_for_their_owner_only(
+    alice: User, bob: User, private_loopback: World
+) -> None:
     """Bob uploads the very same files and asks the very same question: every LLM request about
     the private text is his own again, while the web part comes from the shared cache."""
     alices_documents(alice)
     assert research(alice).status == Topic.Status.COMPLETED
-    alice_private = [body for body in llm_bodies(loopback) if PHRASE in body]
+    alice_private = [body for body in llm_bodies(private_loopback) if PHRASE in body]
     alice_entries = CacheEntry.objects.filter(owner=alice)
     assert set(alice_entries.values_list("kind", flat=True)) == {
         CacheEntry.Kind.RANKED_RESULTS,
@@ -328,13 +330,13 @@ def test_private_answers_are_cached_for_their_owner_only(alice: User, bob: User,
     alice_hits = sum(alice_entries.values_list("hit_count", flat=True))
 
     alices_documents(bob)
-    since, searches = len(loopback.llm.requests), len(loopback.searxng.requests)
+    since, searches = len(private_loopback.llm.requests), len(private_loopback.searxng.requests)
     topic = research(bob)
     assert topic.status == Topic.Status.COMPLETED, topic.error
-    bob_bodies = llm_bodies(loopback, since)
+    bob_bodies = llm_bodies(private_loopback, since)
     assert sorted(body for body in bob_bodies if PHRASE in body) == sorted(alice_private)
     assert [body for body in bob_bodies if PHRASE not in body] == []  # the web part: shared cache
-    assert len(loopback.searxng.requests) == searches
+    assert len(private_loopback.searxng.requests) == searches
     assert sum(alice_entries.values_list("hit_count", flat=True)) == alice_hits
     assert CacheEntry.objects.filter(owner=bob).count() == alice_entries.count()
 
@@ -343,20 +345,22 @@ def test_private_answers_are_cached_for_their_owner_only(alice: User, bob: User,
 
 
 @pytest.mark.django_db
-def test_running_a_finished_topic_again_adds_no_rows_and_no_calls(alice: User, loopback: World) -> None:
+def test_running_a_finished_topic_again_adds_no_rows_and_no_calls(
+    alice: User, private_loopback: World
+) -> None:
     alices_documents(alice)
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
-    before, calls = counts(topic), loopback.external_requests()
+    before, calls = counts(topic), private_loopback.external_requests()
     topic.set_status(Topic.Status.QUEUED)
     assert run_topic(topic.pk) == Topic.Status.COMPLETED
     assert counts(topic) == before
-    assert loopback.external_requests() == calls
+    assert private_loopback.external_requests() == calls
 
 
 @pytest.mark.django_db
 def test_a_run_stopped_after_reading_passages_resumes_without_duplicates(
-    alice: User, loopback: World
+    alice: User, private_loopback: World
 ) -> None:
     alices_documents(alice)
     topic = Topic.objects.create(owner=alice, question=TOPIC, sources=Topic.Sources.DOCS, auto_approve=True)
@@ -375,7 +379,7 @@ def test_a_run_stopped_after_reading_passages_resumes_without_duplicates(
 
 
 @pytest.mark.django_db
-def test_a_deleted_document_is_not_read(alice: User, loopback: World) -> None:
+def test_a_deleted_document_is_not_read(alice: User, private_loopback: World) -> None:
     uploads = alices_documents(alice)
     topic = Topic.objects.create(owner=alice, question=TOPIC, sources=Topic.Sources.DOCS, auto_approve=True)
     plan_topic(topic.pk)

@@ -1,4 +1,4 @@
-"""The reranker in research, through the real stages against loopback services: web hits ordered
+"""The reranker in research, through the real stages against private_loopback services: web hits ordered
 before LLM scoring, private passages before fusion; any failure keeps the original order, is
 logged and written to the event log, and the stage asks no more; orders are cached."""
 
@@ -16,10 +16,10 @@ from research.models import CacheEntry, Hit, RunEvent, SubQuery, Topic
 from research.pipeline import private, rerank
 from research.pipeline.context import RunContext
 from research.pipeline.run import plan_topic, run_topic
-from tests.research.test_private_sources import PHRASE, alices_documents, judge_passages_by_content
+from tests.research.test_private_sources import PHRASE, alices_documents
 from tests.support.fakes import FakeService, Fault
 from tests.support.rerank import PATH, rerank_settings, reranker
-from tests.support.world import TOPIC, World, prompt_kind, world
+from tests.support.world import TOPIC, World, prompt_kind
 
 
 def last_first(query: str, documents: list[str]) -> list[float]:
@@ -27,18 +27,7 @@ def last_first(query: str, documents: list[str]) -> list[float]:
     return [float(i) for i in range(len(documents))]
 
 
-@pytest.fixture(autouse=True)
-def media_root(settings: Any, tmp_path: Any) -> None:
-    settings.MEDIA_ROOT = tmp_path
-
-
-@pytest.fixture
-def loopback(settings: Any) -> Iterator[World]:
-    with world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
-        judge_passages_by_content(w.script)
-        yield w
+pytestmark = pytest.mark.usefixtures("media_root")
 
 
 @pytest.fixture(params=["jina", "cohere"])
@@ -71,7 +60,7 @@ def score_requests(w: World, direction: str) -> list[str]:
 
 @pytest.mark.django_db
 def test_web_hits_are_scored_in_the_rerankers_order(
-    alice: User, loopback: World, service: FakeService
+    alice: User, private_loopback: World, service: FakeService
 ) -> None:
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
@@ -96,7 +85,7 @@ def test_web_hits_are_scored_in_the_rerankers_order(
         assert body["documents"] == [f"{hit.title}\n{hit.snippet}" for hit in hits]
         # The reranker put them last first; each hit keeps its place, and the LLM saw them so.
         assert [hit.rerank_rank for hit in hits] == list(range(len(hits)))[::-1]
-        first_batch = score_requests(loopback, subquery.text)[0]
+        first_batch = score_requests(private_loopback, subquery.text)[0]
         titles = [
             line.split("Заголовок: ", 1)[1] for line in first_batch.splitlines() if "Заголовок: " in line
         ]
@@ -116,9 +105,9 @@ def test_web_hits_are_scored_in_the_rerankers_order(
 
 @pytest.mark.django_db
 def test_equal_scores_are_read_in_the_rerankers_order(
-    alice: User, loopback: World, service: FakeService
+    alice: User, private_loopback: World, service: FakeService
 ) -> None:
-    loopback.script.score = lambda user: "[]"  # type: ignore[method-assign]  # the default score: all tie
+    private_loopback.script.score = lambda user: "[]"  # type: ignore[method-assign]  # the default score: all tie
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     read = Hit.objects.filter(topic=topic, source=Hit.Source.WEB, document__isnull=False)
@@ -155,7 +144,7 @@ FAILURES = {
 @pytest.mark.django_db
 @pytest.mark.parametrize("failure", FAILURES)
 def test_a_failing_reranker_keeps_the_search_engines_order(
-    alice: User, loopback: World, service: FakeService, failure: str, caplog: pytest.LogCaptureFixture
+    alice: User, private_loopback: World, service: FakeService, failure: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     fault, reason = FAILURES[failure]
     service.inject(fault, *[Fault(500)] * 10)
@@ -185,7 +174,7 @@ PHRASINGS = ["Mixture of Tokens training cost", f"{PHRASE} Mixture of Tokens imp
 
 @pytest.mark.django_db
 def test_private_passages_are_reranked_before_fusion(
-    alice: User, loopback: World, service: FakeService
+    alice: User, private_loopback: World, service: FakeService
 ) -> None:
     alices_documents(alice)
     ctx = private_context(alice)
@@ -212,7 +201,7 @@ def test_private_passages_are_reranked_before_fusion(
 
 @pytest.mark.django_db
 def test_a_failing_reranker_keeps_the_retrieval_order_of_passages(
-    alice: User, loopback: World, service: FakeService, caplog: pytest.LogCaptureFixture
+    alice: User, private_loopback: World, service: FakeService, caplog: pytest.LogCaptureFixture
 ) -> None:
     alices_documents(alice)
     ctx = private_context(alice)
@@ -230,7 +219,7 @@ def test_a_failing_reranker_keeps_the_retrieval_order_of_passages(
 
 @pytest.mark.django_db
 def test_private_text_stays_home_when_rerank_private_is_off(
-    alice: User, loopback: World, service: FakeService, settings: Any
+    alice: User, private_loopback: World, service: FakeService, settings: Any
 ) -> None:
     settings.RERANK_PRIVATE = False
     alices_documents(alice)
