@@ -3,7 +3,7 @@
 A browser says which event it shows last ({"since": n}) when it connects, so a reload, a second
 tab or a dropped connection gets exactly the missing events. With each batch of events the
 consumer also sends the parts of the page those events changed, as HTMX out-of-band swaps;
-research/feeds.py renders both once per process for all the topic's watchers. The panels carry
+research/watchers.py renders both once per process for all the topic's watchers. The panels carry
 no CSRF token (the same HTML goes to every watcher): static/js/topic.js gives their forms the
 page's own.
 
@@ -28,7 +28,7 @@ from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 
-from research import feeds, presenters
+from research import presenters, watchers
 from research.models import FollowUp, ReportDraft, Topic
 from research.progress import topic_group
 
@@ -57,7 +57,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         self.topic_id = topic_id
-        self.feed = feeds.watch(topic_id)
+        self.feed = watchers.watch(topic_id)
         self.group = topic_group(topic_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -67,7 +67,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
-            feeds.unwatch(self.feed)
+            watchers.unwatch(self.feed)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

@@ -9,10 +9,10 @@ from django.urls import reverse
 from django.utils import translation
 
 from research.event_text import choice_phrase, phrase
-from research.feeds import TopicFeed
 from research.models import RunEvent, Topic
 from research.pipeline.run import plan_topic, run_topic
 from research.progress import record_event
+from research.watchers import TopicWatchers
 from tests.research.test_views import awaiting
 from tests.support.world import TOPIC, World
 
@@ -84,7 +84,7 @@ def test_a_broken_translation_falls_back_to_the_english_line(
 def test_live_lines_are_rendered_in_each_watcher_s_language(alice: User) -> None:
     topic = awaiting(alice)
     event = record_event(topic, "done", "The report is ready", args={})
-    feed = TopicFeed(topic.pk)
+    feed = TopicWatchers(topic.pk)
     assert "Отчёт готов" in feed.lines([event], "ru")
     assert "The report is ready" in feed.lines([event], "en")
 

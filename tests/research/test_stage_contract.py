@@ -13,7 +13,7 @@ from typing import get_type_hints
 import pytest
 from django.contrib.auth.models import User
 
-from research import feeds, presenters
+from research import presenters, watchers
 from research.models import LLMCall, RunEvent, SearchQuery, SubQuery, Topic
 from research.pipeline import followup, private_search, queries, run, search, years
 from research.pipeline.context import RunContext
@@ -44,7 +44,7 @@ def test_every_stage_constant_of_the_pipeline_is_a_stage_name() -> None:
 def test_the_pages_know_every_stage_name_and_only_those() -> None:
     assert set(presenters.STAGE_LABELS) == set(StageName.values)
     assert {key for key, _ in presenters.STAGES} <= set(StageName.values)
-    assert set(feeds.PANELS) <= set(StageName.values)
+    assert set(watchers.PANELS) <= set(StageName.values)
 
 
 @pytest.mark.django_db

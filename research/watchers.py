@@ -1,4 +1,5 @@
-"""What the topic websockets of one process send, rendered once and shared by all of them.
+"""What a process's websockets watching one topic share: the events read once and the frames
+rendered once for all of them (not a feed: nothing here is published or subscribed to).
 
 Two hundred people watching one topic must not mean two hundred identical queries and renders
 per event: each process keeps, per watched topic, the recent events (their lines rendered once
@@ -38,7 +39,7 @@ KEEP_EVENTS = 500
 
 
 @dataclass
-class TopicFeed:
+class TopicWatchers:
     topic_id: int
     events: list[RunEvent] = field(default_factory=list)
     rendered: dict[tuple[int, str], str] = field(default_factory=dict)
@@ -89,19 +90,19 @@ class TopicFeed:
             return held[1]
 
 
-_feeds: dict[int, TopicFeed] = {}
+_watched: dict[int, TopicWatchers] = {}
 
 
-def watch(topic_id: int) -> TopicFeed:
-    feed = _feeds.setdefault(topic_id, TopicFeed(topic_id))
+def watch(topic_id: int) -> TopicWatchers:
+    feed = _watched.setdefault(topic_id, TopicWatchers(topic_id))
     feed.watchers += 1
     return feed
 
 
-def unwatch(feed: TopicFeed) -> None:
+def unwatch(feed: TopicWatchers) -> None:
     feed.watchers -= 1
     if feed.watchers <= 0:
-        _feeds.pop(feed.topic_id, None)
+        _watched.pop(feed.topic_id, None)
 
 
 @database_sync_to_async
