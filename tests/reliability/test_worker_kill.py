@@ -83,14 +83,27 @@ def searched(topic: Topic, w: World) -> bool:
     return CacheEntry.objects.filter(kind=CacheEntry.Kind.SEARCH_RESULTS).exists()
 
 
+def read_on(topic: Topic, w: World) -> bool:
+    """A page saved and another being read: a web topic reads a sub-query's best page while the
+    next sub-queries are still searched (research/pipeline/overlap.py), so the first page can be
+    saved well before the second is asked for."""
+    return saved(Document, "topic")(topic, w) and len(w.reader.requests) >= 2
+
+
+def summarising_on(topic: Topic, w: World) -> bool:
+    """A summary saved and another being written (see `read_on`)."""
+    asked = sum(1 for r in list(w.llm.requests) if r.method == "POST" and llm_kind(r) == "summarise")
+    return saved(Summary, "document__topic")(topic, w) and asked >= 2
+
+
 STAGES = {
     "route": Stage("llm", lambda: llm_stage("route", first_too=True), lambda t, w: llm_asked(w, "route")),
     "plan": Stage("llm", lambda: llm_stage("plan", first_too=True), lambda t, w: llm_asked(w, "plan")),
     "queries": Stage("llm", lambda: llm_stage("queries"), saved(SearchQuery, "subquery__topic")),
     "search": Stage("searxng", lambda: all_but_first(lambda r: r.path == "/search"), searched),
     "score_hits": Stage("llm", lambda: llm_stage("score_hits"), saved(HitScore, "hit__topic")),
-    "read": Stage("reader", lambda: all_but_first(lambda r: True), saved(Document, "topic")),
-    "summarise": Stage("llm", lambda: llm_stage("summarise"), saved(Summary, "document__topic")),
+    "read": Stage("reader", lambda: all_but_first(lambda r: True), lambda t, w: read_on(t, w)),
+    "summarise": Stage("llm", lambda: llm_stage("summarise"), lambda t, w: summarising_on(t, w)),
     "score_summaries": Stage(
         "llm", lambda: llm_stage("score_summaries"), saved(SummaryScore, "summary__document__topic")
     ),
