@@ -147,6 +147,7 @@ async def acquire(name: str, limit: float, per_seconds: float, *, user: int | st
     grants, window = window_of(limit, per_seconds)
     margin = margin_for(window)
     key = user_key(user)
+    lifecycle.track_call()  # a stop cancels a call waiting for its turn, not only one under way
     while True:
         lifecycle.raise_if_stopping()  # a stopping worker starts no new call
         async with _turn(name, key):
@@ -155,7 +156,6 @@ async def acquire(name: str, limit: float, per_seconds: float, *, user: int | st
             await asyncio.sleep(due - time.time())
         lifecycle.raise_if_stopping()
         if time.time() - due <= margin * LATE_FRACTION:
-            lifecycle.track_call()
             return time.monotonic() - started
         # Woken too late (a busy event loop): leaving now could crowd the next window.
 

@@ -29,6 +29,7 @@ from django.db.models import F
 from django.utils.translation import gettext_noop
 
 from mcphub.models import McpSource
+from mindsearch import lifecycle
 from mindsearch.clients import fetch, reader, websearch
 from research.models import Document, Hit, SearchQuery, SubQuery, Topic
 from research.pipeline import queries, read, rerank, score_hits, search, summarise, years
@@ -87,6 +88,9 @@ class _Progress:
 
 
 async def _front(ctx: RunContext, pending: list[SubQuery]) -> list[str]:
+    # A stop cancels the front as a whole (and with it every sub-query's part), not only the calls
+    # under way: a sub-query between two calls would otherwise go on saving after the stop.
+    lifecycle.track_call()
     progress = await db(_Progress)(ctx)
     number = await db(read._current_round)(ctx)
     failures: list[str] = []
