@@ -678,6 +678,13 @@ def _sports(ctx: RunContext) -> None:
             )
             return
         team_id = str(team.get("idTeam") or "")
+        if not team_id.isdigit():  # its events can't be asked for, nor its page linked
+            ctx.warn(
+                STAGE,
+                gettext_noop("TheSportsDB gave no id for %(team)s: the topic goes on with the web alone."),
+                args={"team": str(team.get("strTeam") or name)},
+            )
+            return
         events = _cached(ctx, ("thesportsdb events", *source, team_id), lambda: _team_events(ctx, team_id))
     except thesportsdb.SportsDBError as exc:
         ctx.warn(
@@ -697,7 +704,7 @@ def _sports(ctx: RunContext) -> None:
     document = _save(
         ctx,
         title=title,
-        url=thesportsdb.team_url(team) or thesportsdb.api_url("searchteams.php", t=name),
+        url=thesportsdb.team_url(team),  # never an API address: those hold the key
         text=sports_markdown(team, events["next"], events["last"], fetched_at, language),
     )
     _done_event(

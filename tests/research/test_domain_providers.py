@@ -293,3 +293,27 @@ def test_a_configured_sports_key_is_sent_but_never_stored_or_shown(
         Report.objects.get(topic=topic).markdown,
     ]
     assert stored and not any("patreon-secret-42" in str(text) for text in stored)
+
+
+def test_a_team_without_an_id_is_said_and_its_keyed_address_never_stored(
+    alice: User, seed: SeedWorld, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TheSportsDB sends teams whose idTeam is null: no events can be asked for (an empty id
+    would share one cache entry between such teams) and no keyed API address may become the
+    source's URL."""
+    from tests.support import domain_world
+
+    teams = [{**team, "idTeam": None} for team in domain_world.TEAMS]
+    monkeypatch.setattr(domain_world, "TEAMS", teams)
+    monkeypatch.setattr(domain_world, "TSDB_KEYS", ("123", "patreon-secret-42"))
+    settings.THESPORTSDB_API_KEY = "patreon-secret-42"
+    topic = research(alice, SPORTS)
+    assert [r.path.rsplit("/", 1)[-1] for r in seed.sports.requests] == ["searchteams.php"]
+    assert not Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.DOMAIN).exists()
+    stored = [
+        *Document.objects.filter(topic=topic).values_list("url", flat=True),
+        *RunEvent.objects.filter(topic=topic).values_list("message", flat=True),
+        Report.objects.get(topic=topic).markdown,
+    ]
+    assert not any("patreon-secret-42" in str(text) for text in stored)
+    assert RunEvent.objects.filter(topic=topic, message__contains="gave no id").exists()
