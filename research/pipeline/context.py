@@ -111,6 +111,9 @@ class RunContext:
 
     def check_cancelled(self) -> None:
         lifecycle.raise_if_stopping()  # a stopping worker hands the topic back between stages
-        status = Topic.objects.filter(pk=self.topic.pk).values_list("status", flat=True).first()
-        if status in (None, Topic.Status.CANCELLED):  # None: the topic was deleted
+        if self.is_cancelled():
             raise Cancelled
+
+    def is_cancelled(self) -> bool:
+        status = Topic.objects.filter(pk=self.topic.pk).values_list("status", flat=True).first()
+        return status in (None, Topic.Status.CANCELLED)  # None: the topic was deleted

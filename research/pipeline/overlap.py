@@ -33,11 +33,12 @@ from mindsearch import lifecycle
 from mindsearch.clients import fetch, reader, websearch
 from research.models import Document, Hit, SearchQuery, SubQuery, Topic
 from research.pipeline import queries, read, rerank, score_hits, search, summarise, years
-from research.pipeline.context import RunContext, StageError, db
+from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SEARCH
 COVERS = (queries, search, years, score_hits, read)
+CANCEL_POLL_SECONDS = 1.0
 
 
 def applies(ctx: RunContext) -> bool:
@@ -91,6 +92,31 @@ async def _front(ctx: RunContext, pending: list[SubQuery]) -> list[str]:
     # A stop cancels the front as a whole (and with it every sub-query's part), not only the calls
     # under way: a sub-query between two calls would otherwise go on saving after the stop.
     lifecycle.track_call()
+    # The front is one step of the run loop, which checks for a Cancel only between steps: the
+    # user's Cancel is watched for here, and cancels the front the same way.
+    front = asyncio.current_task()
+    by_user = asyncio.Event()
+    watcher = asyncio.ensure_future(_watch_cancel(ctx, front, by_user))
+    try:
+        return await _front_parts(ctx, pending)
+    except asyncio.CancelledError:
+        if by_user.is_set():
+            raise Cancelled from None
+        raise
+    finally:
+        watcher.cancel()
+
+
+async def _watch_cancel(ctx: RunContext, front: asyncio.Task | None, by_user: asyncio.Event) -> None:
+    while front is not None:
+        await asyncio.sleep(CANCEL_POLL_SECONDS)
+        if await db(ctx.is_cancelled)():
+            by_user.set()
+            front.cancel()
+            return
+
+
+async def _front_parts(ctx: RunContext, pending: list[SubQuery]) -> list[str]:
     progress = await db(_Progress)(ctx)
     number = await db(read._current_round)(ctx)
     failures: list[str] = []

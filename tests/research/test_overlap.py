@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 
 from research.models import Document, Hit, SearchQuery, Summary, Topic
 from research.pipeline import overlap
+from research.pipeline.context import db
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.world import TOPIC, World, prompt_kind, world
 
@@ -134,3 +135,26 @@ def test_a_page_of_results_is_saved_in_a_few_statements(
     ) == [5, 6, 7, 8, 9]
     second.refresh_from_db()
     assert second.result_count == 11 and second.searched_at is not None
+
+
+def test_cancel_stops_the_overlapped_front_between_two_calls(
+    alice: User, limited: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The front runs searches, scoring and reading as one step of the run loop: a Cancel made
+    while it runs stops it at the next call, not after every sub-query is searched and scored."""
+    topic = Topic.objects.create(owner=alice, question=TOPIC, auto_approve=True)
+    plan_topic(topic.pk)
+    searched = overlap._search
+
+    async def cancelled_after_the_first(ctx: Any, query: Any, progress: Any, failures: list[str]) -> Any:
+        response = await searched(ctx, query, progress, failures)
+        await db(Topic.objects.filter(pk=topic.pk).update)(status=Topic.Status.CANCELLED)
+        return response
+
+    monkeypatch.setattr(overlap, "_search", cancelled_after_the_first)
+    run_topic(topic.pk)
+    asked = SearchQuery.objects.filter(subquery__topic=topic).count()
+    # Searches leave every half second; the Cancel is seen within a second of it.
+    assert len(limited.searxng.requests) <= 4 < asked, "the search went on after the Cancel"
+    assert not limited.reader.requests
+    assert Topic.objects.get(pk=topic.pk).status == Topic.Status.CANCELLED
