@@ -77,7 +77,8 @@ def problem(status: int) -> str:
     return ""
 
 
-async def _get(reader_url: str, timeout: float = TIMEOUT_SECONDS) -> httpx.Response:
+async def _get(reader_url: str, timeout: float | None = None) -> httpx.Response:
+    timeout = TIMEOUT_SECONDS if timeout is None else timeout  # read when called: settings may change it
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
             return await client.get(reader_url, headers=_headers())
