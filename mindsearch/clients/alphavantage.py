@@ -14,14 +14,13 @@ or the rest of the day).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import urlencode
 
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import ratelimit, retry
 
 SERVICE = "alpha-vantage"
 TIMEOUT_SECONDS = 15.0
@@ -34,7 +33,7 @@ class AlphaVantageError(Exception):
     """Alpha Vantage could not answer; the message is shown in the topic's log."""
 
 
-class _Retryable(AlphaVantageError):
+class _Retryable(AlphaVantageError, retry.Retryable):
     pass
 
 
@@ -117,14 +116,9 @@ async def reachable() -> None:
 
 
 async def _get_json(url: str, user: int | None) -> dict[str, Any]:
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return await _get_once(url, user)
-        except _Retryable as failure:
-            if attempt == ATTEMPTS:
-                raise AlphaVantageError(f"{failure} (gave up after {attempt} attempts)") from failure
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
-    raise AssertionError("unreachable")
+    return await retry.with_retries(
+        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=AlphaVantageError
+    )
 
 
 def _short(text: object) -> str:

@@ -10,14 +10,13 @@ HTTP 429. A timeout, a dropped connection, a 5xx or a 429 is tried once more.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import urlencode
 
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import ratelimit, retry
 
 SERVICE = "nominatim"
 TIMEOUT_SECONDS = 15.0
@@ -30,7 +29,7 @@ class NominatimError(Exception):
     """Nominatim could not answer; the message is shown in the topic's log."""
 
 
-class _Retryable(NominatimError):
+class _Retryable(NominatimError, retry.Retryable):
     pass
 
 
@@ -63,14 +62,10 @@ async def search(query: str, *, language: str, user: int | None) -> dict[str, An
     """The best match for `query` (Nominatim's jsonv2 object), or None when nothing matches."""
     if len(query.strip()) < 2:
         return None
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            places = await _get_once(search_url(query.strip(), language), user)
-            break
-        except _Retryable as failure:
-            if attempt == ATTEMPTS:
-                raise NominatimError(f"{failure} (gave up after {attempt} attempts)") from failure
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
+    url = search_url(query.strip(), language)
+    places = await retry.with_retries(
+        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=NominatimError
+    )
     if not places:
         return None
     first = places[0]

@@ -9,7 +9,6 @@ with the same body. A timeout, a dropped connection, a 5xx or a 429 is tried onc
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -17,7 +16,7 @@ from urllib.parse import urlencode
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import ratelimit, retry
 
 SERVICE = "open-meteo"
 TIMEOUT_SECONDS = 15.0
@@ -35,7 +34,7 @@ class OpenMeteoError(Exception):
     """Open-Meteo could not answer; the message is shown in the topic's log."""
 
 
-class _Retryable(OpenMeteoError):
+class _Retryable(OpenMeteoError, retry.Retryable):
     pass
 
 
@@ -105,14 +104,9 @@ async def forecast(place: Place, *, user: int | None, days: int = FORECAST_DAYS)
 
 
 async def _get_json(url: str, user: int | None) -> dict[str, Any]:
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return await _get_once(url, user)
-        except _Retryable as failure:
-            if attempt == ATTEMPTS:
-                raise OpenMeteoError(f"{failure} (gave up after {attempt} attempts)") from failure
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
-    raise AssertionError("unreachable")
+    return await retry.with_retries(
+        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=OpenMeteoError
+    )
 
 
 async def _get_once(url: str, user: int | None) -> dict[str, Any]:

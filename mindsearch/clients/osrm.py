@@ -11,7 +11,6 @@ many requests is HTTP 429. A timeout, a dropped connection, a 5xx or a 429 is tr
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +18,7 @@ from urllib.parse import quote
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import ratelimit, retry
 
 SERVICE = "osrm"
 TIMEOUT_SECONDS = 15.0
@@ -37,7 +36,7 @@ class NoRoute(OsrmError):
     """OSRM answered that no route joins the points (`NoRoute`, `NoSegment`)."""
 
 
-class _Retryable(OsrmError):
+class _Retryable(OsrmError, retry.Retryable):
     pass
 
 
@@ -62,14 +61,10 @@ def route_url(origin: Point, destination: Point, profile: str = "") -> str:
 
 async def route(origin: Point, destination: Point, *, user: int | None, profile: str = "") -> dict[str, Any]:
     """The best route: {"distance": metres, "duration": seconds, "waypoints": [names]}."""
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            body = await _get_once(route_url(origin, destination, profile), user)
-            break
-        except _Retryable as failure:
-            if attempt == ATTEMPTS:
-                raise OsrmError(f"{failure} (gave up after {attempt} attempts)") from failure
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
+    url = route_url(origin, destination, profile)
+    body = await retry.with_retries(
+        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=OsrmError
+    )
     routes = body.get("routes")
     if not isinstance(routes, list) or not routes or not isinstance(routes[0], dict):
         raise NoRoute("OSRM found no route between the points")

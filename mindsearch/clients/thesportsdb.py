@@ -14,14 +14,13 @@ a 429 is tried once more.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import ratelimit, retry
 
 SERVICE = "thesportsdb"
 TIMEOUT_SECONDS = 15.0
@@ -33,7 +32,7 @@ class SportsDBError(Exception):
     """TheSportsDB could not answer; the message is shown in the topic's log."""
 
 
-class _Retryable(SportsDBError):
+class _Retryable(SportsDBError, retry.Retryable):
     pass
 
 
@@ -78,14 +77,9 @@ async def _list(url: str, key: str, user: int | None) -> list[dict[str, Any]]:
 
 
 async def _get_json(url: str, user: int | None) -> dict[str, Any]:
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return await _get_once(url, user)
-        except _Retryable as failure:
-            if attempt == ATTEMPTS:
-                raise SportsDBError(f"{failure} (gave up after {attempt} attempts)") from failure
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
-    raise AssertionError("unreachable")
+    return await retry.with_retries(
+        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=SportsDBError
+    )
 
 
 async def _get_once(url: str, user: int | None) -> dict[str, Any]:
