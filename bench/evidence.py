@@ -237,7 +237,7 @@ def site(url: str) -> str:
 def language_matches(body: str, language: str) -> bool:
     """The report's own words (headings and framing, not quoted source text) in the question's
     language."""
-    from research.pipeline.parsing import is_russian
+    from research.pipeline.replies import is_russian
 
     headings = "\n".join(re.findall(r"^#{1,3} (.+)$", body, re.M))
     return is_russian(headings) == (language == "ru")

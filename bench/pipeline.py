@@ -268,9 +268,9 @@ def critical_path_bound(
 async def sequential_baseline(question: str) -> Counter:
     """What a naive implementation does: every call one after another, one hit per scoring call."""
     from mindsearch.clients import llm, reader, websearch
-    from research.pipeline.llm import data_block, load_prompt
-    from research.pipeline.parsing import parse_prefixed_lines, split_by_language
-    from research.pipeline.urls import normalize_url
+    from research.pipeline.links import normalize_url
+    from research.pipeline.prompting import data_block, load_prompt
+    from research.pipeline.replies import parse_prefixed_lines, split_by_language
 
     calls: Counter = Counter()
 

@@ -3,7 +3,7 @@
 calls a user's topics paid for since midnight UTC (cache hits and imported records are free).
 
 When a user's budget is used up, their runs stop asking the LLM and finish with the extractive
-engine, saying why (research/pipeline/llm.py raises `BudgetReached` before the call).
+engine, saying why (research/pipeline/prompting.py raises `BudgetReached` before the call).
 """
 
 from __future__ import annotations

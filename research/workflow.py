@@ -25,7 +25,7 @@ from django.utils.translation import ngettext
 from research import images, tasks
 from research.images import PreparedImage
 from research.models import FollowUp, Report, SubQuery, Topic, TopicImage
-from research.pipeline.parsing import is_russian
+from research.pipeline.replies import is_russian
 
 
 class Refused(Exception):

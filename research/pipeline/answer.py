@@ -38,8 +38,8 @@ from research import progress
 from research.models import CacheEntry, Citation, Document, Hit, Report, ReportDraft, Topic
 from research.pipeline import citecheck, diversity, domain, extractive, passages, vision
 from research.pipeline.context import RunContext, StageError, db
-from research.pipeline.llm import Prompt, ask, data_block, load_prompt
-from research.pipeline.parsing import (
+from research.pipeline.prompting import Prompt, ask, data_block, load_prompt
+from research.pipeline.replies import (
     is_russian,
     language_of,
     language_share,

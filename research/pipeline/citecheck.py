@@ -42,7 +42,7 @@ from typing import Any
 
 from mindsearch.clients.llm import LLMError, parse_json
 from research.pipeline import passages, vision
-from research.pipeline.parsing import is_russian
+from research.pipeline.replies import is_russian
 from research.pipeline.text import tokenize
 
 log = logging.getLogger(__name__)
@@ -635,7 +635,7 @@ _VERDICT_WORDS = {
 
 def verification_request(batch: Sequence[Verdict], question: str) -> str:
     """The claims of one batch, each with the windows of its source most like it."""
-    from research.pipeline.llm import data_block
+    from research.pipeline.prompting import data_block
 
     blocks = []
     for number, verdict in enumerate(batch, 1):
@@ -701,7 +701,7 @@ async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str
     """The verdicts with the LLM's where it gave a usable one; batches go out concurrently (the
     client's global rate limit paces them). A failed call leaves its batch's local verdicts."""
     from research.models import CacheEntry
-    from research.pipeline.llm import ask, load_prompt
+    from research.pipeline.prompting import ask, load_prompt
 
     prompt = load_prompt("citecheck")
     batches = [verdicts[i : i + LLM_BATCH] for i in range(0, len(verdicts), LLM_BATCH)]

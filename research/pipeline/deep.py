@@ -34,8 +34,8 @@ from research.event_text import phrase
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
 from research.pipeline import extractive, passages, vision
 from research.pipeline.context import RunContext, db
-from research.pipeline.llm import ask, data_block, load_prompt
-from research.pipeline.parsing import parse_prefixed_lines
+from research.pipeline.prompting import ask, data_block, load_prompt
+from research.pipeline.replies import parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
 from research.pipeline.text import tokenize
 

@@ -39,9 +39,9 @@ from django.utils.translation import gettext_noop
 
 from research.models import Document, SummaryScore, Topic
 from research.pipeline.context import RunContext
+from research.pipeline.links import domain_of, normalize_url
 from research.pipeline.stage import StageName
 from research.pipeline.text import tokenize
-from research.pipeline.urls import domain_of, normalize_url
 
 STAGE = StageName.ANSWER
 QUICK_SOURCES = 5  # the seed's top 5

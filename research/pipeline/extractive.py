@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-from research.pipeline.parsing import is_russian
+from research.pipeline.replies import is_russian
 from research.pipeline.text import BM25, WORD, tokenize, words
 
 # --- queries without an LLM -------------------------------------------------------------

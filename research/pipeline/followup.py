@@ -48,13 +48,13 @@ from research.pipeline import (
     route,
     score_hits,
     score_summaries,
-    search,
     summarise,
     vision,
+    web_search,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
-from research.pipeline.llm import ask, data_block, load_prompt
-from research.pipeline.parsing import is_russian, language_of
+from research.pipeline.prompting import ask, data_block, load_prompt
+from research.pipeline.replies import is_russian, language_of
 from research.pipeline.run import topic_lock
 from research.pipeline.stage import Stage, StageName
 from research.pipeline.text import BM25, tokenize
@@ -80,7 +80,7 @@ SECTION_CONTEXT_CHARS = 1_500
 SEARCH_STAGES: tuple[Stage, ...] = (
     queries,
     private_search,
-    search,
+    web_search,
     score_hits,
     read,
     summarise,

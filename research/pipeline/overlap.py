@@ -32,12 +32,12 @@ from mcphub.models import McpSource
 from mindsearch import lifecycle
 from mindsearch.clients import fetch, reader, websearch
 from research.models import Document, Hit, SearchQuery, SubQuery, Topic
-from research.pipeline import queries, read, rerank, score_hits, search, summarise, years
+from research.pipeline import queries, read, rerank, score_hits, summarise, web_search, years
 from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SEARCH
-COVERS = (queries, search, years, score_hits, read)
+COVERS = (queries, web_search, years, score_hits, read)
 CANCEL_POLL_SECONDS = 1.0
 
 
@@ -186,18 +186,18 @@ async def _search(
     if not progress.search_started:
         progress.search_started = True
         await db(ctx.emit)(
-            search.STAGE,
+            web_search.STAGE,
             gettext_noop("Searching the web"),
             args={},
             done=progress.searched,
             total=progress.queries,
         )
     try:
-        response = await search._search_widening(ctx, query)
+        response = await web_search._search_widening(ctx, query)
     except websearch.SearchError as exc:
         failures.append(str(exc))
         await db(ctx.warn)(
-            search.STAGE,
+            web_search.STAGE,
             gettext_noop("Search failed for “%(query)s”: %(error)s"),
             args={"query": query.text, "error": str(exc)},
             done=progress.searched,
@@ -206,7 +206,7 @@ async def _search(
         return None
     progress.searched += 1
     await db(ctx.emit)(
-        search.STAGE,
+        web_search.STAGE,
         gettext_noop("%(count)s results for “%(query)s”"),
         args={"count": len(response["results"]), "query": query.text},
         done=progress.searched,
@@ -223,13 +223,13 @@ async def _save(
     thin: list[tuple[SearchQuery, dict]] = []
     for query, response in zip(asked, responses, strict=True):
         if response is not None:
-            added = await db(search._save_hits)(ctx.topic, query, response)
+            added = await db(web_search._save_hits)(ctx.topic, query, response)
             progress.hits += added
-            if added < search.MIN_NEW_HITS and len(response["results"]) >= search.RESULTS_PER_QUERY:
+            if added < web_search.MIN_NEW_HITS and len(response["results"]) >= web_search.RESULTS_PER_QUERY:
                 thin.append((query, response))
     if thin:
         before = await db(Hit.objects.filter(topic=ctx.topic).count)()
-        await search._second_pages(ctx, thin)
+        await web_search._second_pages(ctx, thin)
         progress.hits += await db(Hit.objects.filter(topic=ctx.topic).count)() - before
 
 

@@ -9,8 +9,8 @@ from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SubQuery
 from research.pipeline import extractive, vision
 from research.pipeline.context import RunContext
-from research.pipeline.llm import ask, load_prompt
-from research.pipeline.parsing import language_of, parse_prefixed_lines
+from research.pipeline.prompting import ask, load_prompt
+from research.pipeline.replies import language_of, parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.PLAN

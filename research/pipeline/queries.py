@@ -11,8 +11,8 @@ from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SearchQuery, SubQuery, Topic
 from research.pipeline import extractive, question_domain
 from research.pipeline.context import RunContext, db
-from research.pipeline.llm import ask, load_prompt
-from research.pipeline.parsing import parse_prefixed_lines, split_by_language
+from research.pipeline.prompting import ask, load_prompt
+from research.pipeline.replies import parse_prefixed_lines, split_by_language
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.QUERIES

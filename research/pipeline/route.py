@@ -27,9 +27,9 @@ from research.event_text import choice_phrase, phrase
 from research.models import CacheEntry, Report, Topic
 from research.pipeline import timeparse, vision
 from research.pipeline.context import RunContext
-from research.pipeline.llm import ask, load_prompt
-from research.pipeline.parsing import is_russian
+from research.pipeline.prompting import ask, load_prompt
 from research.pipeline.question_domain import categories_for, classify_by_keywords, looks_like_small_talk
+from research.pipeline.replies import is_russian
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.ROUTE

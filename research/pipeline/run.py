@@ -33,9 +33,9 @@ from research.pipeline import (
     route,
     score_hits,
     score_summaries,
-    search,
     summarise,
     vision,
+    web_search,
     years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 ROUND_STAGES: tuple[Stage, ...] = (
     queries,
     private_search,
-    search,
+    web_search,
     years,
     score_hits,
     read,
@@ -144,7 +144,7 @@ def _round(ctx: RunContext) -> None:
     for stage in stages:
         if _stage(ctx, stage) is Outcome.SEARCH_AGAIN:  # years added sub-queries of their own
             _stage(ctx, private_search)
-            _stage(ctx, search)
+            _stage(ctx, web_search)
 
 
 def _stage(ctx: RunContext, stage: Stage) -> Outcome:

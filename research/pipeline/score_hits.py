@@ -16,8 +16,8 @@ from mindsearch.clients.llm import LLMError, parse_json
 from research.models import CacheEntry, Hit, HitScore, Scores
 from research.pipeline import extractive, rerank, vision
 from research.pipeline.context import RunContext, db
-from research.pipeline.llm import ask, data_block, load_prompt
-from research.pipeline.parsing import default_scores, match_scores
+from research.pipeline.prompting import ask, data_block, load_prompt
+from research.pipeline.replies import default_scores, match_scores
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SCORE_HITS

@@ -16,7 +16,7 @@ from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Document, Scores, Summary
 from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
-from research.pipeline.llm import ask, data_block, load_prompt
+from research.pipeline.prompting import ask, data_block, load_prompt
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SUMMARISE

@@ -26,8 +26,8 @@ from research import budget, images
 from research.models import CacheEntry, LLMCall, TopicImage
 from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext
-from research.pipeline.llm import data_block, load_prompt
-from research.pipeline.parsing import language_of
+from research.pipeline.prompting import data_block, load_prompt
+from research.pipeline.replies import language_of
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.VISION

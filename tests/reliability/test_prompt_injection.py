@@ -17,7 +17,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from research.models import CacheEntry, Document, Hit, LLMCall, Summary, Topic
-from research.pipeline.llm import DATA_CLOSE, DATA_OPEN
+from research.pipeline.prompting import DATA_CLOSE, DATA_OPEN
 from tests.reliability.runs import research
 from tests.support.fakes import Request, Response
 from tests.support.world import World, loopback_world, prompt_kind

@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research.models import Document, LLMCall, Report, Round, RunEvent, SubQuery, Topic
-from research.pipeline import deep, queries, read, score_hits, score_summaries, search, summarise, years
+from research.pipeline import deep, queries, read, score_hits, score_summaries, summarise, web_search, years
 from research.pipeline.context import RunContext
 from research.pipeline.deep import (
     Direction,
@@ -214,7 +214,7 @@ def test_a_deep_run_that_died_between_rounds_resumes_in_its_round(alice: User, w
     topic = Topic.objects.create(owner=alice, question=QUESTION, mode=Topic.Mode.DEEP, auto_approve=True)
     plan_topic(topic.pk)
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
-    for stage in (queries, search, years, score_hits, read, summarise, score_summaries):
+    for stage in (queries, web_search, years, score_hits, read, summarise, score_summaries):
         stage.run(ctx)
     assert deep.run(ctx) is Outcome.ANOTHER_ROUND  # round 2 planned; then the worker died
     calls = LLMCall.objects.filter(topic=topic).count()

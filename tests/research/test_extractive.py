@@ -11,7 +11,7 @@ from research.pipeline.extractive import (
     keyword_subqueries,
     score_texts,
 )
-from research.pipeline.parsing import CRITERIA
+from research.pipeline.replies import CRITERIA
 from research.pipeline.text import BM25, tokenize
 
 SEED_QUESTION = "Расскажи об Mixture of Tokens, в том числе где используется и какие есть улучшения"

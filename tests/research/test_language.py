@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from research.models import SearchQuery, Topic
-from research.pipeline.llm import load_prompt
-from research.pipeline.parsing import language_of
+from research.pipeline.prompting import load_prompt
+from research.pipeline.replies import language_of
 from research.pipeline.run import plan_topic
 from tests.support.world import World, prompt_kind
 

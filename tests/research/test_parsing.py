@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from research.pipeline.parsing import (
+from research.pipeline.replies import (
     CRITERIA,
     default_scores,
     is_russian,

@@ -28,7 +28,7 @@ from research.models import (
     SummaryScore,
     Topic,
 )
-from research.pipeline import private, private_search, queries, score_hits, search
+from research.pipeline import private, private_search, queries, score_hits, web_search
 from research.pipeline.answer import sources_section
 from research.pipeline.context import RunContext
 from research.pipeline.run import plan_topic, run_topic
@@ -367,7 +367,7 @@ def test_a_run_stopped_after_reading_passages_resumes_without_duplicates(
     topic = Topic.objects.create(owner=alice, question=TOPIC, sources=Topic.Sources.DOCS, auto_approve=True)
     plan_topic(topic.pk)
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
-    for stage in (queries, private_search, search, score_hits):
+    for stage in (queries, private_search, web_search, score_hits):
         stage.run(ctx)
     # The worker made the documents and died before summarising any of them.
     assert private.read_documents(ctx, "read")
@@ -385,7 +385,7 @@ def test_a_deleted_document_is_not_read(alice: User, private_loopback: World) ->
     topic = Topic.objects.create(owner=alice, question=TOPIC, sources=Topic.Sources.DOCS, auto_approve=True)
     plan_topic(topic.pk)
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
-    for stage in (queries, private_search, search, score_hits):
+    for stage in (queries, private_search, web_search, score_hits):
         stage.run(ctx)
     uploads[MEMO].delete()  # between finding its passages and reading them
     assert run_topic(topic.pk) == Topic.Status.COMPLETED

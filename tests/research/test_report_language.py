@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.utils import translation
 
 from research.models import LLMCall, RunEvent, Topic
-from research.pipeline.parsing import language_share, report_language
+from research.pipeline.replies import language_share, report_language
 from tests.research.test_citation_report import researched, script_answers
 from tests.support.world import World
 

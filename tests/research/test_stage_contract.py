@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 
 from research import presenters, watchers
 from research.models import LLMCall, RunEvent, SearchQuery, SubQuery, Topic
-from research.pipeline import followup, private_search, queries, run, search, years
+from research.pipeline import followup, private_search, queries, run, web_search, years
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, Stage, StageName
 from tests.support.fakes import Request, searxng_search
@@ -101,7 +101,7 @@ def test_years_asks_the_run_loop_to_search_and_its_done_state_is_a_row(alice: Us
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
     queries.run(ctx)
     private_search.run(ctx)
-    search.run(ctx)
+    web_search.run(ctx)
     assert years.run(ctx) is Outcome.SEARCH_AGAIN
     per_year = SearchQuery.objects.filter(subquery__topic=topic, subquery__origin=SubQuery.Origin.PERIOD)
     assert (
@@ -143,6 +143,6 @@ def test_no_stage_runs_another_stage() -> None:
 
 
 def test_the_web_search_does_not_search_the_owners_documents() -> None:
-    assert "search_documents" not in inspect.getsource(search)
-    assert run.ROUND_STAGES.index(private_search) < run.ROUND_STAGES.index(search)
-    assert followup.SEARCH_STAGES.index(private_search) < followup.SEARCH_STAGES.index(search)
+    assert "search_documents" not in inspect.getsource(web_search)
+    assert run.ROUND_STAGES.index(private_search) < run.ROUND_STAGES.index(web_search)
+    assert followup.SEARCH_STAGES.index(private_search) < followup.SEARCH_STAGES.index(web_search)

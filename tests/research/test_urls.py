@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from research.pipeline.urls import domain_of, normalize_url
+from research.pipeline.links import domain_of, normalize_url
 
 
 @pytest.mark.parametrize(

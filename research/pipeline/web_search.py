@@ -41,8 +41,8 @@ from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
 from research.pipeline import cache, question_domain
 from research.pipeline.context import RunContext, StageError, db
+from research.pipeline.links import normalize_url
 from research.pipeline.stage import Outcome, StageName
-from research.pipeline.urls import normalize_url
 
 STAGE = StageName.SEARCH
 RESULTS_PER_QUERY = 10  # a full page of one engine
