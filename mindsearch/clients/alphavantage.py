@@ -23,18 +23,11 @@ from django.conf import settings
 from mindsearch.clients import ratelimit, retry
 
 SERVICE = "alpha-vantage"
-TIMEOUT_SECONDS = 15.0
-ATTEMPTS = 2
-RETRY_PAUSE_SECONDS = 1.0
 MAX_MESSAGE_CHARS = 160
 
 
 class AlphaVantageError(Exception):
     """Alpha Vantage could not answer; the message is shown in the topic's log."""
-
-
-class _Retryable(AlphaVantageError, retry.Retryable):
-    pass
 
 
 def is_configured() -> bool:
@@ -104,21 +97,17 @@ async def reachable() -> None:
     query without the key must come back as its JSON "Error Message"; AlphaVantageError if not."""
     await ratelimit.acquire(SERVICE, settings.LIMIT_ALPHA_VANTAGE_RPM, 60.0, user=None)
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
+        async with httpx.AsyncClient(timeout=retry.TIMEOUT_SECONDS) as client:
             response = await client.get(query_url("SYMBOL_SEARCH", keywords="IBM"))
-        body = response.json()
     except httpx.HTTPError as exc:
         raise AlphaVantageError(f"Alpha Vantage is not reachable ({type(exc).__name__})") from None
-    except ValueError:
-        body = None
+    body = retry.json_or_none(response)
     if not isinstance(body, dict) or "Error Message" not in body:
         raise AlphaVantageError(f"Alpha Vantage answered HTTP {response.status_code}, not its JSON")
 
 
 async def _get_json(url: str, user: int | None) -> dict[str, Any]:
-    return await retry.with_retries(
-        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=AlphaVantageError
-    )
+    return await retry.with_retries(lambda: _get_once(url, user), error=AlphaVantageError)
 
 
 def _short(text: object) -> str:
@@ -133,24 +122,8 @@ def _short(text: object) -> str:
 async def _get_once(url: str, user: int | None) -> dict[str, Any]:
     await ratelimit.acquire(SERVICE, settings.LIMIT_ALPHA_VANTAGE_RPM, 60.0, user=user)
     keyed = f"{url}&{urlencode({'apikey': settings.ALPHA_VANTAGE_API_KEY})}"
-    try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
-            response = await client.get(keyed, headers={"Accept": "application/json"})
-    except httpx.TimeoutException:
-        raise _Retryable(f"Alpha Vantage did not answer within {TIMEOUT_SECONDS:g} s") from None
-    except httpx.HTTPError as exc:
-        # The message may quote the URL, and so the key: name the kind of failure only.
-        raise _Retryable(f"Alpha Vantage is not reachable ({type(exc).__name__})") from None
-    if response.status_code == 429 or response.status_code >= 500:
-        raise _Retryable(f"Alpha Vantage answered HTTP {response.status_code}")
-    if response.status_code != 200:
-        raise AlphaVantageError(f"Alpha Vantage refused the request (HTTP {response.status_code})")
-    try:
-        body = response.json()
-    except ValueError:
-        raise AlphaVantageError("Alpha Vantage answered, but not with JSON") from None
-    if not isinstance(body, dict):
-        raise AlphaVantageError("Alpha Vantage answered, but not with a JSON object")
+    response = await retry.get(keyed, name="Alpha Vantage", key_in_url=True)
+    body: dict[str, Any] = retry.answer_of(response, name="Alpha Vantage", error=AlphaVantageError)
     if "Error Message" in body:
         raise AlphaVantageError(f"Alpha Vantage refused the request: {_short(body['Error Message'])}")
     for limit in ("Note", "Information"):

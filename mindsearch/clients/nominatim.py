@@ -13,24 +13,16 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
 from django.conf import settings
 
 from mindsearch.clients import ratelimit, retry
 
 SERVICE = "nominatim"
-TIMEOUT_SECONDS = 15.0
-ATTEMPTS = 2
-RETRY_PAUSE_SECONDS = 1.0
 USER_AGENT = "MindSearch/1.0 (self-hosted research workspace; domain data before the web)"
 
 
 class NominatimError(Exception):
     """Nominatim could not answer; the message is shown in the topic's log."""
-
-
-class _Retryable(NominatimError, retry.Retryable):
-    pass
 
 
 def is_configured() -> bool:
@@ -63,9 +55,7 @@ async def search(query: str, *, language: str, user: int | None) -> dict[str, An
     if len(query.strip()) < 2:
         return None
     url = search_url(query.strip(), language)
-    places = await retry.with_retries(
-        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=NominatimError
-    )
+    places = await retry.with_retries(lambda: _get_once(url, user), error=NominatimError)
     if not places:
         return None
     first = places[0]
@@ -78,24 +68,10 @@ async def search(query: str, *, language: str, user: int | None) -> dict[str, An
 
 async def _get_once(url: str, user: int | None) -> list[dict[str, Any]]:
     await ratelimit.acquire(SERVICE, settings.LIMIT_NOMINATIM_RPS, 1.0, user=user)
-    headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-    try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
-            response = await client.get(url, headers=headers)
-    except httpx.TimeoutException:
-        raise _Retryable(f"Nominatim did not answer within {TIMEOUT_SECONDS:g} s") from None
-    except httpx.HTTPError as exc:
-        raise _Retryable(f"Nominatim is not reachable: {exc}") from exc
-    if response.status_code == 429 or response.status_code >= 500:
-        raise _Retryable(f"Nominatim answered HTTP {response.status_code}")
+    response = await retry.get(url, name="Nominatim", headers={"User-Agent": USER_AGENT})
     if response.status_code == 403:
         raise NominatimError("Nominatim refused this server (HTTP 403: blocked by its usage policy)")
-    if response.status_code != 200:
-        raise NominatimError(f"Nominatim refused the request (HTTP {response.status_code})")
-    try:
-        body = response.json()
-    except ValueError:
-        raise NominatimError("Nominatim answered, but not with JSON") from None
-    if not isinstance(body, list):
-        raise NominatimError("Nominatim answered, but not with a list of places")
-    return [place for place in body if isinstance(place, dict)]
+    places = retry.answer_of(
+        response, name="Nominatim", error=NominatimError, expected=list, what="a list of places"
+    )
+    return [place for place in places if isinstance(place, dict)]

@@ -19,9 +19,6 @@ from django.conf import settings
 from mindsearch.clients import ratelimit, retry
 
 SERVICE = "open-meteo"
-TIMEOUT_SECONDS = 15.0
-ATTEMPTS = 2
-RETRY_PAUSE_SECONDS = 1.0
 FORECAST_DAYS = 7
 CURRENT = "temperature_2m,relative_humidity_2m,apparent_temperature,precipitation,weather_code,wind_speed_10m"
 DAILY = (
@@ -32,10 +29,6 @@ DAILY = (
 
 class OpenMeteoError(Exception):
     """Open-Meteo could not answer; the message is shown in the topic's log."""
-
-
-class _Retryable(OpenMeteoError, retry.Retryable):
-    pass
 
 
 @dataclass(frozen=True)
@@ -104,31 +97,19 @@ async def forecast(place: Place, *, user: int | None, days: int = FORECAST_DAYS)
 
 
 async def _get_json(url: str, user: int | None) -> dict[str, Any]:
-    return await retry.with_retries(
-        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=OpenMeteoError
-    )
+    return await retry.with_retries(lambda: _get_once(url, user), error=OpenMeteoError)
+
+
+def _reason(response: httpx.Response) -> str:
+    """Open-Meteo's words for a refusal: `{"error": true, "reason": …}`."""
+    body = retry.json_or_none(response)
+    return str(body.get("reason") or "") if isinstance(body, dict) and body.get("error") else ""
 
 
 async def _get_once(url: str, user: int | None) -> dict[str, Any]:
     await ratelimit.acquire(SERVICE, settings.LIMIT_OPEN_METEO_RPM, 60.0, user=user)
-    try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
-            response = await client.get(url, headers={"Accept": "application/json"})
-    except httpx.TimeoutException:
-        raise _Retryable(f"Open-Meteo did not answer within {TIMEOUT_SECONDS:g} s") from None
-    except httpx.HTTPError as exc:
-        raise _Retryable(f"Open-Meteo is not reachable: {exc}") from exc
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    reason = body.get("reason") if isinstance(body, dict) and body.get("error") else ""
-    if response.status_code == 429 or response.status_code >= 500:
-        raise _Retryable(f"Open-Meteo answered HTTP {response.status_code} {reason}".strip())
-    if response.status_code != 200:
-        raise OpenMeteoError(f"Open-Meteo refused the request (HTTP {response.status_code}): {reason}")
-    if not isinstance(body, dict):
-        raise OpenMeteoError("Open-Meteo answered, but not with JSON")
+    response = await retry.get(url, name="Open-Meteo", reason=_reason)
+    body: dict[str, Any] = retry.answer_of(response, name="Open-Meteo", error=OpenMeteoError, reason=_reason)
     if body.get("error"):
-        raise OpenMeteoError(f"Open-Meteo refused the request: {reason}")
+        raise OpenMeteoError(f"Open-Meteo refused the request: {_reason(response)}")
     return body

@@ -15,15 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 from django.conf import settings
 
 from mindsearch.clients import ratelimit, retry
 
 SERVICE = "osrm"
-TIMEOUT_SECONDS = 15.0
-ATTEMPTS = 2
-RETRY_PAUSE_SECONDS = 1.0
 # Codes that are answers about the points, not failures of the service.
 NO_ROUTE = ("NoRoute", "NoSegment")
 
@@ -34,10 +30,6 @@ class OsrmError(Exception):
 
 class NoRoute(OsrmError):
     """OSRM answered that no route joins the points (`NoRoute`, `NoSegment`)."""
-
-
-class _Retryable(OsrmError, retry.Retryable):
-    pass
 
 
 @dataclass(frozen=True)
@@ -62,9 +54,7 @@ def route_url(origin: Point, destination: Point, profile: str = "") -> str:
 async def route(origin: Point, destination: Point, *, user: int | None, profile: str = "") -> dict[str, Any]:
     """The best route: {"distance": metres, "duration": seconds, "waypoints": [names]}."""
     url = route_url(origin, destination, profile)
-    body = await retry.with_retries(
-        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=OsrmError
-    )
+    body = await retry.with_retries(lambda: _get_once(url, user), error=OsrmError)
     routes = body.get("routes")
     if not isinstance(routes, list) or not routes or not isinstance(routes[0], dict):
         raise NoRoute("OSRM found no route between the points")
@@ -84,21 +74,10 @@ async def route(origin: Point, destination: Point, *, user: int | None, profile:
 
 async def _get_once(url: str, user: int | None) -> dict[str, Any]:
     await ratelimit.acquire(SERVICE, settings.LIMIT_OSRM_RPS, 1.0, user=user)
-    try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
-            response = await client.get(url, headers={"Accept": "application/json"})
-    except httpx.TimeoutException:
-        raise _Retryable(f"OSRM did not answer within {TIMEOUT_SECONDS:g} s") from None
-    except httpx.HTTPError as exc:
-        raise _Retryable(f"OSRM is not reachable: {exc}") from exc
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
+    response = await retry.get(url, name="OSRM")
+    body = retry.json_or_none(response)
     code = str(body.get("code") or "") if isinstance(body, dict) else ""
     message = str(body.get("message") or "") if isinstance(body, dict) else ""
-    if response.status_code == 429 or response.status_code >= 500:
-        raise _Retryable(f"OSRM answered HTTP {response.status_code}")
     if code in NO_ROUTE:
         raise NoRoute(f"OSRM: {code} ({message})" if message else f"OSRM: {code}")
     if response.status_code != 200 or code != "Ok":

@@ -17,23 +17,15 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import httpx
 from django.conf import settings
 
 from mindsearch.clients import ratelimit, retry
 
 SERVICE = "thesportsdb"
-TIMEOUT_SECONDS = 15.0
-ATTEMPTS = 2
-RETRY_PAUSE_SECONDS = 1.0
 
 
 class SportsDBError(Exception):
     """TheSportsDB could not answer; the message is shown in the topic's log."""
-
-
-class _Retryable(SportsDBError, retry.Retryable):
-    pass
 
 
 def is_configured() -> bool:
@@ -77,31 +69,13 @@ async def _list(url: str, key: str, user: int | None) -> list[dict[str, Any]]:
 
 
 async def _get_json(url: str, user: int | None) -> dict[str, Any]:
-    return await retry.with_retries(
-        lambda: _get_once(url, user), attempts=ATTEMPTS, pause=RETRY_PAUSE_SECONDS, error=SportsDBError
-    )
+    return await retry.with_retries(lambda: _get_once(url, user), error=SportsDBError)
 
 
 async def _get_once(url: str, user: int | None) -> dict[str, Any]:
     await ratelimit.acquire(SERVICE, settings.LIMIT_THESPORTSDB_RPM, 60.0, user=user)
-    try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
-            response = await client.get(url, headers={"Accept": "application/json"})
-    except httpx.TimeoutException:
-        raise _Retryable(f"TheSportsDB did not answer within {TIMEOUT_SECONDS:g} s") from None
-    except httpx.HTTPError as exc:
-        # The message may quote the URL, and so the key: name the kind of failure only.
-        raise _Retryable(f"TheSportsDB is not reachable ({type(exc).__name__})") from None
-    if response.status_code == 429 or response.status_code >= 500:
-        raise _Retryable(f"TheSportsDB answered HTTP {response.status_code}")
-    if response.status_code != 200:
-        raise SportsDBError(f"TheSportsDB refused the request (HTTP {response.status_code})")
-    try:
-        body = response.json()
-    except ValueError:
-        raise SportsDBError(
-            "TheSportsDB answered, but not with JSON (is THESPORTSDB_API_KEY right?)"
-        ) from None
-    if not isinstance(body, dict):
-        raise SportsDBError("TheSportsDB answered, but not with a JSON object")
+    response = await retry.get(url, name="TheSportsDB", key_in_url=True)
+    body: dict[str, Any] = retry.answer_of(
+        response, name="TheSportsDB", error=SportsDBError, hint=" (is THESPORTSDB_API_KEY right?)"
+    )
     return body

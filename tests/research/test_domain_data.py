@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from mindsearch.clients import openmeteo
+from mindsearch.clients import retry
 from research import workflow
 from research.models import CacheEntry, Document, Report, RunEvent, Topic
 from research.pipeline.question_domain import place_candidates
@@ -102,23 +102,22 @@ def test_without_open_meteo_configured_the_topic_goes_on_with_the_web_and_says_s
     assert not seed.weather.requests and not seed.geocoder.requests
 
 
-def test_an_open_meteo_outage_is_retried_then_a_warning(alice: User, seed: SeedWorld, settings: Any) -> None:
-    openmeteo_pause = openmeteo.RETRY_PAUSE_SECONDS
-    openmeteo.RETRY_PAUSE_SECONDS = 0.01
-    try:
-        seed.weather.inject(Fault(status=503, body={"error": True, "reason": "overloaded"}))
-        topic = research(alice)  # one 503, then the answer
-        assert Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.DOMAIN).exists()
-        CacheEntry.objects.all().delete()
-        seed.weather.inject(
-            *[Fault(status=429, body={"error": True, "reason": "Minutely API request limit exceeded."})] * 2
-        )
-        topic = research(alice)
-    finally:
-        openmeteo.RETRY_PAUSE_SECONDS = openmeteo_pause
+def test_an_open_meteo_outage_is_retried_then_a_warning(
+    alice: User, seed: SeedWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retry, "PAUSE_SECONDS", 0.01)
+    seed.weather.inject(Fault(status=503, body={"error": True, "reason": "overloaded"}))
+    topic = research(alice)  # one 503, then the answer
+    assert Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.DOMAIN).exists()
+    CacheEntry.objects.all().delete()
+    seed.weather.inject(
+        *[Fault(status=429, body={"error": True, "reason": "Minutely API request limit exceeded."})] * 2
+    )
+    topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED
     warning = RunEvent.objects.get(topic=topic, stage="domain", level=RunEvent.Level.WARNING)
     assert "HTTP 429" in warning.message and "web alone" in warning.message
+    assert "Minutely API request limit exceeded" in warning.message  # Open-Meteo's own reason
     assert not CacheEntry.objects.filter(
         kind=CacheEntry.Kind.DOMAIN_DATA, description__contains="forecast"
     ).exists()

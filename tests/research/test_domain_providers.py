@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from mindsearch.clients import osrm, thesportsdb
+from mindsearch.clients import retry
 from research import workflow
 from research.models import CacheEntry, Document, Report, RunEvent, Topic
 from research.pipeline.question_domain import (
@@ -38,11 +38,8 @@ def seed(settings: Any) -> Iterator[SeedWorld]:
 
 
 @pytest.fixture
-def quick_retries() -> Iterator[None]:
-    pauses = thesportsdb.RETRY_PAUSE_SECONDS, osrm.RETRY_PAUSE_SECONDS
-    thesportsdb.RETRY_PAUSE_SECONDS = osrm.RETRY_PAUSE_SECONDS = 0.01
-    yield
-    thesportsdb.RETRY_PAUSE_SECONDS, osrm.RETRY_PAUSE_SECONDS = pauses
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retry, "PAUSE_SECONDS", 0.01)
 
 
 def research(owner: User, question: str) -> Topic:
