@@ -8,11 +8,15 @@ only without its key (the free key has 25 requests a day, which a status page wo
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 from urllib.parse import urljoin
 
 import httpx
 from django.conf import settings
+from django.utils.functional import Promise as StrPromise
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, thesportsdb
 from mindsearch.status import ERROR, OFF, OK, WARN, Check
@@ -50,126 +54,120 @@ async def check_vision(client: httpx.AsyncClient) -> Check:
     return Check(name, OK, settings.VISION_MODEL, settings.AITUNNEL_BASE_URL)
 
 
-async def check_open_meteo() -> Check:
-    name = _("Weather data (Open-Meteo)")
-    if not openmeteo.is_configured():
-        return Check(
-            name,
-            OFF,
-            _("Not configured"),
-            _(
-                "Set OPEN_METEO_URL and OPEN_METEO_GEOCODING_URL; weather questions use the web alone "
-                "until then."
-            ),
-        )
-    try:
-        place = await openmeteo.geocode("Berlin", language="en", user=None)
-        if place is None:
-            return Check(
-                name, WARN, _("The geocoding API found no Berlin"), settings.OPEN_METEO_GEOCODING_URL
-            )
-        await openmeteo.forecast(place, user=None, days=1)
-    except openmeteo.OpenMeteoError as exc:
-        return Check(name, ERROR, _("Not working"), str(exc))
-    limit = _("%(limit)g requests a minute") % {"limit": settings.LIMIT_OPEN_METEO_RPM}
-    return Check(name, OK, limit, f"{settings.OPEN_METEO_URL} · {settings.OPEN_METEO_GEOCODING_URL}")
+class Provider(NamedTuple):
+    """A domain-data provider's status line: off with the `hint` when it is not configured, an
+    error with the client's message when the `probe` fails with the client's `error`, else the
+    probe's own line (given the line's name)."""
+
+    name: StrPromise
+    configured: Callable[[], bool]
+    hint: StrPromise
+    error: type[Exception]
+    probe: Callable[[str], Awaitable[Check]]
+
+    async def check(self) -> Check:
+        name = str(self.name)
+        if not self.configured():
+            return Check(name, OFF, _("Not configured"), str(self.hint))
+        try:
+            return await self.probe(name)
+        except self.error as exc:
+            return Check(name, ERROR, _("Not working"), str(exc))
 
 
-async def check_nominatim() -> Check:
-    name = _("Place data (OpenStreetMap Nominatim)")
-    if not nominatim.is_configured():
-        return Check(
-            name,
-            OFF,
-            _("Not configured"),
-            _("Set NOMINATIM_URL; questions about places use the web alone until then."),
-        )
-    try:
-        place = await nominatim.search("Berlin", language="en", user=None)
-    except nominatim.NominatimError as exc:
-        return Check(name, ERROR, _("Not working"), str(exc))
+def _per_minute(limit: float) -> str:
+    return _("%(limit)g requests a minute") % {"limit": limit}
+
+
+def _per_second(limit: float) -> str:
+    return _("%(limit)g requests a second") % {"limit": limit}
+
+
+async def _weather(name: str) -> Check:
+    place = await openmeteo.geocode("Berlin", language="en", user=None)
     if place is None:
+        return Check(name, WARN, _("The geocoding API found no Berlin"), settings.OPEN_METEO_GEOCODING_URL)
+    await openmeteo.forecast(place, user=None, days=1)
+    urls = f"{settings.OPEN_METEO_URL} · {settings.OPEN_METEO_GEOCODING_URL}"
+    return Check(name, OK, _per_minute(settings.LIMIT_OPEN_METEO_RPM), urls)
+
+
+async def _places(name: str) -> Check:
+    if await nominatim.search("Berlin", language="en", user=None) is None:
         return Check(name, WARN, _("The search found no Berlin"), settings.NOMINATIM_URL)
-    limit = _("%(limit)g requests a second") % {"limit": settings.LIMIT_NOMINATIM_RPS}
-    return Check(name, OK, limit, settings.NOMINATIM_URL)
+    return Check(name, OK, _per_second(settings.LIMIT_NOMINATIM_RPS), settings.NOMINATIM_URL)
 
 
-async def check_alpha_vantage() -> Check:
-    name = _("Finance data (Alpha Vantage)")
-    if not alphavantage.is_configured():
-        return Check(
-            name,
-            OFF,
-            _("Not configured"),
-            _(
-                "Set ALPHA_VANTAGE_API_KEY (a free key at alphavantage.co); finance questions use the web "
-                "alone until then."
-            ),
-        )
-    try:
-        await alphavantage.reachable()
-    except alphavantage.AlphaVantageError as exc:
-        return Check(name, ERROR, _("Not working"), str(exc))
-    limit = _("%(limit)g requests a minute") % {"limit": settings.LIMIT_ALPHA_VANTAGE_RPM}
-    return Check(
-        name,
-        OK,
-        limit,
-        _("%(url)s (reachable; the key is checked by the first question, not spent here)")
-        % {"url": settings.ALPHA_VANTAGE_URL},
-    )
+async def _finance(name: str) -> Check:
+    await alphavantage.reachable()
+    detail = _("%(url)s (reachable; the key is checked by the first question, not spent here)") % {
+        "url": settings.ALPHA_VANTAGE_URL
+    }
+    return Check(name, OK, _per_minute(settings.LIMIT_ALPHA_VANTAGE_RPM), detail)
 
 
-async def check_thesportsdb() -> Check:
-    name = _("Sports data (TheSportsDB)")
-    if not thesportsdb.is_configured():
-        return Check(
-            name,
-            OFF,
-            _("Not configured"),
-            _("Set THESPORTSDB_URL; sports questions use the web alone until then."),
-        )
-    try:
-        teams = await thesportsdb.search_teams("Arsenal", user=None)
-    except thesportsdb.SportsDBError as exc:
-        return Check(name, ERROR, _("Not working"), str(exc))
-    if not teams:
+async def _sports(name: str) -> Check:
+    if not await thesportsdb.search_teams("Arsenal", user=None):
         return Check(name, WARN, _("The search found no Arsenal"), settings.THESPORTSDB_URL)
-    limit = _("%(limit)g requests a minute") % {"limit": settings.LIMIT_THESPORTSDB_RPM}
-    return Check(name, OK, limit, settings.THESPORTSDB_URL)
+    return Check(name, OK, _per_minute(settings.LIMIT_THESPORTSDB_RPM), settings.THESPORTSDB_URL)
 
 
-async def check_osrm() -> Check:
-    name = _("Route data (OSRM)")
-    if not osrm.is_configured():
-        return Check(
-            name,
-            OFF,
-            _("Not configured"),
-            _(
-                "Set OSRM_URL (and NOMINATIM_URL for the places); route questions use the web alone "
-                "until then."
-            ),
-        )
-    try:  # two points in central Berlin, as OSRM's own documentation asks
-        await osrm.route(osrm.Point(52.517037, 13.388860), osrm.Point(52.529407, 13.397634), user=None)
-    except osrm.OsrmError as exc:
-        return Check(name, ERROR, _("Not working"), str(exc))
+async def _routes(name: str) -> Check:
+    # two points in central Berlin, as OSRM's own documentation asks
+    await osrm.route(osrm.Point(52.517037, 13.388860), osrm.Point(52.529407, 13.397634), user=None)
     if not nominatim.is_configured():
-        return Check(
-            name, WARN, _("OSRM works, but NOMINATIM_URL is empty: no place can be found"), settings.OSRM_URL
-        )
-    limit = _("%(limit)g requests a second") % {"limit": settings.LIMIT_OSRM_RPS}
-    return Check(name, OK, limit, f"{settings.OSRM_URL} ({settings.OSRM_PROFILE})")
+        empty = _("OSRM works, but NOMINATIM_URL is empty: no place can be found")
+        return Check(name, WARN, empty, settings.OSRM_URL)
+    detail = f"{settings.OSRM_URL} ({settings.OSRM_PROFILE})"
+    return Check(name, OK, _per_second(settings.LIMIT_OSRM_RPS), detail)
+
+
+PROVIDERS = (
+    Provider(
+        gettext_lazy("Weather data (Open-Meteo)"),
+        openmeteo.is_configured,
+        gettext_lazy(
+            "Set OPEN_METEO_URL and OPEN_METEO_GEOCODING_URL; weather questions use the web alone until then."
+        ),
+        openmeteo.OpenMeteoError,
+        _weather,
+    ),
+    Provider(
+        gettext_lazy("Place data (OpenStreetMap Nominatim)"),
+        nominatim.is_configured,
+        gettext_lazy("Set NOMINATIM_URL; questions about places use the web alone until then."),
+        nominatim.NominatimError,
+        _places,
+    ),
+    Provider(
+        gettext_lazy("Finance data (Alpha Vantage)"),
+        alphavantage.is_configured,
+        gettext_lazy(
+            "Set ALPHA_VANTAGE_API_KEY (a free key at alphavantage.co); finance questions use the web "
+            "alone until then."
+        ),
+        alphavantage.AlphaVantageError,
+        _finance,
+    ),
+    Provider(
+        gettext_lazy("Sports data (TheSportsDB)"),
+        thesportsdb.is_configured,
+        gettext_lazy("Set THESPORTSDB_URL; sports questions use the web alone until then."),
+        thesportsdb.SportsDBError,
+        _sports,
+    ),
+    Provider(
+        gettext_lazy("Route data (OSRM)"),
+        osrm.is_configured,
+        gettext_lazy(
+            "Set OSRM_URL (and NOMINATIM_URL for the places); route questions use the web alone until then."
+        ),
+        osrm.OsrmError,
+        _routes,
+    ),
+)
 
 
 async def service_checks() -> list[Check]:
     async with httpx.AsyncClient(timeout=httpx.Timeout(settings.STATUS_CHECK_TIMEOUT)) as client:
-        return [
-            await check_vision(client),
-            await check_open_meteo(),
-            await check_nominatim(),
-            await check_alpha_vantage(),
-            await check_thesportsdb(),
-            await check_osrm(),
-        ]
+        return [await check_vision(client)] + [await provider.check() for provider in PROVIDERS]
