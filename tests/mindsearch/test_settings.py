@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from mindsearch.env import env_bool, env_int, env_list, load_env_file
+from mindsearch.env import env_bool, env_float, env_int, env_list, load_env_file
 from tests.support import processes
 
 SETTINGS_FILE = processes.ROOT / "mindsearch" / "settings.py"
@@ -172,8 +172,13 @@ def test_env_helpers_are_strict(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("X_BOOL", "Yes")
     assert env_bool("X_BOOL") is True
     monkeypatch.setenv("X_INT", "3.5")
-    with pytest.raises(ImproperlyConfigured):
+    with pytest.raises(ImproperlyConfigured, match="X_INT must be an integer"):
         env_int("X_INT", 1)
+    monkeypatch.setenv("X_FLOAT", "fast")
+    with pytest.raises(ImproperlyConfigured, match="X_FLOAT must be a number"):
+        env_float("X_FLOAT", 1.0)
+    monkeypatch.setenv("X_FLOAT", " 2.5 ")
+    assert env_float("X_FLOAT", 1.0) == 2.5 and env_int("X_UNSET", 7) == 7
     monkeypatch.setenv("X_LIST", " a.example, ,b.example ")
     assert env_list("X_LIST", []) == ["a.example", "b.example"]
 
