@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-from mindsearch.backup import BackupError, backup
+from mindsearch.backup import backup
+from mindsearch.management.backup_command import BackupFileCommand
 
 
-class Command(BaseCommand):
+class Command(BackupFileCommand):
     help = "Back up the database (pg_dump) and the uploaded files into FILE (a .tar file)."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", type=Path)
-
-    def handle(self, *args: Any, file: Path, **options: Any) -> None:
-        try:
-            manifest = backup(file)
-        except BackupError as exc:
-            raise CommandError(str(exc)) from exc
-        self.stdout.write(
+    def run(self, file: Path) -> str:
+        manifest = backup(file)
+        return (
             f"Backed up to {file}: database dump {manifest['database_bytes']} bytes, "
             f"{manifest['media_files']} uploaded file(s)."
         )

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-
-from mindsearch.backup import BackupError, restore
+from mindsearch.backup import restore
+from mindsearch.management.backup_command import BackupFileCommand
 
 
-class Command(BaseCommand):
+class Command(BackupFileCommand):
     help = "Restore a backup made by `manage.py backup` into an empty database and data folder."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", type=Path)
-
-    def handle(self, *args: Any, file: Path, **options: Any) -> None:
-        try:
-            manifest = restore(file)
-        except BackupError as exc:
-            raise CommandError(str(exc)) from exc
-        self.stdout.write(
+    def run(self, file: Path) -> str:
+        manifest = restore(file)
+        return (
             f"Restored {file} (made {manifest['created_at']}): {manifest['media_files']} uploaded file(s). "
             "Run `manage.py migrate` if this version of MindSearch is newer than the backup's."
         )
