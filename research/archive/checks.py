@@ -293,6 +293,25 @@ def _check_table(table: Table, rows: Any, earlier: dict[str, list[dict[str, Any]
     return checked
 
 
+def report_rows(
+    data: dict[str, Any], key: str, report: dict[str, Any] | None, *, orphaned: str, limit: int, too_many: str
+) -> list[Any]:
+    """The rows an archive holds under `key` about its report (the citation check, the follow-up
+    thread), not yet checked one by one; [] when it has none (an archive from before them).
+    `orphaned` is the refusal when there are rows but no report, `too_many` (with %(n)d) when
+    there are more than `limit`."""
+    rows = data.get(key, [])
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise ArchiveError(_("In the archive, %(table)s is not a list.") % {"table": key})
+    if rows and report is None:
+        raise ArchiveError(orphaned)
+    if len(rows) > limit:
+        raise ArchiveError(too_many % {"n": limit})
+    return rows
+
+
 def check_row(model: type[models.Model], names: tuple[str, ...], raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ArchiveError(_("In the archive, %(row)s is not an object.") % {"row": where})

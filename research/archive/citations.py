@@ -8,7 +8,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from research.archive.checks import MAX_ROWS, ArchiveError, check_row
+from research.archive.checks import MAX_ROWS, ArchiveError, check_row, report_rows
 from research.models import Citation, Report, Topic
 from research.pipeline import citecheck
 
@@ -22,15 +22,14 @@ def export_rows(topic: Topic) -> list[dict[str, Any]]:
 
 def check(data: dict[str, Any], report: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The archive's citation rows, each value checked against its column; [] when it has none."""
-    rows = data.get(KEY, [])
-    if rows is None:
-        return []
-    if not isinstance(rows, list):
-        raise ArchiveError(_("In the archive, %(table)s is not a list.") % {"table": KEY})
-    if rows and report is None:
-        raise ArchiveError(_("The archive holds citation checks but no report."))
-    if len(rows) > MAX_ROWS:
-        raise ArchiveError(_("The archive holds more than %(n)d rows.") % {"n": MAX_ROWS})
+    rows = report_rows(
+        data,
+        KEY,
+        report,
+        orphaned=_("The archive holds citation checks but no report."),
+        limit=MAX_ROWS,
+        too_many=_("The archive holds more than %(n)d rows."),
+    )
     source_count = len(report["sources"]) if report else 0
     checked, places = [], set()
     for index, raw in enumerate(rows):

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from research.archive.checks import MAX_REPORT_CHARS, ArchiveError, check_row
+from research.archive.checks import MAX_REPORT_CHARS, ArchiveError, check_row, report_rows
 from research.models import FollowUp, Topic
 from research.pipeline import citecheck
 
@@ -49,16 +49,14 @@ def check(
     documents: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """The archive's follow-ups, every value checked; [] when it has none."""
-    rows = data.get(KEY, [])
-    if rows is None:
-        return []
-    if not isinstance(rows, list):
-        raise ArchiveError(_("In the archive, %(table)s is not a list.") % {"table": KEY})
-    if rows and report is None:
-        raise ArchiveError(_("The archive holds follow-up questions but no report."))
-    if len(rows) > settings.RESEARCH_MAX_FOLLOWUPS:
-        limit = settings.RESEARCH_MAX_FOLLOWUPS
-        raise ArchiveError(_("The archive holds more than %(n)d follow-up questions.") % {"n": limit})
+    rows = report_rows(
+        data,
+        KEY,
+        report,
+        orphaned=_("The archive holds follow-up questions but no report."),
+        limit=settings.RESEARCH_MAX_FOLLOWUPS,
+        too_many=_("The archive holds more than %(n)d follow-up questions."),
+    )
     known_subqueries = {row["id"] for row in subqueries}
     known_documents = {row["id"] for row in documents}
     numbered = len(report["sources"]) if report else 0
