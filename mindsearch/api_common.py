@@ -1,4 +1,4 @@
-"""Pieces every API router shares: checked text input and the error answers' schemas."""
+"""Pieces every API router shares: checked text input, the error answers' schemas, paging."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import enum
 from typing import Annotated, Any
 
 from django.db import models
-from ninja import Schema
+from ninja import Query, Schema
 from ninja.errors import ValidationError
 from pydantic import AfterValidator
 
@@ -61,6 +61,19 @@ class Page(Schema):
     count: int
     limit: int
     offset: int
+
+
+MAX_PAGE = 100
+# Offsets are bounded like PostgreSQL's 32-bit integers, which keeps them sane.
+MAX_OFFSET = 2**31 - 1
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
+
+
+def page_of(rows: models.QuerySet[Any], *, limit: int, offset: int) -> dict[str, Any]:
+    """One page of `rows` (already in their order), as a `Page` shows it."""
+    items = list(rows[offset : offset + limit])
+    return {"count": rows.count(), "limit": limit, "offset": offset, "items": items}
 
 
 def invalid(location: tuple[str | int, ...], messages: list[str]) -> ValidationError:

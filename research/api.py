@@ -14,7 +14,17 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
-from mindsearch.api_common import Page, Text, choices_enum, errors, form_invalid, invalid
+from mindsearch.api_common import (
+    Limit,
+    Offset,
+    Page,
+    Text,
+    choices_enum,
+    errors,
+    form_invalid,
+    invalid,
+    page_of,
+)
 from research import export, images, workflow
 from research.forms import SubQueryForm, TopicForm
 from research.models import Citation, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
@@ -25,9 +35,8 @@ from research.views import image_response
 router = Router()
 
 MAX_PLAN_SUBQUERIES = 20
-MAX_PAGE = 100
 MAX_EVENTS = 1000
-# Event numbers are 32-bit in PostgreSQL; the same bound keeps offsets sane.
+# Event numbers are 32-bit in PostgreSQL.
 MAX_INT = 2**31 - 1
 
 
@@ -332,8 +341,8 @@ def list_topics(
     request: HttpRequest,
     q: Annotated[Text, Query("", max_length=500, description="Words in the question or a sub-query.")] = "",
     status: TopicStatus | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 25,
-    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+    limit: Limit = 25,
+    offset: Offset = 0,
 ) -> dict[str, Any]:
     """My topics, newest first."""
     topics = _topics(request)
@@ -341,9 +350,7 @@ def list_topics(
         topics = topics.matching(q.strip())
     if status:
         topics = topics.filter(status=status.value)
-    topics = topics.order_by("-created_at", "-id")
-    items = list(topics[offset : offset + limit])
-    return {"count": topics.count(), "limit": limit, "offset": offset, "items": items}
+    return page_of(topics.order_by("-created_at", "-id"), limit=limit, offset=offset)
 
 
 @router.get("/topics/{topic_id}", response={200: TopicOut, **errors(404)}, tags=["topics"])
@@ -479,28 +486,9 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
 
 
 def _followup_out(followup: FollowUp, html: str = "") -> dict[str, Any]:
-    return {
-        **{name: getattr(followup, name) for name in FOLLOWUP_FIELDS},
-        "html": html,
-    }
-
-
-FOLLOWUP_FIELDS = (
-    "id",
-    "position",
-    "kind",
-    "question",
-    "section",
-    "status",
-    "searched",
-    "answer",
-    "sources",
-    "citations",
-    "model",
-    "error",
-    "created_at",
-    "finished_at",
-)
+    """The follow-up as FollowUpOut shows it: its own columns, and the answer's HTML."""
+    columns = (name for name in FollowUpOut.model_fields if name != "html")
+    return {**{name: getattr(followup, name) for name in columns}, "html": html}
 
 
 @router.get(

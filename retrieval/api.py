@@ -13,7 +13,7 @@ from ninja.errors import HttpError
 from ninja.files import UploadedFile
 from ninja.responses import Status
 
-from mindsearch.api_common import Page, Text, choices_enum, errors, invalid
+from mindsearch.api_common import Limit, Offset, Page, Text, choices_enum, errors, invalid, page_of
 from retrieval import uploads
 from retrieval.embeddings import EmbeddingError
 from retrieval.models import Chunk, UploadedDocument
@@ -21,9 +21,7 @@ from retrieval.search import hybrid_search
 
 router = Router()
 
-MAX_PAGE = 100
 MAX_RESULTS = 50
-MAX_OFFSET = 2**31 - 1
 
 
 DocumentStatus = choices_enum("DocumentStatus", UploadedDocument.Status)
@@ -102,13 +100,12 @@ def upload_document(request: HttpRequest, file: File[UploadedFile]) -> Status:
 @router.get("/documents", response={200: DocumentPage, **errors()}, tags=["documents"])
 def list_documents(
     request: HttpRequest,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    limit: Limit = 50,
+    offset: Offset = 0,
 ) -> dict[str, Any]:
     """My documents, newest first."""
     documents = UploadedDocument.objects.for_user(request.auth).order_by("-created_at", "-id")
-    items = list(documents[offset : offset + limit])
-    return {"count": documents.count(), "limit": limit, "offset": offset, "items": items}
+    return page_of(documents, limit=limit, offset=offset)
 
 
 @router.get("/documents/{document_id}", response={200: DocumentOut, **errors(404)}, tags=["documents"])
