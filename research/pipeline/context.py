@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -55,7 +55,7 @@ class RunContext:
     BAD_ANSWER_POINTS = 3
 
     @classmethod
-    def for_topic(cls, topic: Topic, listeners: list[Callable[[RunEvent], None]] | None = None) -> RunContext:
+    def for_topic(cls, topic: Topic, listeners: list[Callable[[RunEvent], None]] | None = None) -> Self:
         enabled = llm_client.is_configured()
         model = settings.AITUNNEL_MODEL if enabled else ""
         ctx = cls(topic=topic, llm_enabled=enabled, model=model, listeners=list(listeners or []))
@@ -79,8 +79,8 @@ class RunContext:
     def question(self) -> str:
         """The question as search and the keyword fallbacks see it: with the picture's labels."""
         if not self.image_labels:
-            return self.topic.question
-        return f"{self.topic.question} ({', '.join(dict.fromkeys(self.image_labels))})"
+            return self.asked
+        return f"{self.asked} ({', '.join(dict.fromkeys(self.image_labels))})"
 
     @property
     def owner_id(self) -> int:

@@ -99,14 +99,6 @@ class FollowUpContext(RunContext):
     def asked(self) -> str:
         return self.followup_question or self.topic.question
 
-    @property
-    def question(self) -> str:
-        """The follow-up, with the topic's picture's labels as the run's question has them."""
-        asked = self.followup_question or self.topic.question
-        if not self.image_labels:
-            return asked
-        return f"{asked} ({', '.join(dict.fromkeys(self.image_labels))})"
-
 
 @dataclass
 class Numbered:
@@ -238,16 +230,8 @@ def _answer_locked(followup_id: int, listeners: list[Listener] | None) -> None:
     topic = followup.topic
     followup.status, followup.error, followup.heartbeat_at = FollowUp.Status.RUNNING, "", timezone.now()
     followup.save(update_fields=["status", "error", "heartbeat_at"])
-    base = RunContext.for_topic(topic, listeners)
-    ctx = FollowUpContext(
-        topic=topic,
-        llm_enabled=base.llm_enabled,
-        model=base.model,
-        listeners=base.listeners,
-        image_labels=base.image_labels,
-        image_context=base.image_context,
-        followup_question=followup.question,
-    )
+    ctx = FollowUpContext.for_topic(topic, listeners)
+    ctx.followup_question = followup.question
     try:
         _answer(ctx, followup)
     except BaseException as exc:
@@ -271,22 +255,42 @@ def _failed(ctx: RunContext, followup: FollowUp, exc: Exception) -> None:
     )
     if not Topic.objects.filter(pk=followup.topic_id).exists():
         return  # deleted meanwhile: nothing to tell
-    ctx.emit(
-        STAGE,
+    _tell(
+        ctx,
+        followup,
         gettext_noop("Follow-up %(number)s could not be answered: %(error)s"),
-        args={"number": followup.position, "error": message[:500]},
         level=RunEvent.Level.ERROR,
-        data={"followup": followup.pk},
+        number=followup.position,
+        error=message[:500],
     )
+
+
+def _tell(
+    ctx: RunContext,
+    followup: FollowUp,
+    message: str,
+    *,
+    level: str = RunEvent.Level.INFO,
+    data: dict[str, Any] | None = None,
+    **args: Any,
+) -> None:
+    """A line of the follow-up's progress: `message` is a msgid with `args` (any names but
+    `level` and `data`), and the event's data says which follow-up it is about."""
+    ctx.emit(STAGE, message, args=args, level=level, data={"followup": followup.pk, **(data or {})})
+
+
+def _warn(ctx: RunContext, followup: FollowUp, message: str, **args: Any) -> None:
+    _tell(ctx, followup, message, level=RunEvent.Level.WARNING, **args)
 
 
 def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
     topic = ctx.topic
-    ctx.emit(
-        STAGE,
+    _tell(
+        ctx,
+        followup,
         gettext_noop("Follow-up %(number)s: %(question)s"),
-        args={"number": followup.position, "question": followup.question},
-        data={"followup": followup.pk},
+        number=followup.position,
+        question=followup.question,
     )
     known = numbered_sources(topic, before=followup.position)
     query = _ranking_query(topic, followup)
@@ -304,11 +308,12 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
         raise StageError(
             "The topic has no sources to answer from, and no new search found any: ask a new topic instead."
         )
-    ctx.emit(
-        STAGE,
+    _tell(
+        ctx,
+        followup,
         gettext_noop("Answering follow-up %(number)s from %(count)s sources"),
-        args={"number": followup.position, "count": len(chosen)},
-        data={"followup": followup.pk},
+        number=followup.position,
+        count=len(chosen),
     )
     # The request carries the report too, which may quote the owner's documents: cached for the
     # owner alone whenever the topic could have read any.
@@ -327,12 +332,7 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
         locked.status, locked.finished_at = FollowUp.Status.COMPLETED, timezone.now()
         locked.draft, locked.error = "", ""
         locked.save()
-    ctx.emit(
-        STAGE,
-        gettext_noop("Follow-up %(number)s answered"),
-        args={"number": followup.position},
-        data={"followup": followup.pk},
-    )
+    _tell(ctx, followup, gettext_noop("Follow-up %(number)s answered"), number=followup.position)
 
 
 def _ranking_query(topic: Topic, followup: FollowUp) -> str:
@@ -377,32 +377,34 @@ def _needs_search(ctx: FollowUpContext, followup: FollowUp, query: str, excerpts
     share = coverage(query, excerpts) if excerpts else 0.0
     percent = f"{share:.0%}"
     if share >= COVERED:
-        ctx.emit(
-            STAGE,
+        _tell(
+            ctx,
+            followup,
             gettext_noop(
                 "The topic's sources hold %(share)s of the question's words: answering from them, "
                 "without a new search"
             ),
-            args={"share": percent},
-            data={"followup": followup.pk, "coverage": round(share, 3)},
+            data={"coverage": round(share, 3)},
+            share=percent,
         )
         return False
     decided = route.classify(ctx)
     if excerpts and decided.by_llm and not decided.needs_search:
-        ctx.emit(
-            STAGE,
+        _tell(
+            ctx,
+            followup,
             gettext_noop(
                 "The route stage says this question needs no search: answering from the topic's sources"
             ),
-            args={},
-            data={"followup": followup.pk, "coverage": round(share, 3)},
+            data={"coverage": round(share, 3)},
         )
         return False
-    ctx.emit(
-        STAGE,
+    _tell(
+        ctx,
+        followup,
         gettext_noop("The topic's sources hold only %(share)s of the question's words: searching for it"),
-        args={"share": percent},
-        data={"followup": followup.pk, "coverage": round(share, 3)},
+        data={"coverage": round(share, 3)},
+        share=percent,
     )
     return True
 
@@ -424,11 +426,11 @@ def _search(ctx: FollowUpContext, followup: FollowUp, numbered: set[int]) -> lis
             ctx.check_cancelled()
             stage.run(ctx)
     except StageError as exc:
-        ctx.warn(
-            STAGE,
+        _warn(
+            ctx,
+            followup,
             gettext_noop("The new search failed (%(error)s); answering from the topic's sources"),
-            args={"error": str(exc)},
-            data={"followup": followup.pk},
+            error=str(exc),
         )
     # Pages this search found first; then others it read (the read stage fills its budget with
     # the topic's best unread pages), if their summaries scored as relevant to the question.
@@ -478,11 +480,11 @@ def _write(
         try:
             body = async_to_sync(_ask_streamed)(ctx, followup, request, private)
         except LLMError as exc:
-            ctx.warn(
-                STAGE,
+            _warn(
+                ctx,
+                followup,
                 gettext_noop("The LLM could not answer the follow-up (%(error)s); answering with extracts."),
-                args={"error": str(exc)},
-                data={"followup": followup.pk},
+                error=str(exc),
             )
         else:
             if body.strip():

@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from research import archive, export, progress, workflow
 from research.archive.checks import ArchiveError
-from research.models import Document, FollowUp, LLMCall, Report, ShareLink, SubQuery, Topic
+from research.models import Document, FollowUp, LLMCall, Report, ShareLink, SubQuery, Topic, TopicImage
 from research.pipeline import followup as followups
 from research.pipeline.followup import answer_pending, report_sections
 from research.tasks import resume_stalled_followups
@@ -68,6 +68,25 @@ def completed_topic(owner: User) -> Topic:
     Report.objects.create(topic=topic, markdown=markdown, sources=sources)
     assert subquery.pk
     return topic
+
+
+def test_a_follow_ups_context_asks_its_question_with_the_topics_picture(alice: User) -> None:
+    topic = completed_topic(alice)
+    TopicImage.objects.create(
+        topic=topic,
+        data=b"x",
+        content_type="image/png",
+        width=1,
+        height=1,
+        sha256="0" * 64,
+        labels=["lake"],
+        entities=["Baikal"],
+    )
+    ctx = followups.FollowUpContext.for_topic(topic)
+    ctx.followup_question = "How deep is it?"
+    assert isinstance(ctx, followups.FollowUpContext) and ctx.image_labels == ["lake", "Baikal"]
+    assert ctx.asked == "How deep is it?"  # a prompt quotes the user's own words
+    assert ctx.question == "How deep is it? (lake, Baikal)"  # search sees the picture's labels too
 
 
 # --- Asking: the workflow's checks ---------------------------------------------------------------
