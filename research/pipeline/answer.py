@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
@@ -76,6 +77,21 @@ def run(ctx: RunContext) -> Outcome:
     return Outcome.CONTINUE
 
 
+@dataclass(frozen=True)
+class Material:
+    """What a report is written from: the documents, their entries in the sources list, and the
+    excerpt sent for each, by source number."""
+
+    documents: list[Document]
+    sources: list[dict]
+    excerpts: dict[int, str]
+
+    @property
+    def private(self) -> bool:
+        """Whether any of it is the owner's: then the LLM's answers are cached for the owner alone."""
+        return any(d.fetched_via == Document.FetchedVia.PRIVATE for d in self.documents)
+
+
 def write_report(ctx: RunContext, documents: list[Document]) -> None:
     """The report from `documents`: the answer stage's choice, or the passages the local-RAG
     branch took from the owner's documents (`local_rag.py`)."""
@@ -86,19 +102,22 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
         done=0,
         total=1,
     )
-    sources = [_source(n, document, ctx.question) for n, document in enumerate(documents, 1)]
-    excerpts = {
-        n: passages.document_excerpt(document, ctx.question, MAX_CHARS_PER_SOURCE)
-        for n, document in enumerate(documents, 1)
-    }
-    private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
-    body, model = _write(ctx, documents, sources, excerpts)
+    material = Material(
+        documents,
+        sources=[_source(n, document, ctx.question) for n, document in enumerate(documents, 1)],
+        excerpts={
+            n: passages.document_excerpt(document, ctx.question, MAX_CHARS_PER_SOURCE)
+            for n, document in enumerate(documents, 1)
+        },
+    )
+    body, model = _write(ctx, material)
     if model:
-        body, model = in_question_language(ctx, documents, sources, excerpts, body, model)
-    body = clean_citations(body, len(sources))
-    verdicts = check_citations(ctx, body, excerpts, private=private)
+        body, model = in_question_language(ctx, material, body, model)
+    body = clean_citations(body, len(material.sources))
+    verdicts = check_citations(ctx, body, material.excerpts, private=material.private)
     if model and citecheck.mostly_unsupported(verdicts):
-        body, model, verdicts = _ask_again(ctx, documents, sources, excerpts, body, model, verdicts, private)
+        body, model, verdicts = _ask_again(ctx, material, body, model, verdicts)
+    sources = material.sources
     markdown = f"{body}\n\n{sources_section(ctx.question, sources)}\n"
     with transaction.atomic():
         report = Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
@@ -177,14 +196,7 @@ def check_citations(
 
 
 def _ask_again(
-    ctx: RunContext,
-    documents: list[Document],
-    sources: list[dict],
-    excerpts: dict[int, str],
-    body: str,
-    model: str,
-    verdicts: list[citecheck.Verdict],
-    private: bool,
+    ctx: RunContext, material: Material, body: str, model: str, verdicts: list[citecheck.Verdict]
 ) -> tuple[str, str, list[citecheck.Verdict]]:
     """One more answer, with the verdicts; the better of the two by `citecheck.quality`."""
     tally = citecheck.counts(verdicts)
@@ -197,11 +209,11 @@ def _ask_again(
         args={"unsupported": tally["unsupported"], "total": tally["total"]},
     )
     notes = citecheck.feedback(verdicts, russian=is_russian(ctx.question))
-    second, second_model = _write(ctx, documents, sources, excerpts, feedback=notes)
+    second, second_model = _write(ctx, material, feedback=notes)
     if not second_model:  # the LLM failed this time: the first answer stands
         return body, model, verdicts
-    second = clean_citations(second, len(sources))
-    second_verdicts = check_citations(ctx, second, excerpts, private=private)
+    second = clean_citations(second, len(material.sources))
+    second_verdicts = check_citations(ctx, second, material.excerpts, private=material.private)
     wanted = question_language(ctx.question)
     keep_second = citecheck.quality(second_verdicts) > citecheck.quality(verdicts) and (
         _language(second) in (wanted, None) or _language(body) not in (wanted, None)
@@ -223,14 +235,7 @@ def citation_rows(report: Report, verdicts: list[citecheck.Verdict]) -> list[Cit
     return [Citation(report=report, **v.row()) for v in verdicts]
 
 
-def in_question_language(
-    ctx: RunContext,
-    documents: list[Document],
-    sources: list[dict],
-    excerpts: dict[int, str],
-    body: str,
-    model: str,
-) -> tuple[str, str]:
+def in_question_language(ctx: RunContext, material: Material, body: str, model: str) -> tuple[str, str]:
     """The LLM's report in the question's language: asked once more, with an explicit instruction,
     when it came back in the other one; when the second is no better, the one with more of the
     question's language is kept, and the event log says which."""
@@ -248,7 +253,7 @@ def in_question_language(
         data={"question_language": wanted, "report_language": found},
     )
     instruction = LANGUAGE_INSTRUCTION.format(language=language_of(ctx.question))
-    second, second_model = _write(ctx, documents, sources, excerpts, instruction=instruction)
+    second, second_model = _write(ctx, material, instruction=instruction)
     if second_model and _language(second) in (wanted, None):
         ctx.emit(STAGE, gettext_noop("The second answer is in the question's language: it is kept"), args={})
         return second, second_model
@@ -287,40 +292,33 @@ def _nothing_to_write_from(ctx: RunContext) -> str:
 
 
 def _write(
-    ctx: RunContext,
-    documents: list[Document],
-    sources: list[dict],
-    excerpts: dict[int, str],
-    *,
-    feedback: str = "",
-    instruction: str = "",
+    ctx: RunContext, material: Material, *, feedback: str = "", instruction: str = ""
 ) -> tuple[str, str]:
     """The report's body and the model that wrote it ("" for the extractive engine). With
     `feedback` (the citation check of an earlier answer) or an `instruction` (the language an
     earlier answer missed) only the LLM is asked, not streamed: no fallback."""
     again = bool(feedback or instruction)
     if ctx.llm_enabled:
-        private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
         try:
-            request = _request(ctx.asked, documents, excerpts) + vision.context_block(ctx)
+            request = _request(ctx.asked, material) + vision.context_block(ctx)
             if instruction:
                 request += "\n\n" + instruction
             if feedback:
                 request += "\n\n" + data_block(feedback)
             prompt = load_prompt("answer")
-            body = async_to_sync(_ask_streamed)(ctx, prompt, request, private, streamed=not again)
+            body = async_to_sync(_ask_streamed)(ctx, prompt, request, material.private, streamed=not again)
         except LLMError as exc:
-            ctx.warn(
+            ctx.fell_back(
                 STAGE,
                 gettext_noop("The LLM could not write the report (%(error)s); writing an extractive one."),
-                args={"error": str(exc)},
+                exc,
             )
         else:
             if body.strip():
                 return body.strip(), ctx.model
     if again:
         return "", ""
-    return _extractive(ctx.topic, documents, sources, excerpts), ""
+    return _extractive(ctx.topic, material), ""
 
 
 async def _ask_streamed(
@@ -344,12 +342,12 @@ async def _ask_streamed(
     return body
 
 
-def _request(question: str, documents: list[Document], excerpts: dict[int, str]) -> str:
+def _request(question: str, material: Material) -> str:
     blocks = [
-        f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{excerpts[n]}"
-        for n, document in enumerate(documents, 1)
+        f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{material.excerpts[n]}"
+        for n, document in enumerate(material.documents, 1)
     ]
-    pre = [n for n, d in enumerate(documents, 1) if d.fetched_via == Document.FetchedVia.DOMAIN]
+    pre = [n for n, d in enumerate(material.documents, 1) if d.fetched_via == Document.FetchedVia.DOMAIN]
     note = (
         "\nПредварительные данные (pre-context): источники "
         + ", ".join(f"[{n}]" for n in pre)
@@ -364,14 +362,12 @@ def _request(question: str, documents: list[Document], excerpts: dict[int, str])
     )
 
 
-def _extractive(
-    topic: Topic, documents: list[Document], sources: list[dict], excerpts: dict[int, str]
-) -> str:
+def _extractive(topic: Topic, material: Material) -> str:
     sections: dict[str, list[tuple[int, str]]] = {}
-    for n, document in enumerate(documents, 1):
+    for n, document in enumerate(material.documents, 1):
         title = document.hit.subquery.text if document.hit else document.title
-        sections.setdefault(title, []).append((n, excerpts[n]))
-    listed = [(s["n"], s["title"], s["url"]) for s in sources]
+        sections.setdefault(title, []).append((n, material.excerpts[n]))
+    listed = [(s["n"], s["title"], s["url"]) for s in material.sources]
     report = extractive.extractive_report(topic.question, list(sections.items()), listed)
     # The extractive report brings its own sources list; ours is appended instead.
     return SOURCES_HEADING.split(report)[0].rstrip()

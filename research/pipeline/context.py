@@ -96,6 +96,11 @@ class RunContext:
     def warn(self, stage: str, message: str, **fields: Any) -> RunEvent:
         return self.emit(stage, message, level=RunEvent.Level.WARNING, **fields)
 
+    def fell_back(self, stage: str, message: str, error: Exception) -> RunEvent:
+        """The warning that a step failed with `error` and the stage goes on another way (the
+        extractive engine, keywords): `message` is a msgid with `%(error)s`."""
+        return self.warn(stage, message, args={"error": str(error)})
+
     def llm_failed(self, error: llm_client.LLMError) -> None:
         bad_answer = isinstance(error, llm_client.LLMBadAnswer)
         self.llm_failures += self.BAD_ANSWER_POINTS if bad_answer else self.FAILURE_POINTS

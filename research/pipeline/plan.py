@@ -48,10 +48,10 @@ def _plan(ctx: RunContext) -> tuple[list[str], str]:
                 kind=CacheEntry.Kind.SEARCH_QUERIES,
             )
         except LLMError as exc:
-            ctx.warn(
+            ctx.fell_back(
                 STAGE,
                 gettext_noop("The LLM could not plan (%(error)s); using keyword sub-queries instead."),
-                args={"error": str(exc)},
+                exc,
             )
         else:
             texts = parse_prefixed_lines(answer, "ПОДЗАПРОС:", limit=MAX_SUBQUERIES)

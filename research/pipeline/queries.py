@@ -63,10 +63,10 @@ async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], 
             )
             russian, english = split_by_language(parse_prefixed_lines(answer, "ЗАПРОС:"))
         except LLMError as exc:
-            await db(ctx.warn)(
+            await db(ctx.fell_back)(
                 STAGE,
                 gettext_noop("The LLM could not write queries (%(error)s); using keywords instead."),
-                args={"error": str(exc)},
+                exc,
             )
     fallback_ru, fallback_en = extractive.keyword_queries(subquery.text, limit=PER_LANGUAGE)
     # A language the LLM left out is filled from keywords, so both languages are always searched.

@@ -96,10 +96,8 @@ async def score_batch(
             )
             matched = match_scores([title for title, _ in items], parse_json(answer))
         except LLMError as exc:
-            await db(ctx.warn)(
-                stage,
-                gettext_noop("LLM scoring failed (%(error)s); scored by keywords instead."),
-                args={"error": str(exc)},
+            await db(ctx.fell_back)(
+                stage, gettext_noop("LLM scoring failed (%(error)s); scored by keywords instead."), exc
             )
         else:
             return [m or default_scores() for m in matched], [_origin(m) for m in matched]
