@@ -26,6 +26,10 @@ PARAGRAPH_CUT_SHARE = 0.5
 # window is 512): short enough that a passage is about one thing, long enough to say it.
 TARGET_CHARS = 1000
 OVERLAP_CHARS = 150
+# A section (or a whole short document: an abstract, a note) that the model reads whole in one
+# window, and that is no longer than this, stays one chunk: cut in two, each half loses what the
+# other says, and the second its heading.
+WHOLE_SECTION_CHARS = 2500
 
 CountTokens = Callable[[str], int]
 
@@ -52,6 +56,7 @@ class _Piece:
 class _Limits:
     target: int
     max_tokens: int  # for the pieces' own tokens, the fixed overhead already taken off
+    whole_section: int  # a section up to this many characters, within max_tokens, is one chunk
 
 
 def chunk(
@@ -61,16 +66,21 @@ def chunk(
     target: int = TARGET_CHARS,
     overlap: int = OVERLAP_CHARS,
     max_tokens: int = 256,
+    whole_section: int = WHOLE_SECTION_CHARS,
     count_tokens: CountTokens,
 ) -> list[ChunkSpan]:
     """Chunks of `text`; `pages` are (page number, start, end) and give each chunk its page."""
     overhead = count_tokens("")
-    limits = _Limits(target, max_tokens - overhead)
+    limits = _Limits(target, max_tokens - overhead, whole_section)
     page_starts = [start for _, start, _ in pages or []]
     pieces = list(_pieces(text, page_starts, limits, count_tokens, overhead))
     locate = _Locator(text, pages or [])
     spans = []
-    for first, last in _merge(pieces, limits, overlap):
+
+    def whole_fits(start: int, end: int) -> bool:
+        return count_tokens(text[start:end]) <= max_tokens
+
+    for first, last in _merge(pieces, limits, overlap, whole_fits):
         start, end = _fit(text, pieces, first, last, max_tokens, count_tokens)
         spans.append(ChunkSpan(text[start:end], start, end, locate.page(start), locate.heading(start)))
     return spans
@@ -184,15 +194,39 @@ def _words(
 # --- Merging pieces into chunks ----------------------------------------------------------------
 
 
-def _merge(pieces: list[_Piece], limits: _Limits, overlap: int) -> Iterator[tuple[int, int]]:
+def _merge(
+    pieces: list[_Piece], limits: _Limits, overlap: int, whole_fits: Callable[[int, int], bool]
+) -> Iterator[tuple[int, int]]:
     """(first, last) piece indices of each chunk."""
     first = 0
     while first < len(pieces):
+        whole = _whole_section(pieces, first, limits, whole_fits)
+        if whole is not None:
+            yield first, whole - 1
+            first = whole
+            continue
         end = _grow(pieces, first, limits)
         if end < len(pieces) and pieces[end].section == pieces[first].section:
             end = _paragraph_cut(pieces, first, end, limits)
         yield first, end - 1
         first = _next_first(pieces, first, end, limits, overlap)
+
+
+def _whole_section(
+    pieces: list[_Piece], first: int, limits: _Limits, whole_fits: Callable[[int, int], bool]
+) -> int | None:
+    """The end of the section that starts at `first` when it fits one chunk whole, else None
+    (`whole_fits` counts the span's tokens exactly: a tokenizer need not be additive)."""
+    if first > 0 and pieces[first - 1].section == pieces[first].section:
+        return None
+    end = first
+    while end < len(pieces) and pieces[end].section == pieces[first].section:
+        end += 1
+    chars = pieces[end - 1].end - pieces[first].start
+    tokens = sum(piece.tokens for piece in pieces[first:end])
+    if chars > limits.whole_section or tokens > limits.max_tokens:
+        return None
+    return end if whole_fits(pieces[first].start, pieces[end - 1].end) else None
 
 
 def _grow(pieces: list[_Piece], first: int, limits: _Limits) -> int:

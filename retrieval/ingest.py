@@ -12,7 +12,7 @@ import logging
 from django.db import connection, transaction
 from django.utils import timezone
 
-from retrieval.chunking import ChunkSpan, chunk, language_of
+from retrieval.chunking import HEADING, ChunkSpan, chunk, language_of
 from retrieval.embeddings import EmbeddingError, count_tokens, embed, max_tokens, model_id
 from retrieval.models import Chunk, UploadedDocument
 from retrieval.parsing import ParsedDocument, ParseError, parse
@@ -20,6 +20,8 @@ from retrieval.parsing import ParsedDocument, ParseError, parse
 log = logging.getLogger(__name__)
 
 INSERT_BATCH = 500
+# A heading put before a chunk for the model is cut to this many characters.
+HEADING_CHARS = 200
 
 
 def ingest(upload_id: int) -> None:
@@ -54,7 +56,13 @@ def chunk_document(parsed: ParsedDocument) -> list[ChunkSpan]:
 
 
 def embedding_text(span: ChunkSpan) -> str:
-    """What the model embeds for a chunk (the bench encodes exactly these texts for its baseline)."""
+    """What the model embeds for a chunk (the bench encodes exactly these texts for its baseline):
+    its text, after its section's heading when the chunk does not begin with it — the second
+    part of a long section is about what its heading names, and the model should know that too.
+    On 300 SciFact training claims over 1,182 abstracts the dense leg's nDCG@10 went 0.766 →
+    0.797 with the heading (chunks of 1,000 characters) and 0.788 → 0.798 (whole sections)."""
+    if span.heading and not HEADING.match(span.text):
+        return f"{span.heading[:HEADING_CHARS]}\n\n{span.text}"
     return span.text
 
 

@@ -57,7 +57,7 @@ def test_long_text_offsets_are_exact_and_cover_everything():
 
 def test_small_paragraphs_are_merged_up_to_the_target():
     text = "\n\n".join(f"Short paragraph {n}." for n in range(40))
-    spans = chunks_of(text, target=200, overlap=0)
+    spans = chunks_of(text, target=200, overlap=0, whole_section=0)
     assert all(len(span.text) <= 200 for span in spans)
     assert len(spans) < 40 / 3
     assert all("\n\n" in span.text for span in spans[:-1])
@@ -82,8 +82,37 @@ def test_chunks_prefer_to_end_at_a_paragraph_break():
     first = sentences(5, "First")  # about 300 characters
     second = sentences(5, "Second")
     text = f"{first}\n\n{second}"
-    spans = chunks_of(text, target=500, overlap=0)
+    spans = chunks_of(text, target=500, overlap=0, whole_section=0)
     assert spans[0].text == first
+
+
+def test_a_section_the_model_reads_whole_stays_one_chunk():
+    # An abstract of about 1,500 characters: cut at the 1,000-character target, its second half
+    # would lose the title and what the first half says.
+    text = "# A study of routing\n\n" + sentences(24)
+    assert 1000 < len(text) <= 2500
+    spans = chunks_of(text, max_tokens=512)
+    assert [span.text for span in spans] == [text]
+    assert spans[0].heading == "A study of routing"
+
+
+def test_each_short_section_is_whole_and_a_long_one_is_cut():
+    short = "# Short\n\n" + sentences(20)
+    long = "# Long\n\n" + sentences(60)  # over 2,500 characters
+    text = f"{short}\n\n{long}"
+    spans = chunks_of(text, max_tokens=512)
+    assert spans[0].text == short
+    assert len(spans) > 2
+    assert all(len(span.text) <= 1000 for span in spans[1:])
+    assert_exact(text, spans)
+    assert covered(text, spans)
+
+
+def test_a_section_over_the_token_cap_is_cut_even_when_short():
+    text = "# Dense\n\n" + sentences(24)  # about 230 words
+    spans = chunks_of(text, max_tokens=128)
+    assert len(spans) > 1
+    assert all(words(span.text) <= 128 for span in spans)
 
 
 def test_every_chunk_is_within_the_token_cap():

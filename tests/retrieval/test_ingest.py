@@ -21,7 +21,7 @@ from tests.support.fakes import FakeService, Response
 
 MARKDOWN = "\n\n".join(
     f"## Section {n}\n\n"
-    + " ".join(f"Quokka fact {n}.{m}: they live on islands and smile." for m in range(24))
+    + " ".join(f"Quokka fact {n}.{m}: they live on islands and smile." for m in range(60))
     for n in range(4)
 )
 
@@ -153,3 +153,36 @@ def test_an_upload_deleted_while_it_was_embedded_gets_no_chunks(alice):
     index_documents(parsed)
     assert set(Chunk.objects.values_list("document_id", flat=True)) == {kept.pk}
     assert KeywordStats.objects.get(owner=alice).chunk_count == Chunk.objects.count()
+
+
+def test_a_chunk_that_does_not_begin_with_its_heading_is_embedded_after_it():
+    from retrieval.chunking import ChunkSpan
+    from retrieval.ingest import HEADING_CHARS, embedding_text
+
+    opening = ChunkSpan("## Quokkas\n\nThey smile.", 0, 23, None, "Quokkas")
+    later = ChunkSpan("They live on islands.", 24, 45, None, "Quokkas")
+    untitled = ChunkSpan("No heading above.", 0, 17, None, "")
+    assert embedding_text(opening) == opening.text
+    assert embedding_text(later) == "Quokkas\n\nThey live on islands."
+    assert embedding_text(untitled) == untitled.text
+    long = ChunkSpan("Body.", 0, 5, None, "H" * 1000)
+    assert embedding_text(long) == "H" * HEADING_CHARS + "\n\nBody."
+
+
+def test_index_documents_embeds_the_heading_with_a_later_chunk(alice, monkeypatch):
+    seen: list[str] = []
+    real = embeddings.embed
+
+    def recording(texts: list[str], **options) -> list[list[float]]:
+        seen.extend(texts)
+        return real(texts, **options)
+
+    monkeypatch.setattr("retrieval.ingest.embed", recording)
+    document = upload(alice, MARKDOWN.encode(), "quokkas.md")
+    index_documents([(document, ParsedDocument(MARKDOWN, []))])
+    chunks = list(Chunk.objects.filter(document=document).order_by("position"))
+    assert len(chunks) == len(seen) > 4
+    later = [(chunk, text) for chunk, text in zip(chunks, seen, strict=True) if not chunk.text.startswith("##")]
+    assert later
+    for chunk, text in later:
+        assert text == f"{chunk.heading}\n\n{chunk.text}"
