@@ -66,6 +66,13 @@ class Topic(models.Model):
         LOCATION = "location", _("Places")
         GENERAL = "general", _("General")
 
+    class Route(models.TextChoices):
+        """What the route stage decided (research/pipeline/route.py); the run loop dispatches on it."""
+
+        SEARCH = "search", _("Search")
+        DIRECT = "direct", _("Direct answer")
+        DOCUMENTS = "documents", _("Answer from your documents")
+
     ACTIVE_STATUSES = (Status.PLANNING, Status.QUEUED, Status.RUNNING)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="topics")
@@ -84,6 +91,8 @@ class Topic(models.Model):
         help_text=_("The dates the question asks about: the filter for private documents."),
     )
     period_end = models.DateField(null=True, blank=True)
+    # Empty until routed; a branch that cannot answer stores the next one (documents → direct → search).
+    route = models.CharField(max_length=10, choices=Route.choices, blank=True, default="")
     # The per-year search (research/pipeline/years.py) has looked at the first search's hits.
     years_checked = models.BooleanField(default=False)
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))

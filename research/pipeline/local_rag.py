@@ -1,57 +1,50 @@
 """The seed's Router → Local RAG: a question that needs no web search, asked by someone with
-documents, is answered from those documents.
+documents, is answered from those documents (`Topic.route` "documents").
 
-When the route stage decides a question needs no search (`route._may_skip_search`) and the
-owner has indexed documents, the question is searched in them as a sub-query's phrasing is
+The route stage sends a question here when it may skip the search (`route.route_taken`); the
+question is searched in the owner's indexed documents as a sub-query's phrasing is
 (`private.find_passages`: hybrid BM25 + dense with the relevance floor, and the reranker when
-one is configured), the best passages become private Documents — neighbouring passages of one
-file merged, titled by file name and page like every private source — and the answer stage
-writes the report from them (`answer.write_report`: the same citations, sources list, citation
-check and previews as a researched topic). No plan, no web search.
+one is configured), in the period the question names, the best passages become private
+Documents — neighbouring passages of one file merged, titled by file name and page like every
+private source — and the report is written from them (`answer.write_report`: the same
+citations, sources list, citation check and previews as a researched topic). No plan, no web
+search.
 
 A question none of the documents matches (every passage under the floor) and an owner without
-indexed documents get the direct answer, as before. The event log says which branch was taken.
-A run killed half-way takes the documents it already saved, so nothing is made twice.
+indexed documents are handed to the direct answer: the topic's route becomes "direct". The event
+log says which branch was taken. A run killed half-way takes the documents it already saved, so
+nothing is made twice.
 """
 
 from __future__ import annotations
-
-from datetime import date
 
 from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from research.models import Document, Report, Topic
-from research.pipeline import answer, private, rerank
+from research.pipeline import answer, private, rerank, route
 from research.pipeline.context import RunContext
-from research.pipeline.stage import StageName
+from research.pipeline.stage import Outcome, StageName
 from retrieval.models import Chunk
 from retrieval.search import Passage
 
 STAGE = StageName.ANSWER
+ROUTE = Topic.Route.DOCUMENTS
 # As many passages as a sub-query reads.
 PASSAGES = private.PASSAGES_READ
 
 
-def run(ctx: RunContext, published: tuple[date | None, date | None] | None) -> bool:
-    """True when the question was answered from the owner's documents; False leaves it to the
-    direct answer. `published`: the period the question names, if any."""
+def run(ctx: RunContext) -> Outcome:
+    """ANSWERED once the report is written from the owner's documents; CONTINUE, with the route
+    now "direct", when the owner has no indexed documents or none matches the question."""
     topic = ctx.topic
-    documents = saved_documents(topic)
+    if Report.objects.filter(topic=topic).exists():
+        return Outcome.ANSWERED
+    documents = saved_documents(topic) or _take_passages(ctx)
     if not documents:
-        ready, _ = private.document_counts(topic.owner)
-        if not ready:
-            return False
-        reorder = rerank.passage_reorderer(ctx, STAGE)
-        found = private.find_passages(topic.owner, [ctx.question], published, reorder=reorder)
-        if not found:
-            ctx.emit(
-                STAGE,
-                gettext_noop("None of your %(count)s documents matches the question: answering it directly"),
-                args={"count": ready},
-            )
-            return False
-        documents = save_documents(topic, found[:PASSAGES])
+        topic.route = Topic.Route.DIRECT
+        topic.save(update_fields=["route", "updated_at"])
+        return Outcome.CONTINUE
     ctx.emit(
         STAGE,
         gettext_noop(
@@ -59,9 +52,26 @@ def run(ctx: RunContext, published: tuple[date | None, date | None] | None) -> b
         ),
         args={"passages": len(documents), "files": len({d.uploaded_document_id for d in documents})},
     )
-    if not Report.objects.filter(topic=topic).exists():
-        answer.write_report(ctx, documents)
-    return True
+    answer.write_report(ctx, documents)
+    return Outcome.ANSWERED
+
+
+def _take_passages(ctx: RunContext) -> list[Document]:
+    """The best passages of the owner's documents for the question, saved; none when none matches."""
+    topic = ctx.topic
+    ready, _ = private.document_counts(topic.owner)
+    if not ready:
+        return []
+    reorder = rerank.passage_reorderer(ctx, STAGE)
+    found = private.find_passages(topic.owner, [ctx.question], route.period_of(topic), reorder=reorder)
+    if not found:
+        ctx.emit(
+            STAGE,
+            gettext_noop("None of your %(count)s documents matches the question: answering it directly"),
+            args={"count": ready},
+        )
+        return []
+    return save_documents(topic, found[:PASSAGES])
 
 
 def saved_documents(topic: Topic) -> list[Document]:

@@ -7,9 +7,11 @@ talk, categories and hints — is `question_domain.py`; this module is the stage
 the question becomes the topic's `time_range` (unless the user chose one) and the period its
 private documents are filtered to.
 
-Greetings and questions that need no search are answered here, in one short LLM call (or a
-fixed reply without an LLM), and the topic is done: no plan, no search, no pages — unless the
-owner has documents that match the question: then it is answered from them (`local_rag.py`).
+The route is stored on the topic (`Topic.route`) and this stage only decides it: the run loop
+dispatches on it (`run.py`). Greetings and short questions the LLM says need no search go to
+the owner's documents (`local_rag.py`), which hand over to the direct answer (`direct.py`) when
+none matches; a direct answer that cannot be written hands over to the search. Everything else
+is searched.
 """
 
 from __future__ import annotations
@@ -18,18 +20,16 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 
 from asgiref.sync import async_to_sync
-from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError, parse_json
 from research.event_text import choice_phrase, phrase
-from research.models import CacheEntry, Report, Topic
+from research.models import CacheEntry, Topic
 from research.pipeline import timeparse, vision
 from research.pipeline.context import RunContext
 from research.pipeline.prompting import ask, load_prompt
 from research.pipeline.question_domain import categories_for, classify_by_keywords, looks_like_small_talk
-from research.pipeline.replies import is_russian
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.ROUTE
@@ -37,7 +37,6 @@ Domain = Topic.Domain
 # The LLM's "no search needed" is trusted for short messages only: a long question put to a
 # research tool wants research, whatever a classifier thinks.
 MAX_WORDS_WITHOUT_SEARCH = 30
-DIRECT_MAX_TOKENS = 400
 _WINDOW_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
 
 
@@ -49,10 +48,10 @@ class Route:
 
 
 def run(ctx: RunContext) -> Outcome:
-    """Route the topic once; ANSWERED when it was answered directly and needs nothing more."""
+    """Route the topic once: its domain, its period and the route taken, stored on the topic."""
     topic = ctx.topic
-    if topic.domain:
-        return Outcome.ANSWERED if answered_directly(topic) else Outcome.CONTINUE
+    if topic.route:
+        return Outcome.CONTINUE
     # Relative phrases are read on the day the question was asked, so a resumed run agrees.
     today = timezone.localdate(topic.created_at)
     period = timeparse.parse_period(topic.question, today)
@@ -61,17 +60,22 @@ def run(ctx: RunContext) -> Outcome:
         if looks_like_small_talk(topic.question)
         else _classify(ctx, period)
     )
-    if not route.needs_search and _may_skip_search(topic, route):
-        if not looks_like_small_talk(topic.question) and _answered_from_documents(ctx, route, period):
-            return Outcome.ANSWERED
-        markdown, model = _direct_answer(ctx)
-        if markdown:
-            _save_direct_answer(ctx, route, markdown, model)
-            return Outcome.ANSWERED
-    _save_route(topic, route, period, today)
-    template, args = _describe(topic, route)
-    ctx.emit(STAGE, template, args=args, done=1, total=1, data=_route_data(topic, route))
+    taken = route_taken(topic, route)
+    _save_route(topic, route, taken, period, today)
+    if taken == Topic.Route.SEARCH:
+        template, args = _describe(topic, route)
+        ctx.emit(STAGE, template, args=args, done=1, total=1, data=_route_data(topic, route))
     return Outcome.CONTINUE
+
+
+def route_taken(topic: Topic, route: Route) -> Topic.Route:
+    """Search, unless the question may skip it: then small talk is answered directly and a
+    question from the owner's documents first (`local_rag.py` hands over when none matches)."""
+    if route.needs_search or not _may_skip_search(topic, route):
+        return Topic.Route.SEARCH
+    if looks_like_small_talk(topic.question):
+        return Topic.Route.DIRECT
+    return Topic.Route.DOCUMENTS
 
 
 def classify(ctx: RunContext) -> Route:
@@ -81,22 +85,6 @@ def classify(ctx: RunContext) -> Route:
         return Route(Domain.GENERAL, False, False)
     today = timezone.localdate(ctx.topic.created_at)
     return _classify(ctx, timeparse.parse_period(ctx.question, today))
-
-
-def _answered_from_documents(ctx: RunContext, route: Route, period: timeparse.Period | None) -> bool:
-    """The seed's Local RAG branch (`local_rag.py`): True when the owner's documents answered."""
-    from research.pipeline import local_rag  # it imports private, which imports this module
-
-    published = (period.start, period.end) if period is not None else None
-    if not local_rag.run(ctx, published):
-        return False
-    ctx.topic.domain = route.domain
-    ctx.topic.save(update_fields=["domain", "updated_at"])
-    return True
-
-
-def answered_directly(topic: Topic) -> bool:
-    return Report.objects.filter(topic=topic).exists() and not topic.subqueries.exists()
 
 
 # --- classification ---------------------------------------------------------------------------------
@@ -152,69 +140,13 @@ def _may_skip_search(topic: Topic, route: Route) -> bool:
     )
 
 
-# --- direct answers --------------------------------------------------------------------------------
-
-
-def _direct_answer(ctx: RunContext) -> tuple[str, str]:
-    """(Markdown, model) of a short reply; ("", "") when only a search can answer."""
-    if ctx.llm_enabled:
-        try:
-            text = async_to_sync(ask)(
-                ctx,
-                StageName.ANSWER,
-                load_prompt("direct"),
-                f"Сообщение пользователя: {ctx.asked}" + vision.labels_block(ctx),
-                kind=CacheEntry.Kind.ANSWERS,
-                max_tokens=DIRECT_MAX_TOKENS,
-            )
-        except LLMError as exc:
-            ctx.warn(
-                STAGE,
-                gettext_noop("The LLM could not answer directly (%(error)s)."),
-                args={"error": str(exc)},
-            )
-        else:
-            if text.strip():
-                return text.strip(), ctx.model
-    if looks_like_small_talk(ctx.question):
-        return _fixed_reply(ctx.question), ""
-    return "", ""
-
-
-def _fixed_reply(question: str) -> str:
-    if is_russian(question):
-        return (
-            "Здравствуйте! Я MindSearch: задайте тему, и я найду источники в интернете и в ваших "
-            "документах и напишу отчёт со ссылками на них."
-        )
-    return (
-        "Hello! I am MindSearch: give me a topic and I will research it in web sources and your "
-        "documents and write a report that cites them."
-    )
-
-
-def _save_direct_answer(ctx: RunContext, route: Route, markdown: str, model: str) -> None:
-    topic = ctx.topic
-    with transaction.atomic():
-        Report.objects.get_or_create(
-            topic=topic, defaults={"markdown": markdown, "sources": [], "model": model}
-        )
-        topic.domain = route.domain
-        topic.save(update_fields=["domain", "updated_at"])
-    ctx.emit(
-        StageName.ANSWER,
-        gettext_noop("Answered directly: this message needs no search"),
-        args={},
-        done=1,
-        total=1,
-    )
-
-
 # --- what the route changes in the search --------------------------------------------------------
 
 
-def _save_route(topic: Topic, route: Route, period: timeparse.Period | None, today: date) -> None:
-    topic.domain = route.domain
+def _save_route(
+    topic: Topic, route: Route, taken: Topic.Route, period: timeparse.Period | None, today: date
+) -> None:
+    topic.domain, topic.route = route.domain, taken
     if period is not None and not topic.time_range:
         topic.time_range = period.time_range
     if period is not None:
@@ -222,7 +154,7 @@ def _save_route(topic: Topic, route: Route, period: timeparse.Period | None, tod
     elif topic.time_range:
         topic.period_start = today - timedelta(days=_WINDOW_DAYS[topic.time_range])
         topic.period_end = today
-    topic.save(update_fields=["domain", "time_range", "period_start", "period_end", "updated_at"])
+    topic.save(update_fields=["domain", "route", "time_range", "period_start", "period_end", "updated_at"])
 
 
 def _describe(topic: Topic, route: Route) -> tuple[str, dict]:

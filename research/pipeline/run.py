@@ -1,5 +1,10 @@
 """The run loop: route, plan, wait for the user's approval, then each stage in turn.
 
+The route stage only decides (`Topic.route`); the loop dispatches on its decision: a question
+that needs no search goes to the owner's documents (`local_rag`), then to the direct answer
+(`direct`) — each hands over to the next by storing the next route when it cannot answer — and
+every other question to the plan and the search stages.
+
 Every stage reads the rows of the stage before, skips what is already done and saves as it goes,
 so running a topic again — after a crash, a kill or a re-queue — continues where it stopped.
 A PostgreSQL advisory lock per topic keeps two workers from running one topic at once; the lock
@@ -23,7 +28,9 @@ from research.models import Report, RunEvent, Topic
 from research.pipeline import (
     answer,
     deep,
+    direct,
     domain,
+    local_rag,
     overlap,
     plan,
     private,
@@ -54,8 +61,21 @@ ROUND_STAGES: tuple[Stage, ...] = (
     summarise,
     score_summaries,
 )
+# The branches of a question that needs no search, tried in turn: each runs when `Topic.route`
+# names it (its ROUTE) and stores the next route when it cannot answer.
+ANSWER_BRANCHES = (local_rag, direct)
 # Every stage a topic's run may call, in the order they first come.
-STAGES: tuple[Stage, ...] = (vision, route, domain, plan, overlap, *ROUND_STAGES, deep, answer)
+STAGES: tuple[Stage, ...] = (
+    vision,
+    route,
+    *ANSWER_BRANCHES,
+    domain,
+    plan,
+    overlap,
+    *ROUND_STAGES,
+    deep,
+    answer,
+)
 LOCK_NAMESPACE = 7_301  # first key of pg_try_advisory_lock(int, int): "research topic"
 
 Listener = Callable[[RunEvent], None]
@@ -105,11 +125,20 @@ def run_topic(topic_id: int, listeners: list[Listener] | None = None) -> str:
 def _route_then_plan(ctx: RunContext) -> None:
     private.check_before_planning(ctx)
     _stage(ctx, vision)  # the picture's labels join the question before it is routed
-    if _stage(ctx, route) is Outcome.ANSWERED:
+    if _answered_without_search(ctx):
         _answered_directly(ctx)
         return
     _stage(ctx, domain)  # domain data before the web
     _stage(ctx, plan)
+
+
+def _answered_without_search(ctx: RunContext) -> bool:
+    """Route the topic, then run the branch its stored route names; True when one answered it."""
+    _stage(ctx, route)
+    for branch in ANSWER_BRANCHES:
+        if ctx.topic.route == branch.ROUTE and _stage(ctx, branch) is Outcome.ANSWERED:
+            return True
+    return False
 
 
 def _answered_directly(ctx: RunContext) -> None:
@@ -126,7 +155,7 @@ def _answered_directly(ctx: RunContext) -> None:
 
 
 def _run_stages(ctx: RunContext) -> None:
-    if _stage(ctx, route) is Outcome.ANSWERED:  # a copy of a topic that was answered directly
+    if _answered_without_search(ctx):  # a copy of a topic that was answered directly
         return
     _stage(ctx, domain)
     while True:

@@ -50,7 +50,7 @@ class Outcome(enum.Enum):
     """What a stage tells the run loop; each stage says which of these it may return."""
 
     CONTINUE = "continue"  # the next stage follows
-    ANSWERED = "answered"  # route: the question needs no search and is answered; nothing follows
+    ANSWERED = "answered"  # local_rag, direct: answered without a search; nothing follows
     SEARCH_AGAIN = "search_again"  # years: sub-queries were added that the search stage must run
     ANOTHER_ROUND = "another_round"  # deep: the next round is planned; its stages follow
 

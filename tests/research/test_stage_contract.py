@@ -14,8 +14,18 @@ import pytest
 from django.contrib.auth.models import User
 
 from research import presenters, watchers
-from research.models import LLMCall, RunEvent, SearchQuery, SubQuery, Topic
-from research.pipeline import followup, private_search, queries, run, web_search, years
+from research.models import Document, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic
+from research.pipeline import (
+    direct,
+    followup,
+    local_rag,
+    private_search,
+    queries,
+    route,
+    run,
+    web_search,
+    years,
+)
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, Stage, StageName
 from tests.support.fakes import Request, searxng_search
@@ -146,3 +156,74 @@ def test_the_web_search_does_not_search_the_owners_documents() -> None:
     assert "search_documents" not in inspect.getsource(web_search)
     assert run.ROUND_STAGES.index(private_search) < run.ROUND_STAGES.index(web_search)
     assert followup.SEARCH_STAGES.index(private_search) < followup.SEARCH_STAGES.index(web_search)
+
+
+# --- the route decides, the run loop dispatches --------------------------------------------------
+
+NO_SEARCH = '{"domain": "general", "needs_search": false}'
+
+
+def test_the_route_stage_writes_no_report_and_runs_no_branch() -> None:
+    """route.py decides only: the reply, the report and the owner's documents are other stages'."""
+    tree = ast.parse(inspect.getsource(route))
+    froms = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported = {alias.name for node in froms for alias in node.names}
+    assert not imported & {"Report", "local_rag", "answer", "direct", "transaction"}
+    assert [(branch, branch.ROUTE) for branch in run.ANSWER_BRANCHES] == [
+        (local_rag, Topic.Route.DOCUMENTS),
+        (direct, Topic.Route.DIRECT),
+    ]
+
+
+@pytest.mark.django_db
+def test_the_route_is_stored_and_the_run_loop_answers_from_it(alice: User, loopback: World) -> None:
+    topic = Topic.objects.create(owner=alice, question="Привет! Как дела?", auto_approve=True)
+    ctx = RunContext.for_topic(topic)
+    assert route.run(ctx) is Outcome.CONTINUE
+    topic.refresh_from_db()
+    assert topic.route == Topic.Route.DIRECT and topic.domain == Topic.Domain.GENERAL
+    assert not Report.objects.filter(topic=topic).exists()  # deciding wrote nothing
+    # The worker died here: the run picks the stored route up and the direct stage answers.
+    assert run.plan_topic(topic.pk) is False
+    topic.refresh_from_db()
+    assert topic.status == Topic.Status.COMPLETED and topic.route == Topic.Route.DIRECT
+    assert Report.objects.get(topic=topic).sources == []
+    # Run again (a re-queue), nothing is written twice.
+    Topic.objects.filter(pk=topic.pk).update(status=Topic.Status.PLANNING)
+    assert run.plan_topic(topic.pk) is False
+    assert RunEvent.objects.filter(topic=topic, message__startswith="Answered directly").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_branch_that_cannot_answer_hands_the_topic_on(alice: User, loopback: World) -> None:
+    """documents → direct → search: an owner without documents, an LLM with no direct reply."""
+    loopback.script.route = lambda user: NO_SEARCH  # type: ignore[method-assign]
+    loopback.script.direct = lambda user: ""  # type: ignore[method-assign]
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens?", auto_approve=True)
+    assert run.plan_topic(topic.pk) is True
+    topic.refresh_from_db()
+    assert topic.route == Topic.Route.SEARCH and topic.subqueries.exists()
+    assert not Report.objects.filter(topic=topic).exists()
+    asked = dict(loopback.script.calls)
+    assert asked["route"] == 1 and asked["direct"]  # (the client asks again for an empty reply)
+    assert run.run_topic(topic.pk) == Topic.Status.COMPLETED
+    assert loopback.searxng.requests and Report.objects.get(topic=topic).sources
+    assert loopback.script.calls["route"] == 1 and loopback.script.calls["direct"] == asked["direct"]
+
+
+@pytest.mark.django_db
+def test_the_migration_stores_the_route_of_topics_routed_before(alice: User) -> None:
+    from django.apps import apps
+
+    store_routes = importlib.import_module("research.migrations.0013_topic_route").store_routes
+    direct_topic, documents_topic, searched, unrouted = (
+        Topic.objects.create(owner=alice, question=str(n), domain="general" if n < 3 else "")
+        for n in range(4)
+    )
+    for topic in (direct_topic, documents_topic):
+        Report.objects.create(topic=topic, markdown="…", sources=[])
+    Document.objects.create(topic=documents_topic, title="memo", url="", text="…", fetched_via="private")
+    SubQuery.objects.create(topic=searched, text="a sub-query")
+    store_routes(apps, None)
+    routes = [Topic.objects.get(pk=t.pk).route for t in (direct_topic, documents_topic, searched, unrouted)]
+    assert routes == [Topic.Route.DIRECT, Topic.Route.DOCUMENTS, Topic.Route.SEARCH, ""]
