@@ -95,6 +95,10 @@ class Topic(models.Model):
     route = models.CharField(max_length=10, choices=Route.choices, blank=True, default="")
     # The per-year search (research/pipeline/years.py) has looked at the first search's hits.
     years_checked = models.BooleanField(default=False)
+    # The picture was looked at (research/pipeline/vision.py): described, or said why not.
+    vision_checked = models.BooleanField(default=False)
+    # The domain's live data was asked for (research/pipeline/domain.py): a document, or said why not.
+    domain_data_checked = models.BooleanField(default=False)
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
     stage = models.CharField(max_length=30, blank=True, default="")
     error = models.TextField(blank=True, default="")

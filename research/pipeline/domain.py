@@ -47,26 +47,74 @@ LIVE = (Domain.WEATHER, Domain.LOCATION, Domain.FINANCE, Domain.SPORTS, Domain.T
 
 
 def run(ctx: RunContext) -> Outcome:
+    """Fetch the domain's data once; `Topic.domain_data_checked` says it was asked for, whatever
+    came of it (a document, or a warning that the topic goes on with the web alone)."""
     topic = ctx.topic
     if topic.domain not in LIVE or _done(topic):
         return Outcome.CONTINUE
     provider, configured, not_configured = PROVIDERS[Domain(topic.domain)]
-    if not configured():
+    if configured():
+        provider(ctx)
+    else:
         ctx.warn(STAGE, not_configured, args={})
-        return Outcome.CONTINUE
-    provider(ctx)
+    topic.domain_data_checked = True
+    topic.save(update_fields=["domain_data_checked", "updated_at"])
     return Outcome.CONTINUE
 
 
 def _done(topic: Topic) -> bool:
+    """Asked for already; or its document saved by a run that stopped before it could say so."""
     return (
-        topic.events.filter(stage=STAGE).exists()
-        or topic.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).exists()
+        topic.domain_data_checked or topic.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).exists()
     )
 
 
 def domain_documents(topic: Topic) -> list[Document]:
     return list(topic.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).order_by("id"))
+
+
+# Why a topic gets no domain data, each a whole sentence for the translators; said by `_web_alone`.
+WEB_ALONE = {
+    "nominatim_failed": gettext_noop(
+        "OpenStreetMap Nominatim failed (%(error)s): the topic goes on with the web alone."
+    ),
+    "no_osm_place": gettext_noop(
+        "OpenStreetMap knows no place named in the question: the topic goes on with the web alone."
+    ),
+    "no_quote": gettext_noop(
+        "Alpha Vantage has no quote for %(symbol)s: the topic goes on with the web alone."
+    ),
+    "no_route_asked": gettext_noop(
+        "Found no route in the question (from … to …): the topic goes on with the web alone."
+    ),
+    "no_weather_place": gettext_noop(
+        "Found no place in the question for a weather forecast: the topic goes on with the web alone."
+    ),
+    "open_meteo_failed": gettext_noop("Open-Meteo failed (%(error)s): the topic goes on with the web alone."),
+    "no_company": gettext_noop(
+        "Alpha Vantage knows no company named in the question: the topic goes on with the web alone."
+    ),
+    "alpha_vantage_failed": gettext_noop(
+        "Alpha Vantage failed (%(error)s): the topic goes on with the web alone."
+    ),
+    "no_team": gettext_noop(
+        "TheSportsDB knows no team named in the question: the topic goes on with the web alone."
+    ),
+    "no_team_id": gettext_noop("TheSportsDB gave no id for %(team)s: the topic goes on with the web alone."),
+    "sportsdb_failed": gettext_noop("TheSportsDB failed (%(error)s): the topic goes on with the web alone."),
+    "no_osrm_route": gettext_noop(
+        "OSRM found no route from %(origin)s to %(destination)s (%(error)s): "
+        "the topic goes on with the web alone."
+    ),
+    "no_route_end": gettext_noop(
+        "OpenStreetMap knows no place named %(place)s: the topic goes on with the web alone."
+    ),
+}
+
+
+def _web_alone(ctx: RunContext, reason: str, **args: str) -> None:
+    """Warn that the topic gets no domain data, and why (`WEB_ALONE`): it goes on with the web alone."""
+    ctx.warn(STAGE, WEB_ALONE[reason], args=args)
 
 
 def _language(topic: Topic) -> str:
@@ -111,16 +159,10 @@ def _location(ctx: RunContext) -> None:
     try:
         found = _find_osm(ctx, place_candidates(topic.question, ctx.image_labels), language)
     except nominatim.NominatimError as exc:
-        _nominatim_failed(ctx, exc)
+        _web_alone(ctx, "nominatim_failed", error=str(exc))
         return
     if found is None:
-        ctx.warn(
-            STAGE,
-            gettext_noop(
-                "OpenStreetMap knows no place named in the question: the topic goes on with the web alone."
-            ),
-            args={},
-        )
+        _web_alone(ctx, "no_osm_place")
         return
     place, url, fetched_at = found
     name = str(place.get("name") or place.get("display_name") or "?")
@@ -158,14 +200,6 @@ def _find_osm(
             place, fetched_at = found["place"], datetime.fromisoformat(found["_fetched_at"])
             return place, nominatim.place_url(place) or found["url"], fetched_at
     return None
-
-
-def _nominatim_failed(ctx: RunContext, exc: Exception) -> None:
-    ctx.warn(
-        STAGE,
-        gettext_noop("OpenStreetMap Nominatim failed (%(error)s): the topic goes on with the web alone."),
-        args={"error": str(exc)},
-    )
 
 
 PLACE_TAGS = {
@@ -215,14 +249,7 @@ def _weather(ctx: RunContext) -> None:
     try:
         place = _find_place(ctx, language)
         if place is None:
-            ctx.warn(
-                STAGE,
-                gettext_noop(
-                    "Found no place in the question for a weather forecast: "
-                    "the topic goes on with the web alone."
-                ),
-                args={},
-            )
+            _web_alone(ctx, "no_weather_place")
             return
         data = _cached(
             ctx,
@@ -230,11 +257,7 @@ def _weather(ctx: RunContext) -> None:
             lambda: async_to_sync(openmeteo.forecast)(place, user=ctx.owner_id),
         )
     except openmeteo.OpenMeteoError as exc:
-        ctx.warn(
-            STAGE,
-            gettext_noop("Open-Meteo failed (%(error)s): the topic goes on with the web alone."),
-            args={"error": str(exc)},
-        )
+        _web_alone(ctx, "open_meteo_failed", error=str(exc))
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     document = Document.objects.create(
@@ -436,30 +459,15 @@ def _finance(ctx: RunContext) -> None:
                 match = found["matches"][0]
                 break
         if match is None:
-            ctx.warn(
-                STAGE,
-                gettext_noop(
-                    "Alpha Vantage knows no company named in the question: "
-                    "the topic goes on with the web alone."
-                ),
-                args={},
-            )
+            _web_alone(ctx, "no_company")
             return
         symbol = match["symbol"]
         data = _cached(ctx, ("alpha-vantage quote", url, symbol), lambda: _quote_and_overview(ctx, symbol))
     except alphavantage.AlphaVantageError as exc:
-        ctx.warn(
-            STAGE,
-            gettext_noop("Alpha Vantage failed (%(error)s): the topic goes on with the web alone."),
-            args={"error": str(exc)},
-        )
+        _web_alone(ctx, "alpha_vantage_failed", error=str(exc))
         return
     if not data["quote"]:
-        ctx.warn(
-            STAGE,
-            gettext_noop("Alpha Vantage has no quote for %(symbol)s: the topic goes on with the web alone."),
-            args={"symbol": f"{symbol} ({match['name']})"},
-        )
+        _web_alone(ctx, "no_quote", symbol=f"{symbol} ({match['name']})")
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     company = (data["overview"] or {}).get("Name") or match["name"] or symbol
@@ -495,18 +503,10 @@ def _exchange_rate(ctx: RunContext, pair: tuple[str, str], language: str) -> Non
             lambda: {"rate": async_to_sync(alphavantage.exchange_rate)(source, target, user=ctx.owner_id)},
         )
     except alphavantage.AlphaVantageError as exc:
-        ctx.warn(
-            STAGE,
-            gettext_noop("Alpha Vantage failed (%(error)s): the topic goes on with the web alone."),
-            args={"error": str(exc)},
-        )
+        _web_alone(ctx, "alpha_vantage_failed", error=str(exc))
         return
     if not data["rate"]:
-        ctx.warn(
-            STAGE,
-            gettext_noop("Alpha Vantage has no quote for %(symbol)s: the topic goes on with the web alone."),
-            args={"symbol": f"{source}/{target}"},
-        )
+        _web_alone(ctx, "no_quote", symbol=f"{source}/{target}")
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     when = _fetched(fetched_at)
@@ -669,29 +669,15 @@ def _sports(ctx: RunContext) -> None:
                 team = _best_team(found["teams"], name)
                 break
         if team is None:
-            ctx.warn(
-                STAGE,
-                gettext_noop(
-                    "TheSportsDB knows no team named in the question: the topic goes on with the web alone."
-                ),
-                args={},
-            )
+            _web_alone(ctx, "no_team")
             return
         team_id = str(team.get("idTeam") or "")
         if not team_id.isdigit():  # its events can't be asked for, nor its page linked
-            ctx.warn(
-                STAGE,
-                gettext_noop("TheSportsDB gave no id for %(team)s: the topic goes on with the web alone."),
-                args={"team": str(team.get("strTeam") or name)},
-            )
+            _web_alone(ctx, "no_team_id", team=str(team.get("strTeam") or name))
             return
         events = _cached(ctx, ("thesportsdb events", *source, team_id), lambda: _team_events(ctx, team_id))
     except thesportsdb.SportsDBError as exc:
-        ctx.warn(
-            STAGE,
-            gettext_noop("TheSportsDB failed (%(error)s): the topic goes on with the web alone."),
-            args={"error": str(exc)},
-        )
+        _web_alone(ctx, "sportsdb_failed", error=str(exc))
         return
     fetched_at = datetime.fromisoformat(events["_fetched_at"])
     name = str(team.get("strTeam") or "?")
@@ -822,13 +808,7 @@ def _transport(ctx: RunContext) -> None:
     language = _language(topic)
     ends = route_ends(topic.question)
     if ends is None:
-        ctx.warn(
-            STAGE,
-            gettext_noop(
-                "Found no route in the question (from … to …): the topic goes on with the web alone."
-            ),
-            args={},
-        )
+        _web_alone(ctx, "no_route_asked")
         return
     ctx.emit(STAGE, gettext_noop("Finding the route with OSRM"), args={}, done=0, total=1)
     places = []
@@ -836,17 +816,11 @@ def _transport(ctx: RunContext) -> None:
         for end in ends:
             found = _find_osm(ctx, nominative_guesses(end), language)
             if found is None:
-                ctx.warn(
-                    STAGE,
-                    gettext_noop(
-                        "OpenStreetMap knows no place named %(place)s: the topic goes on with the web alone."
-                    ),
-                    args={"place": end},
-                )
+                _web_alone(ctx, "no_route_end", place=end)
                 return
             places.append(found[0])
     except nominatim.NominatimError as exc:
-        _nominatim_failed(ctx, exc)
+        _web_alone(ctx, "nominatim_failed", error=str(exc))
         return
     origin, destination = (osrm.Point(float(p["lat"]), float(p["lon"])) for p in places)
     ends_key = tuple(f"{p.latitude:.5f},{p.longitude:.5f}" for p in (origin, destination))
@@ -854,14 +828,7 @@ def _transport(ctx: RunContext) -> None:
     try:
         data = _cached(ctx, key, lambda: async_to_sync(osrm.route)(origin, destination, user=ctx.owner_id))
     except osrm.OsrmError as exc:
-        ctx.warn(
-            STAGE,
-            gettext_noop(
-                "OSRM found no route from %(origin)s to %(destination)s (%(error)s): "
-                "the topic goes on with the web alone."
-            ),
-            args={"origin": ends[0], "destination": ends[1], "error": str(exc)},
-        )
+        _web_alone(ctx, "no_osrm_route", origin=ends[0], destination=ends[1], error=str(exc))
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     names = [str(p.get("name") or p.get("display_name") or "?") for p in places]

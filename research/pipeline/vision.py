@@ -41,11 +41,18 @@ def is_configured() -> bool:
 
 
 def run(ctx: RunContext) -> Outcome:
+    """Describe the picture once per topic (`Topic.vision_checked`); a topic asked again with it
+    keeps a description and tries again where there was none."""
     image = TopicImage.objects.filter(topic=ctx.topic).first()
-    if image is None or image.analysis == TopicImage.Analysis.DONE:
+    if image is None or image.analysis == TopicImage.Analysis.DONE or ctx.topic.vision_checked:
         return Outcome.CONTINUE
-    if image.analysis in (TopicImage.Analysis.NO_VISION, TopicImage.Analysis.FAILED) and _told(ctx):
-        return Outcome.CONTINUE
+    _analyse(ctx, image)
+    ctx.topic.vision_checked = True
+    ctx.topic.save(update_fields=["vision_checked", "updated_at"])
+    return Outcome.CONTINUE
+
+
+def _analyse(ctx: RunContext, image: TopicImage) -> None:
     if not is_configured():
         image.analysis = TopicImage.Analysis.NO_VISION
         image.save(update_fields=["analysis"])
@@ -57,7 +64,7 @@ def run(ctx: RunContext) -> Outcome:
             ),
             args={},
         )
-        return Outcome.CONTINUE
+        return
     ctx.emit(STAGE, gettext_noop("Describing the picture"), args={}, done=0, total=1)
     try:
         found = describe(ctx, image)
@@ -71,7 +78,7 @@ def run(ctx: RunContext) -> Outcome:
             ),
             args={"error": str(exc)},
         )
-        return Outcome.CONTINUE
+        return
     for name, value in found.items():
         setattr(image, name, value)
     image.analysis, image.vision_model, image.error = TopicImage.Analysis.DONE, settings.VISION_MODEL, ""
@@ -85,11 +92,6 @@ def run(ctx: RunContext) -> Outcome:
         total=1,
         data={"labels": image.labels, "entities": image.entities},
     )
-    return Outcome.CONTINUE
-
-
-def _told(ctx: RunContext) -> bool:
-    return ctx.topic.events.filter(stage=STAGE).exists()
 
 
 def describe(ctx: RunContext, image: TopicImage) -> dict:

@@ -8,26 +8,29 @@ import importlib
 import inspect
 import pkgutil
 from types import ModuleType
-from typing import get_type_hints
+from typing import Any, get_type_hints
 
 import pytest
 from django.contrib.auth.models import User
 
-from research import presenters, watchers
+from research import images, presenters, watchers
 from research.models import Document, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic
 from research.pipeline import (
     direct,
+    domain,
     followup,
     local_rag,
     private_search,
     queries,
     route,
     run,
+    vision,
     web_search,
     years,
 )
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, Stage, StageName
+from tests.support.domain_world import picture
 from tests.support.fakes import Request, searxng_search
 from tests.support.world import PAGES, TOPIC, World, search_pages
 
@@ -227,3 +230,48 @@ def test_the_migration_stores_the_route_of_topics_routed_before(alice: User) -> 
     store_routes(apps, None)
     routes = [Topic.objects.get(pk=t.pk).route for t in (direct_topic, documents_topic, searched, unrouted)]
     assert routes == [Topic.Route.DIRECT, Topic.Route.DOCUMENTS, Topic.Route.SEARCH, ""]
+
+
+# --- the vision and domain stages keep their "done" in rows ------------------------------------------
+
+
+@pytest.mark.django_db
+def test_vision_and_domain_data_are_looked_at_once_though_the_event_log_is_lost(
+    alice: User, settings: Any
+) -> None:
+    """Nothing configured: each stage warns once. The events lost (an export, a clean-up), a run
+    again finds its row state and says nothing twice."""
+    settings.VISION_MODEL = ""
+    settings.OPEN_METEO_URL = ""
+    topic = Topic.objects.create(owner=alice, question="Погода в Казани завтра?", domain=Topic.Domain.WEATHER)
+    images.save(topic, images.prepare(picture((220, 30, 30))))
+
+    def warnings_of_a_run() -> list[str]:
+        ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
+        assert vision.run(ctx) is Outcome.CONTINUE and domain.run(ctx) is Outcome.CONTINUE
+        warned = RunEvent.objects.filter(topic=topic, level=RunEvent.Level.WARNING)
+        return sorted(warned.values_list("stage", flat=True))
+
+    assert warnings_of_a_run() == [StageName.DOMAIN, StageName.VISION]
+    RunEvent.objects.filter(topic=topic).delete()
+    assert warnings_of_a_run() == []
+    topic.refresh_from_db()
+    assert topic.vision_checked and topic.domain_data_checked
+
+
+@pytest.mark.django_db
+def test_the_migration_marks_vision_and_domain_done_by_their_old_flags(alice: User) -> None:
+    from django.apps import apps
+
+    mark_checked = importlib.import_module("research.migrations.0014_topic_checked").mark_checked
+    told, fetched, untouched = (Topic.objects.create(owner=alice, question=str(n)) for n in range(3))
+    for stage in (StageName.VISION, StageName.DOMAIN):
+        RunEvent.objects.create(topic=told, seq=told.next_event_seq(), stage=stage, message="…")
+    Document.objects.create(topic=fetched, title="weather", url="", text="…", fetched_via="domain")
+    mark_checked(apps, None)
+    flags = Topic.objects.order_by("pk").values_list("vision_checked", "domain_data_checked")
+    assert list(flags.filter(pk__in=(told.pk, fetched.pk, untouched.pk))) == [
+        (True, True),
+        (False, True),
+        (False, False),
+    ]
