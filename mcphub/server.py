@@ -25,7 +25,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
-from mindsearch.api_common import Text
+from mindsearch.api_common import MAX_OFFSET, MAX_PAGE, Text
 from research import api as research_api
 from research import workflow
 from retrieval import api as retrieval_api
@@ -225,8 +225,8 @@ async def list_topics(
         | None,
         Field(description="Only topics in this status."),
     ] = None,
-    limit: Annotated[int, Field(ge=1, le=research_api.MAX_PAGE)] = 25,
-    offset: Annotated[int, Field(ge=0, le=research_api.MAX_INT)] = 0,
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 25,
+    offset: Annotated[int, Field(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """My research topics, newest first."""
     return await _run(ctx, _list, query, status, limit, offset)
