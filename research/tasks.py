@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
@@ -30,34 +31,38 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 2.0
 LIVE = (Topic.Status.RUNNING, Topic.Status.PLANNING)
+T = TypeVar("T")
 
 
-def plan(topic_id: int) -> None:
-    if lifecycle.stopping():  # fetched before the stop: leave it for the next worker
-        hand_back(topic_id)
-        return
+def _unless_stopping(
+    work: Callable[[], T], alive: Callable[[], AbstractContextManager[None]], give_back: Callable[[], T]
+) -> T:
+    """`work` with its heartbeat `alive`; when the worker is stopping — before it began (the task
+    was fetched before the stop) or while it runs — `give_back` leaves it to the next worker."""
+    if lifecycle.stopping():
+        return give_back()
     try:
-        with heartbeat(topic_id):
-            go_on = plan_topic(topic_id)
+        with alive():
+            return work()
     except BaseException as exc:
         if not lifecycle.is_stop(exc):
             raise
+        return give_back()
+
+
+def plan(topic_id: int) -> None:
+    def give_back() -> bool:
         hand_back(topic_id)
-        return
-    if go_on:
+        return False
+
+    if _unless_stopping(lambda: plan_topic(topic_id), lambda: heartbeat(topic_id), give_back):
         run(topic_id)
 
 
 def run(topic_id: int) -> str:
-    if lifecycle.stopping():
-        return hand_back(topic_id)
-    try:
-        with heartbeat(topic_id):
-            return run_topic(topic_id)
-    except BaseException as exc:
-        if not lifecycle.is_stop(exc):
-            raise
-        return hand_back(topic_id)
+    return _unless_stopping(
+        lambda: run_topic(topic_id), lambda: heartbeat(topic_id), lambda: hand_back(topic_id)
+    )
 
 
 def followup(followup_id: int) -> list[int]:
@@ -66,17 +71,12 @@ def followup(followup_id: int) -> list[int]:
     topic_id = FollowUp.objects.filter(pk=followup_id).values_list("topic_id", flat=True).first()
     if topic_id is None:
         return []
-    if lifecycle.stopping():
+
+    def give_back() -> list[int]:
         hand_back_followups(topic_id)
         return []
-    try:
-        with followup_heartbeat(topic_id):
-            return answer_pending(topic_id)
-    except BaseException as exc:
-        if not lifecycle.is_stop(exc):
-            raise
-        hand_back_followups(topic_id)
-        return []
+
+    return _unless_stopping(lambda: answer_pending(topic_id), lambda: followup_heartbeat(topic_id), give_back)
 
 
 def hand_back_followups(topic_id: int) -> None:
