@@ -5,6 +5,7 @@ record. django-q2 registers its own task, failure, schedule and queue pages."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -407,17 +408,25 @@ class SubQueryInline(admin.TabularInline):
     fields = ("position", "round", "text", "origin")
 
 
-class FollowUpInline(admin.TabularInline):
-    """The topic's follow-up thread (asked on the topic page; read-only here)."""
+class ReadOnlyInline(admin.TabularInline):
+    """Rows a run wrote, shown with their parent: no row is added or edited here, each links to
+    its own page. A subclass names its `fields`."""
 
-    model = FollowUp
     extra = 0
-    fields = ("position", "kind", "question", "status", "searched", "model", "error", "created_at")
-    readonly_fields = fields
     show_change_link = True
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
+        return self.fields or ()
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class FollowUpInline(ReadOnlyInline):
+    """The topic's follow-up thread (asked on the topic page; read-only here)."""
+
+    model = FollowUp
+    fields = ("position", "kind", "question", "status", "searched", "model", "error", "created_at")
 
 
 @admin.register(FollowUp)
@@ -519,18 +528,12 @@ class SummaryScoreAdmin(admin.ModelAdmin):
     raw_id_fields = ("summary",)
 
 
-class CitationInline(admin.TabularInline):
+class CitationInline(ReadOnlyInline):
     """The citation check of the report: read-only, as the run wrote it."""
 
     model = Citation
-    extra = 0
     can_delete = False
     fields = ("sentence_index", "n", "verdict", "local_verdict", "method", "score", "sentence", "passage")
-    readonly_fields = fields
-    show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Report)

@@ -494,6 +494,8 @@ def test_staff_see_the_thread_in_the_admin_with_the_topics_cost(alice: User) -> 
     assert "LLM: 1 call, 7 tokens" in thread  # the follow-up's own cost, in its thread
     change = client.get(reverse("admin:research_topic_change", args=[topic.pk])).content.decode()
     assert followup.question in change and "1 calls" in change
+    # The thread is shown read-only: no field of a follow-up to edit, no row to add.
+    assert 'name="followups-0-question"' not in change and "followups-__prefix__" not in change
     listing = client.get(reverse("admin:research_followup_changelist")).content.decode()
     assert followup.question in listing
     detail = client.get(reverse("admin:research_followup_change", args=[followup.pk]))
