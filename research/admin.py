@@ -80,73 +80,68 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 # --- Cache entries --------------------------------------------------------------------------------
 
 
-class ExpiryFilter(admin.SimpleListFilter):
+class OptionFilter(admin.SimpleListFilter):
+    """A list filter of named options, each a label and the condition it filters by."""
+
+    def options(self) -> dict[str, tuple[str, Q]]:
+        raise NotImplementedError
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
+        return [(value, label) for value, (label, _where) in self.options().items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        options = self.options()
+        return queryset.filter(options[self.value()][1]) if self.value() in options else queryset
+
+
+class ExpiryFilter(OptionFilter):
     title = _("expiry")
     parameter_name = "expiry"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
-        return [
-            ("expired", _("Expired (awaiting purge)")),
-            ("day", _("Expires within a day")),
-            ("week", _("Expires within 7 days")),
-            ("later", _("Expires later")),
-        ]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        now = timezone.now()
-        bounds = {
-            "expired": Q(expires_at__lte=now),
-            "day": Q(expires_at__gt=now, expires_at__lte=now + timedelta(days=1)),
-            "week": Q(expires_at__gt=now, expires_at__lte=now + timedelta(days=7)),
-            "later": Q(expires_at__gt=now + timedelta(days=7)),
+    def options(self) -> dict[str, tuple[str, Q]]:
+        now, day, week = timezone.now(), timedelta(days=1), timedelta(days=7)
+        return {
+            "expired": (_("Expired (awaiting purge)"), Q(expires_at__lte=now)),
+            "day": (_("Expires within a day"), Q(expires_at__gt=now, expires_at__lte=now + day)),
+            "week": (_("Expires within 7 days"), Q(expires_at__gt=now, expires_at__lte=now + week)),
+            "later": (_("Expires later"), Q(expires_at__gt=now + week)),
         }
-        return queryset.filter(bounds[self.value()]) if self.value() in bounds else queryset
 
 
-class SizeFilter(admin.SimpleListFilter):
+class SizeFilter(OptionFilter):
     title = _("size")
     parameter_name = "size"
-    BUCKETS = {
-        "small": (0, 10_000, _("Under 10 kB")),
-        "medium": (10_000, 100_000, _("10–100 kB")),
-        "large": (100_000, 1_000_000, _("100 kB – 1 MB")),
-        "huge": (1_000_000, None, _("Over 1 MB")),
-    }
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
-        return [(key, label) for key, (_low, _high, label) in self.BUCKETS.items()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() not in self.BUCKETS:
-            return queryset
-        low, high, _label = self.BUCKETS[self.value()]
-        queryset = queryset.filter(size_bytes__gte=low)
-        return queryset.filter(size_bytes__lt=high) if high else queryset
+    def options(self) -> dict[str, tuple[str, Q]]:
+        return {
+            "small": (_("Under 10 kB"), Q(size_bytes__lt=10_000)),
+            "medium": (_("10–100 kB"), Q(size_bytes__gte=10_000, size_bytes__lt=100_000)),
+            "large": (_("100 kB – 1 MB"), Q(size_bytes__gte=100_000, size_bytes__lt=1_000_000)),
+            "huge": (_("Over 1 MB"), Q(size_bytes__gte=1_000_000)),
+        }
 
 
-class HitCountFilter(admin.SimpleListFilter):
+class HitCountFilter(OptionFilter):
     title = _("hit count")
     parameter_name = "hits"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
-        return [("0", _("Never hit")), ("1-9", _("1–9 hits")), ("10+", _("10 hits or more"))]
+    def options(self) -> dict[str, tuple[str, Q]]:
+        return {
+            "0": (_("Never hit"), Q(hit_count=0)),
+            "1-9": (_("1–9 hits"), Q(hit_count__range=(1, 9))),
+            "10+": (_("10 hits or more"), Q(hit_count__gte=10)),
+        }
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        ranges = {"0": Q(hit_count=0), "1-9": Q(hit_count__range=(1, 9)), "10+": Q(hit_count__gte=10)}
-        return queryset.filter(ranges[self.value()]) if self.value() in ranges else queryset
 
-
-class SharingFilter(admin.SimpleListFilter):
+class SharingFilter(OptionFilter):
     title = _("shared or private")
     parameter_name = "sharing"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
-        return [("shared", _("Shared web data")), ("private", _("From one user's documents"))]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() in ("shared", "private"):
-            return queryset.filter(owner__isnull=self.value() == "shared")
-        return queryset
+    def options(self) -> dict[str, tuple[str, Q]]:
+        return {
+            "shared": (_("Shared web data"), Q(owner__isnull=True)),
+            "private": (_("From one user's documents"), Q(owner__isnull=False)),
+        }
 
 
 @admin.register(CacheEntry)
@@ -279,19 +274,12 @@ def _currency() -> str:
 # --- LLM calls and usage ------------------------------------------------------------------------------
 
 
-class ErrorFilter(admin.SimpleListFilter):
+class ErrorFilter(OptionFilter):
     title = _("outcome")
     parameter_name = "outcome"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
-        return [("error", _("Failed")), ("ok", _("Answered"))]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "error":
-            return queryset.exclude(error="")
-        if self.value() == "ok":
-            return queryset.filter(error="")
-        return queryset
+    def options(self) -> dict[str, tuple[str, Q]]:
+        return {"error": (_("Failed"), ~Q(error="")), "ok": (_("Answered"), Q(error=""))}
 
 
 @admin.register(LLMCall)

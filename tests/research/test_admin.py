@@ -152,6 +152,9 @@ def test_entries_filter_by_kind_expiry_age_size_hits_and_sharing(staff_client: C
     assert listed(staff_client.get(url, {"expiry": "expired"})) == [old]
     assert set(listed(staff_client.get(url, {"expiry": "later"}))) == {small, big, private}
     assert listed(staff_client.get(url, {"size": "large"})) == [big]
+    assert set(listed(staff_client.get(url, {"size": "small"}))) == {small, old, private}
+    assert not listed(staff_client.get(url, {"size": "huge"}))
+    assert set(listed(staff_client.get(url, {"hits": "0"}))) == {big, private}
     assert listed(staff_client.get(url, {"hits": "10+"})) == [small]
     assert listed(staff_client.get(url, {"hits": "1-9"})) == [old]
     assert listed(staff_client.get(url, {"sharing": "private"})) == [private]
