@@ -7,6 +7,8 @@ score; a batch whose call fails is scored by the extractive engine instead.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
 from django.db.models import F
@@ -22,6 +24,7 @@ from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SCORE_HITS
 BATCH_SIZE = 10
+T = TypeVar("T")
 
 
 def run(ctx: RunContext) -> Outcome:
@@ -34,16 +37,24 @@ def run(ctx: RunContext) -> Outcome:
     pending = list(hits.filter(score__isnull=True).order_by(*order))
     if not pending:
         return Outcome.CONTINUE
-    batches = _batches(pending)
+    hit_batches = _batches(pending)
     total = hits.count()
     ctx.emit(
         STAGE,
         gettext_noop("Scoring %(count)s hits in %(calls)s LLM calls"),
-        args={"count": len(pending), "calls": len(batches)},
+        args={"count": len(pending), "calls": len(hit_batches)},
         done=total - len(pending),
         total=total,
     )
-    async_to_sync(_score_all)(ctx, batches, total, total - len(pending))
+    async_to_sync(score_all)(
+        ctx,
+        STAGE,
+        hit_batches,
+        lambda batch: _score(ctx, batch),
+        message=gettext_noop("Scored %(count)s hits"),
+        total=total,
+        done=total - len(pending),
+    )
     return Outcome.CONTINUE
 
 
@@ -53,32 +64,45 @@ def _batches(hits: list[Hit]) -> list[list[Hit]]:
     Web hits and passages of private documents go in separate batches: a web batch stays the
     same question for every user and is answered from the shared cache.
     """
-    by_subquery: dict[tuple[int, str], list[Hit]] = {}
-    for hit in hits:
-        by_subquery.setdefault((hit.subquery_id, hit.source), []).append(hit)
-    return [
-        group[i : i + BATCH_SIZE] for group in by_subquery.values() for i in range(0, len(group), BATCH_SIZE)
-    ]
+    return in_batches(hits, lambda hit: (hit.subquery_id, hit.source))
 
 
-async def _score_all(ctx: RunContext, batches: list[list[Hit]], total: int, done: int) -> None:
-    async def one(batch: list[Hit]) -> None:
+def in_batches(rows: list[T], key: Callable[[T], Hashable]) -> list[list[T]]:
+    """`rows` in batches of at most BATCH_SIZE, each of rows with the same `key`, in order."""
+    groups: dict[Hashable, list[T]] = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return [group[i : i + BATCH_SIZE] for group in groups.values() for i in range(0, len(group), BATCH_SIZE)]
+
+
+async def score_all(
+    ctx: RunContext,
+    stage: str,
+    batches: list[list[T]],
+    score: Callable[[list[T]], Awaitable[dict[str, Any] | None]],
+    *,
+    message: str,
+    total: int,
+    done: int,
+) -> None:
+    """Every batch scored at once (`score` saves a batch's scores and returns the event's data);
+    each batch answered is announced with the running count (`message`: a msgid with %(count)s)."""
+
+    async def one(batch: list[T]) -> None:
         nonlocal done
-        private = batch[0].source == Hit.Source.PRIVATE
-        items = [_item(hit) for hit in batch]
-        scores, origins = await score_batch(ctx, STAGE, batch[0].subquery.text, items, private=private)
-        await db(_save)(batch, scores, origins)
+        data = await score(batch)
         done += len(batch)
-        await db(ctx.emit)(
-            STAGE,
-            gettext_noop("Scored %(count)s hits"),
-            args={"count": len(batch)},
-            done=done,
-            total=total,
-            data=_scored(batch, scores),
-        )
+        await db(ctx.emit)(stage, message, args={"count": len(batch)}, done=done, total=total, data=data)
 
     await asyncio.gather(*(one(batch) for batch in batches))
+
+
+async def _score(ctx: RunContext, batch: list[Hit]) -> dict[str, Any]:
+    private = batch[0].source == Hit.Source.PRIVATE
+    items = [_item(hit) for hit in batch]
+    scores, origins = await score_batch(ctx, STAGE, batch[0].subquery.text, items, private=private)
+    await db(_save)(batch, scores, origins)
+    return _scored(batch, scores)
 
 
 async def score_batch(

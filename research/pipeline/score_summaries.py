@@ -3,14 +3,12 @@ by these scores (research/pipeline/diversity.py)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
 from research.models import Document, Summary, SummaryScore
 from research.pipeline.context import RunContext, db
-from research.pipeline.score_hits import BATCH_SIZE, score_batch
+from research.pipeline.score_hits import in_batches, score_all, score_batch
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SCORE_SUMMARIES
@@ -33,7 +31,16 @@ def run(ctx: RunContext) -> Outcome:
         done=total - len(pending),
         total=total,
     )
-    async_to_sync(_score_all)(ctx, _batches(pending), total, total - len(pending))
+    async_to_sync(score_all)(
+        ctx,
+        STAGE,
+        # Batches of ten per direction, private documents apart from web pages (see score_hits).
+        in_batches(pending, lambda summary: (_direction(summary), _is_private(summary))),
+        lambda batch: _score(ctx, batch),
+        message=gettext_noop("Scored %(count)s summaries"),
+        total=total,
+        done=total - len(pending),
+    )
     return Outcome.CONTINUE
 
 
@@ -42,33 +49,11 @@ def _direction(summary: Summary) -> str:
     return hit.subquery.text if hit else summary.document.title
 
 
-def _batches(pending: list[Summary]) -> list[list[Summary]]:
-    """Batches of ten per direction, private documents apart from web pages (see score_hits)."""
-    by_direction: dict[tuple[str, bool], list[Summary]] = {}
-    for summary in pending:
-        by_direction.setdefault((_direction(summary), _is_private(summary)), []).append(summary)
-    return [
-        group[i : i + BATCH_SIZE] for group in by_direction.values() for i in range(0, len(group), BATCH_SIZE)
-    ]
-
-
-async def _score_all(ctx: RunContext, batches: list[list[Summary]], total: int, done: int) -> None:
-    async def one(batch: list[Summary]) -> None:
-        nonlocal done
-        items = [(s.document.title or s.document.url, s.text) for s in batch]
-        private = any(_is_private(s) for s in batch)
-        scores, origins = await score_batch(ctx, STAGE, _direction(batch[0]), items, private=private)
-        await db(_save)(batch, scores, origins)
-        done += len(batch)
-        await db(ctx.emit)(
-            STAGE,
-            gettext_noop("Scored %(count)s summaries"),
-            args={"count": len(batch)},
-            done=done,
-            total=total,
-        )
-
-    await asyncio.gather(*(one(batch) for batch in batches))
+async def _score(ctx: RunContext, batch: list[Summary]) -> None:
+    items = [(s.document.title or s.document.url, s.text) for s in batch]
+    private = any(_is_private(s) for s in batch)
+    scores, origins = await score_batch(ctx, STAGE, _direction(batch[0]), items, private=private)
+    await db(_save)(batch, scores, origins)
 
 
 def _is_private(summary: Summary) -> bool:
