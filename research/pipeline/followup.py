@@ -44,7 +44,7 @@ from research.pipeline import (
     private_search,
     queries,
     question_domain,
-    read,
+    read_and_summarise,
     route,
     score_hits,
     score_summaries,
@@ -82,7 +82,7 @@ SEARCH_STAGES: tuple[Stage, ...] = (
     private_search,
     web_search,
     score_hits,
-    read,
+    read_and_summarise,
     summarise,
     score_summaries,
 )

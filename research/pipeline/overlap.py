@@ -32,12 +32,21 @@ from mcphub.models import McpSource
 from mindsearch import lifecycle
 from mindsearch.clients import fetch, reader, websearch
 from research.models import Document, Hit, SearchQuery, SubQuery, Topic
-from research.pipeline import queries, read, rerank, score_hits, summarise, web_search, years
+from research.pipeline import (
+    queries,
+    read,
+    read_and_summarise,
+    rerank,
+    score_hits,
+    summarise,
+    web_search,
+    years,
+)
 from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SEARCH
-COVERS = (queries, web_search, years, score_hits, read)
+COVERS = (queries, web_search, years, score_hits, read_and_summarise)
 CANCEL_POLL_SECONDS = 1.0
 
 
@@ -156,7 +165,7 @@ async def _front_parts(ctx: RunContext, pending: list[SubQuery]) -> list[str]:
         await asyncio.gather(*(one(index, subquery) for index, subquery in enumerate(pending)))
         if failures and not await db(_found_anything)(ctx):
             return failures  # the search failed: nothing to read
-        await _read_rest(ctx, number)
+        await _read_rest(ctx)
     finally:
         await asyncio.gather(*summaries)
     return failures
@@ -288,25 +297,12 @@ async def _read_first(ctx: RunContext, subquery: SubQuery, number: int) -> Docum
     return await db(read._save)(ctx, hit, page, number)
 
 
-async def _read_rest(ctx: RunContext, number: int) -> None:
-    """The reading stage's choice across the topic, once every hit is scored (`read.run`)."""
+async def _read_rest(ctx: RunContext) -> None:
+    """The reading stage's choice across the topic, once every hit is scored (`read.plan`), each
+    page summarised as soon as it is saved."""
+    reading = await db(read.plan)(ctx)
 
-    def plan() -> tuple[list[Hit], int, int]:
-        pool = read._candidates(ctx)
-        wanted = min(read.TOP_K * len({hit.subquery_id for hit in pool}), len(pool))
-        have = read._web_documents(ctx).count()
-        searched = len({hit.subquery_id for hit in pool})
-        attempts = wanted - have + read.SPARE_CANDIDATES * searched
-        return read._reading_order(pool, number, attempts=attempts), wanted, have
+    async def summarised(document: Document) -> None:
+        await summarise.summarise_document(ctx, document, reading.wanted)
 
-    queue, wanted, have = await db(plan)()
-    if have >= wanted:
-        return
-    await db(ctx.emit)(
-        read.STAGE,
-        gettext_noop("Reading the best %(count)s pages"),
-        args={"count": wanted},
-        done=have,
-        total=wanted,
-    )
-    await read._read_best(ctx, queue, wanted, have, number, wanted)
+    await read.read_pages(ctx, reading, summarised)

@@ -1,14 +1,19 @@
 """Stage 5: the best hits of the topic are read as Markdown, `TOP_K` pages per sub-query.
 
 The reader goes first; when it fails, the page is fetched directly (SSRF-safe) and converted.
-A page that cannot be read at all gives its place to the next-best hit. Each document read goes
-straight on to be summarised, so reading and summarising overlap.
+A page that cannot be read gives its place to the next-best hit. The private passages a topic
+with documents took are saved as documents here too. This stage only reads and saves
+`Document` rows: each one saved is handed to the caller's `saved` (`read_pages`), which is how
+the run loop's composition (`read_and_summarise.py`) and the round's front (`overlap.py`) have
+pages summarised while others are still being read; alone (`run`), it reads and nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
@@ -17,7 +22,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit
-from research.pipeline import cache, private, summarise
+from research.pipeline import cache, private
 from research.pipeline.context import RunContext, db
 from research.pipeline.stage import Outcome, StageName
 
@@ -43,26 +48,53 @@ PAYWALL = re.compile(
 )
 
 
+# What is done with each document as soon as it is saved (the composition's summariser).
+Saved = Callable[[Document], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the stage reads: the web pages in order, until the topic has `wanted` of them."""
+
+    passages: list[Document]  # the private passages taken as documents, not yet summarised
+    queue: list[Hit]
+    wanted: int
+    have: int
+    number: int  # the round being read
+
+
 def run(ctx: RunContext) -> Outcome:
+    """Read and save, nothing more (the summarise stage then summarises what was read)."""
+    reading = plan(ctx)
+    if reading.have < reading.wanted:
+        async_to_sync(read_pages)(ctx, reading, None)
+    return Outcome.CONTINUE
+
+
+def plan(ctx: RunContext) -> Reading:
+    """Take the private passages as documents, and choose the web pages to read."""
     passages = private.read_documents(ctx, STAGE)
     number = _current_round(ctx)
     pool = _candidates(ctx)
     searched = {hit.subquery_id for hit in pool}
     wanted = min(TOP_K * len(searched), len(pool))
     have = _web_documents(ctx).count()
-    if have >= wanted and not passages:
-        return Outcome.CONTINUE
-    if have < wanted:
-        ctx.emit(
-            STAGE,
-            gettext_noop("Reading the best %(count)s pages"),
-            args={"count": wanted},
-            done=have,
-            total=wanted,
-        )
     queue = _reading_order(pool, number, attempts=wanted - have + SPARE_CANDIDATES * len(searched))
-    async_to_sync(_read_all)(ctx, queue, wanted, have, number, passages)
-    return Outcome.CONTINUE
+    return Reading(passages, queue, wanted, have, number)
+
+
+async def read_pages(ctx: RunContext, reading: Reading, saved: Saved | None) -> None:
+    """Read the chosen pages; each document saved goes to `saved` while the next are read."""
+    if reading.have >= reading.wanted:
+        return
+    await db(ctx.emit)(
+        STAGE,
+        gettext_noop("Reading the best %(count)s pages"),
+        args={"count": reading.wanted},
+        done=reading.have,
+        total=reading.wanted,
+    )
+    await _read_best(ctx, reading, saved)
 
 
 def _current_round(ctx: RunContext) -> int:
@@ -106,26 +138,13 @@ def _reading_order(pool: list[Hit], number: int, *, attempts: int) -> list[Hit]:
     return (first + rest)[: max(attempts, 0)]
 
 
-async def _read_all(
-    ctx: RunContext, queue: list[Hit], wanted: int, have: int, number: int, passages: list[Document]
-) -> None:
-    """Read the web pages while the documents made of private passages are being summarised."""
-    private_documents = Document.objects.filter(topic=ctx.topic, fetched_via=Document.FetchedVia.PRIVATE)
-    summaries = wanted + await db(private_documents.count)()
-    await asyncio.gather(
-        _read_best(ctx, queue, wanted, have, number, summaries),
-        *(summarise.summarise_document(ctx, document, summaries) for document in passages),
-    )
-
-
-async def _read_best(
-    ctx: RunContext, queue: list[Hit], wanted: int, have: int, number: int, summaries: int
-) -> None:
+async def _read_best(ctx: RunContext, reading: Reading, saved: Saved | None) -> None:
     """Read the queue in order, a wave at a time, until the topic has `wanted` web documents; a
     page that cannot be read gives its place to the next in the queue."""
+    have, wanted, queue = reading.have, reading.wanted, reading.queue
     while have < wanted and queue:
         wave, queue = queue[: wanted - have], queue[wanted - have :]
-        results = await asyncio.gather(*(_read_hit(ctx, hit, number, summaries) for hit in wave))
+        results = await asyncio.gather(*(_read_hit(ctx, hit, reading.number, saved) for hit in wave))
         have += sum(results)
         await db(ctx.emit)(
             STAGE,
@@ -143,7 +162,7 @@ def _has_document(hit: Hit) -> bool:
         return False
 
 
-async def _read_hit(ctx: RunContext, hit: Hit, number: int, summaries: int) -> int:
+async def _read_hit(ctx: RunContext, hit: Hit, number: int, saved: Saved | None) -> int:
     try:
         page = await read_page(hit.url, user=ctx.owner_id)
     except (reader.ReadError, fetch.FetchError) as exc:
@@ -152,7 +171,8 @@ async def _read_hit(ctx: RunContext, hit: Hit, number: int, summaries: int) -> i
         )
         return 0
     document = await db(_save)(ctx, hit, page, number)
-    await summarise.summarise_document(ctx, document, summaries)
+    if saved is not None:
+        await saved(document)
     return 1
 
 

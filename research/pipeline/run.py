@@ -36,7 +36,7 @@ from research.pipeline import (
     private,
     private_search,
     queries,
-    read,
+    read_and_summarise,
     route,
     score_hits,
     score_summaries,
@@ -57,7 +57,7 @@ ROUND_STAGES: tuple[Stage, ...] = (
     web_search,
     years,
     score_hits,
-    read,
+    read_and_summarise,  # read, each page summarised as it is saved
     summarise,
     score_summaries,
 )

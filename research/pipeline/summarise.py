@@ -1,7 +1,8 @@
 """Stage 6: every document read is summarised with the seed's prompt.
 
-The read stage hands each document here as soon as it is read, so summaries are written while
-other pages are still being read; `run` catches up on any document left without a summary
+The run loop's composition of reading and summarising (`read_and_summarise.py`, and the round's
+front, `overlap.py`) hands each document here as soon as it is saved, so summaries are written
+while other pages are still being read; `run` catches up on any document left without a summary
 (a run that stopped in between).
 """
 

@@ -22,6 +22,8 @@ from research.pipeline import (
     local_rag,
     private_search,
     queries,
+    read,
+    read_and_summarise,
     route,
     run,
     vision,
@@ -82,14 +84,53 @@ def test_every_stage_the_runs_call_has_the_stage_shape(stage: ModuleType) -> Non
 
 def test_the_run_loop_runs_every_stage_module_of_the_pipeline() -> None:
     """A module with a stage's shape that no run calls would be a stage someone forgot (or calls
-    from another stage, by a side door). local_rag's `run` also takes the period: it is the route
-    stage's branch, not a stage."""
+    from another stage, by a side door); read and summarise are run by their composition."""
     stages = {
         module
         for module in pipeline_modules()
         if isinstance(module, Stage) and list(inspect.signature(module.run).parameters) == ["ctx"]
     }
-    assert stages == set(run.STAGES)
+    assert stages == set(run.STAGES) | set(read_and_summarise.COMPOSES)
+    assert read_and_summarise in run.ROUND_STAGES and read not in run.ROUND_STAGES
+    assert read_and_summarise in followup.SEARCH_STAGES and read not in followup.SEARCH_STAGES
+
+
+COMPOSERS = {"overlap", "read_and_summarise"}  # explicit compositions of stages, for the overlap
+# What a stage may use of another stage module: knowledge, not work. The picture's prompt blocks;
+# the rows domain saved and the period route stored, read; the report writer, which the local-RAG
+# branch answers with as the answer stage does.
+SHARED = {
+    ("vision", "labels_block"),
+    ("vision", "context_block"),
+    ("domain", "domain_documents"),
+    ("route", "period_of"),
+    ("answer", "write_report"),
+}
+
+
+def test_no_stage_calls_into_another_stages_work() -> None:
+    """Reading does not summarise, routing does not answer: the piping of one stage's rows into
+    another's work is the run loop's, or a composer's (overlap.py, read_and_summarise.py)."""
+    modules = {module.__name__.rsplit(".", 1)[-1]: module for module in pipeline_modules()}
+    stages = {name for name, module in modules.items() if isinstance(module, Stage)}
+    used = {}
+    for name in sorted(stages - COMPOSERS):
+        tree = ast.parse(inspect.getsource(modules[name]))
+        imported = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "research.pipeline"
+            for alias in node.names
+            if alias.name in stages
+        }
+        attributes = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute)]
+        used[name] = {
+            (node.value.id, node.attr)
+            for node in attributes
+            if isinstance(node.value, ast.Name) and node.value.id in imported
+        }
+    assert "summarise" not in {other for other, _ in used["read"]}
+    assert {name: sorted(pairs - SHARED) for name, pairs in used.items() if pairs - SHARED} == {}
 
 
 def years_world(loopback: World) -> None:
@@ -134,7 +175,7 @@ def test_no_stage_runs_another_stage() -> None:
     by each other: a stage module does not call another stage module's `run`."""
     modules = [importlib.import_module(stage.run.__module__) for stage in run.STAGES]
     stage_names = {module.__name__.rsplit(".", 1)[-1] for module in modules}
-    composers = {"overlap"}  # the explicit composition of the round's front, per sub-query
+    composers = COMPOSERS
     calls = {}
     for module in modules:
         name = module.__name__.rsplit(".", 1)[-1]
