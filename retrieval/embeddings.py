@@ -23,8 +23,9 @@ import importlib.util
 import math
 import threading
 import time
+from collections.abc import Callable
 from functools import cache
-from typing import Protocol
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -71,11 +72,7 @@ def model_id() -> str:
 
 def embed(texts: list[str], *, batch_size: int = 32) -> list[list[float]]:
     """One normalised vector per passage, in order."""
-    if not texts:
-        return []
-    if settings.EMBEDDING_BACKEND == "openai":
-        return _embed_remote([_passage_text(text) for text in texts], batch_size)
-    return encoder().passages(texts, batch_size)
+    return _embed_many(texts, batch_size, as_queries=False)
 
 
 def embed_query(text: str) -> list[float]:
@@ -86,11 +83,17 @@ def embed_query(text: str) -> list[float]:
 
 def embed_queries(texts: list[str], *, batch_size: int = 32) -> list[list[float]]:
     """`embed_query` for many queries at once (a benchmark's), batched as passages are."""
+    return _embed_many(texts, batch_size, as_queries=True)
+
+
+def _embed_many(texts: list[str], batch_size: int, *, as_queries: bool) -> list[list[float]]:
     if not texts:
         return []
     if settings.EMBEDDING_BACKEND == "openai":
-        return _embed_remote([_query_text(text) for text in texts], batch_size)
-    return encoder().queries(texts, batch_size)
+        marked = _query_text if as_queries else _passage_text
+        return _embed_remote([marked(text) for text in texts], batch_size)
+    model = encoder()
+    return model.queries(texts, batch_size) if as_queries else model.passages(texts, batch_size)
 
 
 def count_tokens(text: str) -> int:
@@ -153,21 +156,22 @@ class _BundledE5:
         self._lock = threading.Lock()
 
     def passages(self, texts: list[str], batch_size: int) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for first in range(0, len(texts), batch_size):
-            with self._lock:
-                vectors.extend(self._model.passage(texts[first : first + batch_size]).tolist())
-        return vectors
+        return self._batched(self._model.passage, texts, batch_size)
 
     def query(self, text: str) -> list[float]:
         with self._lock:
             return self._model.query(text).tolist()
 
     def queries(self, texts: list[str], batch_size: int) -> list[list[float]]:
+        return self._batched(self._model.query, texts, batch_size)
+
+    def _batched(
+        self, encode: Callable[[list[str]], Any], texts: list[str], batch_size: int
+    ) -> list[list[float]]:
         vectors: list[list[float]] = []
         for first in range(0, len(texts), batch_size):
             with self._lock:
-                vectors.extend(self._model.query(texts[first : first + batch_size]).tolist())
+                vectors.extend(encode(texts[first : first + batch_size]).tolist())
         return vectors
 
     def count_tokens(self, text: str) -> int:

@@ -63,7 +63,13 @@ def test_queries_and_passages_get_the_e5_prefixes():
 
 
 def test_no_texts_no_work():
-    assert embed([]) == []
+    assert embed([]) == [] and embeddings.embed_queries([]) == []
+
+
+def test_many_queries_are_embedded_as_one_query_is():
+    many = embeddings.embed_queries(["first question", "second question"], batch_size=1)
+    assert [round(x, 5) for x in many[1]] == [round(x, 5) for x in embed_query("second question")]
+    assert cosine(many[0], embed(["first question"])[0]) < 0.999  # a query, not a passage
 
 
 def test_model_is_loaded_once_per_process():
@@ -173,8 +179,9 @@ def test_remote_e5_model_gets_its_prefixes(remote, settings):
     settings.EMBEDDING_MODEL = "multilingual-e5-small"
     embed(["a passage"])
     embed_query("a question")
+    embeddings.embed_queries(["two", "questions"])
     inputs = [request.json()["input"] for request in remote.requests_to("/v1/embeddings")]
-    assert inputs == [["passage: a passage"], ["query: a question"]]
+    assert inputs == [["passage: a passage"], ["query: a question"], ["query: two", "query: questions"]]
 
 
 def test_remote_vectors_come_back_in_order_and_normalised(remote):
