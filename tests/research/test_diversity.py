@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.contrib.auth.models import User
 
@@ -104,10 +106,8 @@ def test_the_site_of_a_page_and_of_a_private_document() -> None:
 
 
 @pytest.fixture
-def web(settings: object) -> DeepWorld:
-    with deep_world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
+def web(settings: object) -> Iterator[DeepWorld]:
+    with deep_world(settings=settings) as w:
         yield w
 
 

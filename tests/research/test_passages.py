@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
@@ -102,10 +103,8 @@ def test_cited_passages_only_for_a_page_that_was_cut() -> None:
 
 
 @pytest.fixture
-def web(settings: object) -> DeepWorld:
-    with deep_world() as w:
-        for name, value in w.settings().items():
-            setattr(settings, name, value)
+def web(settings: object) -> Iterator[DeepWorld]:
+    with deep_world(settings=settings) as w:
         yield w
 
 

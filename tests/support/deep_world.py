@@ -213,8 +213,13 @@ def facts_in(text: str) -> set[str]:
 
 @contextmanager
 def deep_world(
-    *, llm_latency: float = 0.0, search_latency: float = 0.0, reader_latency: float = 0.0
+    *,
+    llm_latency: float = 0.0,
+    search_latency: float = 0.0,
+    reader_latency: float = 0.0,
+    settings: Any = None,
 ) -> Iterator[DeepWorld]:
+    """The Kestrel web; with pytest-django's `settings`, this process's settings point at it."""
     script = DeepScript()
     readable = {page.url: (page.title, page.text) for page in PAGES}
     with ExitStack() as stack:
@@ -225,4 +230,8 @@ def deep_world(
             FakeService({("GET", "/search"): searxng_search(search_pages)}, latency=search_latency)
         )
         read = stack.enter_context(FakeService(fallback=reader(readable), latency=reader_latency))
-        yield DeepWorld(llm=llm, searxng=searxng, reader=read, script=script)
+        world = DeepWorld(llm=llm, searxng=searxng, reader=read, script=script)
+        if settings is not None:
+            for name, value in world.settings().items():
+                setattr(settings, name, value)
+        yield world
