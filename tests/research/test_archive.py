@@ -36,9 +36,9 @@ from research.models import (
     Summary,
     Topic,
 )
-from research.pipeline.run import plan_topic, run_topic
 from retrieval.models import UploadedDocument
-from tests.support.world import TOPIC, World
+from tests.research.test_citation_report import researched as research_topic
+from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
 
@@ -46,13 +46,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def researched(alice: User, loopback: World) -> Topic:
     """A topic alice had researched start to finish against the loopback internet."""
-    topic = Topic.objects.create(owner=alice, question=TOPIC, auto_approve=True)
-    if not plan_topic(topic.pk):
-        topic.set_status(Topic.Status.QUEUED)
-    run_topic(topic.pk)
-    topic.refresh_from_db()
-    assert topic.status == Topic.Status.COMPLETED, topic.error
-    return topic
+    return research_topic(alice)
 
 
 def snapshot(topic: Topic) -> dict[str, Any]:
