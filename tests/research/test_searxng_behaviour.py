@@ -67,19 +67,29 @@ def dated(published: dict[str, str]) -> Callable[[Request, Response], Response]:
     return change
 
 
+def research_a_recent_question(
+    owner: User, loopback: World, engines: Callable[[Request, Response], Response], *, timed: bool = False
+) -> Topic:
+    """RECENT_QUESTION researched where `engines` shape each answer, the MoT paper dates from 900
+    days ago and the improvements page from 20; `timed`: of brave and bing, brave alone supports
+    time ranges (the instance's /config says so)."""
+    now = timezone.now()
+    published = {
+        "mot-paper": (now - timedelta(days=900)).isoformat(),
+        "mot-improve": (now - timedelta(days=20)).isoformat(),
+    }
+    if timed:
+        loopback.searxng.routes[("GET", "/config")] = searxng_config("brave", "bing", timed=("brave",))
+    wrap_results(loopback, lambda request, response: dated(published)(request, engines(request, response)))
+    topic = research(owner, question=RECENT_QUESTION)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    return topic
+
+
 def test_a_time_filter_that_empties_every_search_is_widened_and_the_topic_completes(
     alice: User, loopback: World
 ) -> None:
-    now = timezone.now()
-    old, recent = (now - timedelta(days=900)).isoformat(), (now - timedelta(days=20)).isoformat()
-    wrap_results(
-        loopback,
-        lambda request, response: dated({"mot-paper": old, "mot-improve": recent})(
-            request, engines_without_time_ranges(request, response)
-        ),
-    )
-    topic = research(alice, question=RECENT_QUESTION)
-    assert topic.status == Topic.Status.COMPLETED, topic.error
+    topic = research_a_recent_question(alice, loopback, engines_without_time_ranges)
     assert topic.time_range == "year"
     asked = loopback.searxng.requests_to(SEARCH)
     assert {r.param("time_range") for r in asked} == {"year", ""}
@@ -104,17 +114,7 @@ def one_engine_with_time_ranges(request: Request, response: Response) -> Respons
 def test_a_time_filter_that_leaves_few_results_is_widened_and_keeps_them_first(
     alice: User, loopback: World
 ) -> None:
-    now = timezone.now()
-    old, recent = (now - timedelta(days=900)).isoformat(), (now - timedelta(days=20)).isoformat()
-    loopback.searxng.routes[("GET", "/config")] = searxng_config("brave", "bing", timed=("brave",))
-    wrap_results(
-        loopback,
-        lambda request, response: dated({"mot-paper": old, "mot-improve": recent})(
-            request, one_engine_with_time_ranges(request, response)
-        ),
-    )
-    topic = research(alice, question=RECENT_QUESTION)
-    assert topic.status == Topic.Status.COMPLETED, topic.error
+    topic = research_a_recent_question(alice, loopback, one_engine_with_time_ranges, timed=True)
     asked = loopback.searxng.requests_to(SEARCH)
     assert {r.param("time_range") for r in asked} == {"year", ""}
     # Every query kept more than the filter's two results; the old page is not among them.
@@ -142,17 +142,7 @@ def test_a_time_filtered_answer_short_of_a_page_is_widened_when_the_filter_skips
 ) -> None:
     """Six results are not "thin", yet they are all the filtering engines know of the period:
     the recent page only a skipped engine indexes is found by asking without the filter."""
-    now = timezone.now()
-    old, recent = (now - timedelta(days=900)).isoformat(), (now - timedelta(days=20)).isoformat()
-    loopback.searxng.routes[("GET", "/config")] = searxng_config("brave", "bing", timed=("brave",))
-    wrap_results(
-        loopback,
-        lambda request, response: dated({"mot-paper": old, "mot-improve": recent})(
-            request, engines_that_filter_know_part_of_the_web(request, response)
-        ),
-    )
-    topic = research(alice, question=RECENT_QUESTION)
-    assert topic.status == Topic.Status.COMPLETED, topic.error
+    topic = research_a_recent_question(alice, loopback, engines_that_filter_know_part_of_the_web, timed=True)
     filtered = [r for r in loopback.searxng.requests_to(SEARCH) if r.param("time_range")]
     assert filtered and all(r.param("time_range") == "year" for r in filtered)
     assert "" in {r.param("time_range") for r in loopback.searxng.requests_to(SEARCH)}
