@@ -60,11 +60,7 @@ def _reply(ctx: RunContext) -> tuple[str, str]:
                 max_tokens=MAX_TOKENS,
             )
         except LLMError as exc:
-            ctx.warn(
-                STAGE,
-                gettext_noop("The LLM could not answer directly (%(error)s)."),
-                args={"error": str(exc)},
-            )
+            ctx.fell_back(STAGE, gettext_noop("The LLM could not answer directly (%(error)s)."), exc)
         else:
             if text.strip():
                 return text.strip(), ctx.model

@@ -105,10 +105,10 @@ def _classify(ctx: RunContext, period: timeparse.Period | None) -> Route:
         )
         return parse_route(parse_json(answer), fallback)
     except LLMError as exc:
-        ctx.warn(
+        ctx.fell_back(
             STAGE,
             gettext_noop("The LLM could not classify the question (%(error)s); classified by keywords."),
-            args={"error": str(exc)},
+            exc,
         )
         return fallback
 

@@ -74,10 +74,8 @@ async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
                 ctx, STAGE, load_prompt("summarise"), request, kind=CacheEntry.Kind.SUMMARIES, private=private
             )
         except LLMError as exc:
-            await db(ctx.warn)(
-                STAGE,
-                gettext_noop("LLM summary failed (%(error)s); using an extractive summary."),
-                args={"error": str(exc)},
+            await db(ctx.fell_back)(
+                STAGE, gettext_noop("LLM summary failed (%(error)s); using an extractive summary."), exc
             )
         else:
             if text.strip():

@@ -71,12 +71,12 @@ def _analyse(ctx: RunContext, image: TopicImage) -> None:
     except llm_client.LLMError as exc:
         image.analysis, image.error = TopicImage.Analysis.FAILED, str(exc)[:1000]
         image.save(update_fields=["analysis", "error"])
-        ctx.warn(
+        ctx.fell_back(
             STAGE,
             gettext_noop(
                 "The vision model could not describe the picture (%(error)s); going on with the text."
             ),
-            args={"error": str(exc)},
+            exc,
         )
         return
     for name, value in found.items():
