@@ -27,7 +27,7 @@ from research.models import (
     Topic,
 )
 from research.pipeline import citecheck, deep, passages
-from research.pipeline.answer import SOURCES_HEADING
+from research.pipeline.report_writer import SOURCES_HEADING
 from research.pipeline.stage import StageName
 from research.rendering import CitationMark, render_markdown
 

@@ -23,8 +23,8 @@ from django.views.decorators.http import require_GET
 
 from research.models import Citation, Document, FollowUp, Report, Topic
 from research.pipeline import citecheck, diversity
-from research.pipeline.answer import CITATION, SOURCES_HEADING
 from research.pipeline.followup import sources_by_number
+from research.pipeline.report_writer import CITATION, SOURCES_HEADING
 from research.presenters import followup_citations
 from research.views import ShareGone, _reported, _shared, _topic
 from retrieval.highlight import highlight_all

@@ -36,7 +36,6 @@ from mindsearch.clients.llm import LLMError
 from research import progress
 from research.models import CacheEntry, Document, FollowUp, Report, RunEvent, SubQuery, Topic
 from research.pipeline import (
-    answer,
     citecheck,
     deep,
     extractive,
@@ -45,6 +44,7 @@ from research.pipeline import (
     queries,
     question_domain,
     read_and_summarise,
+    report_writer,
     route,
     score_hits,
     score_summaries,
@@ -118,7 +118,7 @@ def expand_question(section: str, russian: bool) -> str:
 def report_sections(markdown: str) -> list[str]:
     """The headings of a report (## and ###) a reader may ask to expand, in order, without the
     sources list."""
-    body = answer.SOURCES_HEADING.split(markdown)[0]
+    body = report_writer.SOURCES_HEADING.split(markdown)[0]
     found = []
     for line in body.splitlines():
         stripped = line.strip()
@@ -131,7 +131,7 @@ def report_sections(markdown: str) -> list[str]:
 
 def section_text(markdown: str, title: str) -> str:
     """The text under a heading of the report, up to the next heading of its level or above."""
-    body = answer.SOURCES_HEADING.split(markdown)[0]
+    body = report_writer.SOURCES_HEADING.split(markdown)[0]
     lines = body.splitlines()
     for index, line in enumerate(lines):
         stripped = line.strip()
@@ -300,9 +300,11 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
     if _needs_search(ctx, followup, query, list(excerpts.values())):
         new = _search(ctx, followup, {entry.document.pk for entry in known if entry.document})
     chosen = [(entry.source, entry.document) for entry, _excerpt in ranked]
-    new_sources = [answer._source(n, document, query) for n, document in enumerate(new, next_number(known))]
+    new_sources = [
+        report_writer.source_entry(n, document, query) for n, document in enumerate(new, next_number(known))
+    ]
     for source, document in zip(new_sources, new, strict=True):
-        excerpts[source["n"]] = passages.document_excerpt(document, query, answer.MAX_CHARS_PER_SOURCE)
+        excerpts[source["n"]] = passages.document_excerpt(document, query, report_writer.MAX_CHARS_PER_SOURCE)
         chosen.append((source, document))
     if not chosen:
         raise StageError(
@@ -351,7 +353,7 @@ def _rank_known(known: list[Numbered], query: str) -> list[tuple[Numbered, str]]
     if not usable:
         return []
     excerpts = [
-        passages.document_excerpt(entry.document, query, answer.MAX_CHARS_PER_SOURCE)
+        passages.document_excerpt(entry.document, query, report_writer.MAX_CHARS_PER_SOURCE)
         for entry in usable
         if entry.document is not None
     ]
@@ -452,7 +454,7 @@ def _search(ctx: FollowUpContext, followup: FollowUp, numbered: set[int]) -> lis
 # --- Writing -------------------------------------------------------------------------------------
 
 
-class Draft(answer.StreamedText):
+class Draft(report_writer.StreamedText):
     """The follow-up's answer as it is written, saved on the follow-up."""
 
     def __init__(self, followup: FollowUp) -> None:
@@ -519,7 +521,7 @@ def _request(
 ) -> str:
     topic = ctx.topic
     report = Report.objects.filter(topic=topic).first()
-    body = answer.SOURCES_HEADING.split(report.markdown)[0].strip() if report else ""
+    body = report_writer.SOURCES_HEADING.split(report.markdown)[0].strip() if report else ""
     earlier = [
         f"Вопрос: {f.question}\nОтвет:\n{f.answer[:EARLIER_ANSWER_CHARS]}"
         for f in topic.followups.filter(
@@ -528,7 +530,7 @@ def _request(
     ]
     blocks = [
         f"[{source['n']}] {source.get('title') or source.get('url')}\n"
-        f"{source.get('url') or answer.PRIVATE_ORIGIN}\n\n{excerpts[source['n']]}"
+        f"{source.get('url') or report_writer.PRIVATE_ORIGIN}\n\n{excerpts[source['n']]}"
         for source, _document in sorted(chosen, key=lambda pair: pair[0]["n"])
     ]
     context = f"Отчёт:\n{body[:REPORT_CONTEXT_CHARS]}"
@@ -569,8 +571,8 @@ def extractive_answer(query: str, excerpts: dict[int, str], sources: int = 3) ->
 
 def clean_citations(body: str, numbers: set[int]) -> str:
     """Drop the model's own sources list and any [n] that is not one of the numbers it was sent."""
-    body = answer.SOURCES_HEADING.split(body)[0].rstrip()
-    return answer.CITATION.sub(lambda m: m.group(0) if int(m.group(2)) in numbers else "", body)
+    body = report_writer.SOURCES_HEADING.split(body)[0].rstrip()
+    return report_writer.CITATION.sub(lambda m: m.group(0) if int(m.group(2)) in numbers else "", body)
 
 
 def _check(ctx: RunContext, body: str, excerpts: dict[int, str], private: bool) -> list[citecheck.Verdict]:
@@ -579,10 +581,12 @@ def _check(ctx: RunContext, body: str, excerpts: dict[int, str], private: bool) 
         return []
     verdicts = citecheck.check(claims, excerpts)
     if ctx.llm_enabled:
-        verdicts = async_to_sync(citecheck.verify)(ctx, verdicts, private=private, stage=answer.CHECK_STAGE)
+        verdicts = async_to_sync(citecheck.verify)(
+            ctx, verdicts, private=private, stage=report_writer.CHECK_STAGE
+        )
     tally = citecheck.counts(verdicts)
     ctx.emit(
-        answer.CHECK_STAGE,
+        report_writer.CHECK_STAGE,
         gettext_noop(
             "Citations checked: %(supported)s of %(total)s supported by their sources, "
             "%(weak)s weakly, %(unsupported)s not"

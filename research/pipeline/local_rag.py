@@ -6,7 +6,7 @@ question is searched in the owner's indexed documents as a sub-query's phrasing 
 (`private.find_passages`: hybrid BM25 + dense with the relevance floor, and the reranker when
 one is configured), in the period the question names, the best passages become private
 Documents — neighbouring passages of one file merged, titled by file name and page like every
-private source — and the report is written from them (`answer.write_report`: the same
+private source — and the report is written from them (`report_writer.write_report`: the same
 citations, sources list, citation check and previews as a researched topic). No plan, no web
 search.
 
@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from research.models import Document, Report, Topic
-from research.pipeline import answer, private, rerank, route
+from research.pipeline import private, report_writer, rerank, route
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, StageName
 from retrieval.models import Chunk
@@ -52,7 +52,7 @@ def run(ctx: RunContext) -> Outcome:
         ),
         args={"passages": len(documents), "files": len({d.uploaded_document_id for d in documents})},
     )
-    answer.write_report(ctx, documents)
+    report_writer.write_report(ctx, documents)
     return Outcome.ANSWERED
 
 

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from research import progress
 from research.models import Report, ReportDraft, RunEvent, Topic
-from research.pipeline import answer
+from research.pipeline import answer, report_writer
 from research.pipeline.run import plan_topic, run_topic
 from research.routing import websocket_urlpatterns
 from tests.support.fakes import Fault, Pace
@@ -136,7 +136,7 @@ def test_a_stream_cut_once_is_written_again_in_full(
     assert len(restarts) == 1 and len(texts[restarts[0] - 1]) == 11 * 4  # cut after 11 pieces
     report = Report.objects.get(topic=topic)
     assert report.model == "test-model"
-    assert answer.clean_citations(final_text, len(report.sources)) in report.markdown
+    assert report_writer.clean_citations(final_text, len(report.sources)) in report.markdown
 
 
 @pytest.mark.django_db

@@ -29,8 +29,8 @@ from research.models import (
     Topic,
 )
 from research.pipeline import private, private_search, queries, score_hits, web_search
-from research.pipeline.answer import sources_section
 from research.pipeline.context import RunContext
+from research.pipeline.report_writer import sources_section
 from research.pipeline.run import plan_topic, run_topic
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from research import images, workflow
 from research.models import RunEvent, SubQuery, Topic
-from research.pipeline.answer import SOURCES_HEADING, clean_citations
+from research.pipeline.report_writer import SOURCES_HEADING, clean_citations
 from research.pipeline.run import plan_topic, run_topic
 
 BAR_WIDTH = 30
@@ -23,7 +23,7 @@ BAR_WIDTH = 30
 
 class Listener:
     """What the run tells the console: events drawn as bars and lines, and the report's text
-    printed piece by piece as it is written (`report_text`, see research/pipeline/answer.py)."""
+    printed piece by piece as it is written (`report_text`, see research/pipeline/report_writer.py)."""
 
     def __init__(self, command: Command) -> None:
         self.command = command
