@@ -62,7 +62,12 @@ def embedding_text(span: ChunkSpan) -> str:
     On 300 SciFact training claims over 1,182 abstracts the dense leg's nDCG@10 went 0.766 →
     0.797 with the heading (chunks of 1,000 characters) and 0.788 → 0.798 (whole sections)."""
     if span.heading and not HEADING.match(span.text):
-        return f"{span.heading[:HEADING_CHARS]}\n\n{span.text}"
+        titled = f"{span.heading[:HEADING_CHARS]}\n\n{span.text}"
+        # Chunks fill the model's window; a heading that would push one past it is left out
+        # rather than cut the chunk's own tail off its vector (or, at an endpoint that refuses
+        # long input, fail the document).
+        if count_tokens(titled) <= max_tokens():
+            return titled
     return span.text
 
 

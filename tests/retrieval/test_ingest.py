@@ -186,3 +186,18 @@ def test_index_documents_embeds_the_heading_with_a_later_chunk(alice, monkeypatc
     assert later
     for chunk, text in later:
         assert text == f"{chunk.heading}\n\n{chunk.text}"
+
+
+def test_a_heading_that_would_overflow_the_window_is_left_out():
+    from retrieval.chunking import ChunkSpan
+    from retrieval.ingest import embedding_text
+
+    limit = embeddings.max_tokens()
+    words = ["quokka"]
+    while embeddings.count_tokens(" ".join(words + ["quokka"])) <= limit:
+        words.append("quokka")
+    full = " ".join(words)  # exactly fills the window
+    span = ChunkSpan(full, 0, len(full), 2, "Islands where quokkas live and smile")
+    assert embeddings.count_tokens(full) <= limit
+    assert embedding_text(span) == full
+    assert embeddings.count_tokens(embedding_text(span)) <= limit
