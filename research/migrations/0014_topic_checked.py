@@ -7,8 +7,12 @@ def mark_checked(apps, schema_editor):  # noqa: ANN001, ANN201 — the migration
     Topic = apps.get_model("research", "Topic")
     RunEvent = apps.get_model("research", "RunEvent")
     Document = apps.get_model("research", "Document")
-    looked = RunEvent.objects.filter(stage="vision").values("topic_id")
-    Topic.objects.filter(pk__in=looked).update(vision_checked=True)
+    TopicImage = apps.get_model("research", "TopicImage")
+    # As the old rule: a picture is looked at again unless the stage said so *and* its outcome
+    # is saved — one left "pending" by a worker stopped while describing it is tried again.
+    told = RunEvent.objects.filter(stage="vision").values("topic_id")
+    settled = TopicImage.objects.filter(topic_id__in=told, analysis__in=["no_vision", "failed"])
+    Topic.objects.filter(pk__in=settled.values("topic_id")).update(vision_checked=True)
     fetched = RunEvent.objects.filter(stage="domain").values("topic_id")
     saved = Document.objects.filter(fetched_via="domain").values("topic_id")
     Topic.objects.filter(models.Q(pk__in=fetched) | models.Q(pk__in=saved)).update(domain_data_checked=True)

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from research import images, presenters, watchers
-from research.models import Document, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic
+from research.models import Document, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic, TopicImage
 from research.pipeline import (
     direct,
     domain,
@@ -305,14 +305,27 @@ def test_the_migration_marks_vision_and_domain_done_by_their_old_flags(alice: Us
     from django.apps import apps
 
     mark_checked = importlib.import_module("research.migrations.0014_topic_checked").mark_checked
-    told, fetched, untouched = (Topic.objects.create(owner=alice, question=str(n)) for n in range(3))
+    told, fetched, untouched, pending = (Topic.objects.create(owner=alice, question=str(n)) for n in range(4))
     for stage in (StageName.VISION, StageName.DOMAIN):
         RunEvent.objects.create(topic=told, seq=told.next_event_seq(), stage=stage, message="…")
+    # "Describing the picture" was said, and the worker stopped before the answer: not done.
+    RunEvent.objects.create(topic=pending, seq=pending.next_event_seq(), stage=StageName.VISION, message="…")
+    for topic, analysis in ((told, TopicImage.Analysis.FAILED), (pending, TopicImage.Analysis.PENDING)):
+        TopicImage.objects.create(
+            topic=topic,
+            data=b"png",
+            content_type="image/png",
+            width=1,
+            height=1,
+            sha256="0" * 64,
+            analysis=analysis,
+        )
     Document.objects.create(topic=fetched, title="weather", url="", text="…", fetched_via="domain")
     mark_checked(apps, None)
     flags = Topic.objects.order_by("pk").values_list("vision_checked", "domain_data_checked")
-    assert list(flags.filter(pk__in=(told.pk, fetched.pk, untouched.pk))) == [
+    assert list(flags.filter(pk__in=(told.pk, fetched.pk, untouched.pk, pending.pk))) == [
         (True, True),
         (False, True),
+        (False, False),
         (False, False),
     ]
