@@ -27,10 +27,14 @@ class Outcome:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
-def documents_to_move(*, username: str | None = None) -> list[UploadedDocument]:
-    """Ready documents with at least one passage of another model than the configured one."""
-    stale = Chunk.objects.exclude(embedding_model=model_id()).values("document_id")
-    documents = UploadedDocument.objects.ready().filter(pk__in=stale).select_related("owner")
+def documents_to_move(*, username: str | None = None, every: bool = False) -> list[UploadedDocument]:
+    """Ready documents with at least one passage of another model than the configured one; with
+    `every`, all ready documents (chunked and embedded again as a new upload would be)."""
+    documents = UploadedDocument.objects.ready().select_related("owner")
+    if not every:
+        documents = documents.filter(
+            pk__in=Chunk.objects.exclude(embedding_model=model_id()).values("document_id")
+        )
     if username is not None:
         documents = documents.filter(owner__username=username)
     return list(documents.order_by("pk"))

@@ -293,6 +293,18 @@ def test_reembed_moves_every_document_and_only_those_of_another_model(alice, bob
     assert "already embedded with" in again.getvalue()
 
 
+def test_reembed_all_chunks_again_the_documents_already_on_the_model(alice):
+    uploads = add_documents(alice, LIBRARY, files=True)
+    assert documents_to_move() == []
+    before = set(Chunk.objects.filter(owner=alice).values_list("pk", flat=True))
+    out = io.StringIO()
+    call_command("reembed", "--all", stdout=out)
+    assert f"Moved {len(uploads)} of {len(uploads)} document(s)" in out.getvalue()
+    after = set(Chunk.objects.filter(owner=alice).values_list("pk", flat=True))
+    assert after and not after & before  # every passage made anew
+    assert "oxygen_en.md" in names(search.dense_search(alice, "atomic number of oxygen"))
+
+
 def test_reembed_keeps_old_chunks_searchable_until_the_new_ones_are_in(alice, monkeypatch):
     """An embedding failure half-way leaves the unmoved document exactly as it was: its old
     passages are still there and found by their words."""

@@ -21,11 +21,20 @@ class Command(BaseCommand):
         parser.add_argument("--user", help="only this user's documents (a username)")
         parser.add_argument("--batch", type=int, default=16, help="documents embedded together (default 16)")
         parser.add_argument("--dry-run", action="store_true", help="only say how many documents would move")
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            dest="every",
+            help="every ready document, also those already on the model: chunked and embedded again as "
+            "a new upload is (after an upgrade that changed chunking); not resumable, it starts over",
+        )
 
-    def handle(self, *args: Any, user: str | None, batch: int, dry_run: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, user: str | None, batch: int, dry_run: bool, every: bool, **options: Any
+    ) -> None:
         if batch < 1:
             raise CommandError("--batch must be at least 1")
-        documents = documents_to_move(username=user)
+        documents = documents_to_move(username=user, every=every)
         total = len(documents)
         from retrieval.embeddings import model_id
 
