@@ -224,8 +224,8 @@ def stage_progress(topic: Topic) -> list[dict[str, Any]]:
     for event in topic.events.filter(total__isnull=False).order_by("seq"):
         latest[event.stage] = event
     stages = STAGES
-    if topic.status == Topic.Status.COMPLETED and StageName.QUERIES not in latest:
-        stages = [(key, label) for key, label in STAGES if key == StageName.ANSWER]  # answered directly
+    if topic.route in (Topic.Route.DOCUMENTS, Topic.Route.DIRECT):  # answered without a search
+        stages = [(key, label) for key, label in STAGES if key == StageName.ANSWER]
     return [progress_row(key, label, latest.get(key), topic) for key, label in stages]
 
 

@@ -33,6 +33,7 @@ from research.models import (
     SummaryScore,
     Topic,
 )
+from research.pipeline.stage import StageName
 
 MAX_ROWS = 100_000
 # What one run writes at most, with room to spare: a deep topic logs a few hundred events, its
@@ -72,6 +73,10 @@ TOPIC_FIELDS = (
     "domain",
     "period_start",
     "period_end",
+    "route",
+    "years_checked",
+    "vision_checked",
+    "domain_data_checked",
     "auto_approve",
     "stage",
     "error",
@@ -211,7 +216,35 @@ def check(data: dict[str, Any]) -> Checked:
         if len(report["markdown"]) > MAX_REPORT_CHARS:
             raise ArchiveError(_("The archive's report is longer than a report can be."))
         report["sources"] = _check_sources(report["sources"], tables["documents"])
+    topic.update(_older_archive_states(data["topic"], topic, tables, answered=report is not None))
     return Checked(topic, report, tables)
+
+
+def _older_archive_states(
+    raw: dict[str, Any], topic: dict[str, Any], tables: dict[str, list[dict[str, Any]]], *, answered: bool
+) -> dict[str, Any]:
+    """The route and the stages' "done" flags an archive from before those columns lacks, read
+    from its rows as migrations 0012–0014 read them for the topics of that time: a routed topic
+    with a report and no plan was answered from the owner's documents (when it took passages of
+    them) or directly, any other routed topic searched; a stage that wrote an event (or the
+    domain's document) had run."""
+    stages = {row["stage"] for row in tables["run_events"]}
+    documents = tables["documents"]
+    states: dict[str, Any] = {
+        "years_checked": StageName.YEARS in stages,
+        "vision_checked": StageName.VISION in stages,
+        "domain_data_checked": StageName.DOMAIN in stages
+        or any(row["fetched_via"] == Document.FetchedVia.DOMAIN for row in documents),
+        "route": "",
+    }
+    if topic["domain"] and answered and not tables["subqueries"]:
+        passages = any(
+            row["fetched_via"] == Document.FetchedVia.PRIVATE and row["hit"] is None for row in documents
+        )
+        states["route"] = Topic.Route.DOCUMENTS if passages else Topic.Route.DIRECT
+    elif topic["domain"]:
+        states["route"] = Topic.Route.SEARCH
+    return {name: value for name, value in states.items() if name not in raw}
 
 
 # --- The rules live data keeps: web addresses only, event lines of flat arguments ---------------

@@ -36,6 +36,7 @@ from research.models import (
     Summary,
     Topic,
 )
+from research.presenters import STAGES, stage_progress
 from retrieval.models import UploadedDocument
 from tests.research.test_citation_report import researched as research_topic
 from tests.support.world import World
@@ -64,6 +65,10 @@ def snapshot(topic: Topic) -> dict[str, Any]:
             "domain",
             "period_start",
             "period_end",
+            "route",
+            "years_checked",
+            "vision_checked",
+            "domain_data_checked",
             "llm_model",
             "created_at",
             "finished_at",
@@ -306,12 +311,53 @@ def test_the_small_archive_is_valid(good_data: dict[str, Any], bob_client: Clien
 def test_an_archive_without_newer_tables_and_columns_still_imports(
     good_data: dict[str, Any], bob_client: Client, bob: User
 ) -> None:
-    for name in ("domain", "period_start", "period_end"):
+    for name in ("domain", "period_start", "period_end", *NEWER_STATES):
         del good_data["topic"][name]
     del good_data["rounds"]
     import_as(bob_client, zipped({"topic.json": json.dumps(good_data)}))
     topic = Topic.objects.get(owner=bob)
     assert (topic.domain, topic.period_start, topic.rounds.count()) == ("", None, 0)
+    assert (topic.route, topic.years_checked, topic.vision_checked, topic.domain_data_checked) == (
+        "",
+        False,
+        False,
+        False,
+    )
+
+
+# The route and the stages' "done" flags, stored since migrations 0012–0014.
+NEWER_STATES = ("route", "years_checked", "vision_checked", "domain_data_checked")
+
+
+@pytest.mark.parametrize(
+    ("route", "stage", "checked"),
+    [
+        (Topic.Route.SEARCH, "years", "years_checked"),
+        (Topic.Route.DIRECT, "vision", "vision_checked"),
+        (Topic.Route.DOCUMENTS, "domain", "domain_data_checked"),
+    ],
+)
+def test_an_archive_from_before_the_stored_route_imports_routed_as_its_run_went(
+    alice: User, bob: User, route: str, stage: str, checked: str
+) -> None:
+    """Its route is read from its rows as migration 0013 read a topic's (a report without a plan:
+    from the owner's passages, or directly), its stages' "done" from their events as 0012 and
+    0014 did; and its progress shows the stages it went through."""
+    topic = Topic.objects.create(owner=alice, question="Hi", status=Topic.Status.COMPLETED, domain="general")
+    if route == Topic.Route.SEARCH:
+        SubQuery.objects.create(topic=topic, text="a sub-query")
+    if route == Topic.Route.DOCUMENTS:
+        Document.objects.create(topic=topic, title="memo.pdf", url="", text="…", fetched_via="private")
+    Report.objects.create(topic=topic, markdown="Hello", sources=[])
+    RunEvent.objects.create(topic=topic, seq=1, stage=stage, message="looked", done=1, total=1)
+    data = json.loads(archive.dumps(archive.topic_data(topic)))
+    for name in NEWER_STATES:
+        del data["topic"][name]
+    copy = archive.import_topic(data, bob)
+    assert copy.route == route
+    assert [name for name in NEWER_STATES[1:] if getattr(copy, name)] == [checked]
+    shown = [row["key"] for row in stage_progress(copy)]
+    assert shown == (["answer"] if route != Topic.Route.SEARCH else [key for key, _ in STAGES])
 
 
 def test_too_many_rows_are_refused(

@@ -21,7 +21,7 @@ from research.pipeline.question_domain import (
 from research.pipeline.route import Route, parse_route
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.timeparse import parse_period
-from research.presenters import stage_progress
+from research.presenters import STAGES, stage_progress
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 from retrieval.search import hybrid_search
@@ -141,6 +141,23 @@ def test_a_greeting_is_answered_without_any_search(alice: User, loopback: World)
     assert list(LLMCall.objects.filter(topic=topic).values_list("stage", flat=True)) == ["answer"]
     assert topic.finished_at is not None and topic.llm_model == "test-model"
     assert [row["key"] for row in stage_progress(topic)] == ["answer"]  # no empty search stages
+
+
+@pytest.mark.django_db
+def test_the_progress_bars_follow_the_stored_route_not_the_event_log(alice: User) -> None:
+    """Answered without a search (while it is written, too): the answer's bar alone; searched:
+    every stage's, though the event log that would have said so is gone."""
+    every = [key for key, _ in STAGES]
+    topic = Topic.objects.create(owner=alice, question="q", status=Topic.Status.RUNNING)
+    for route, status, shown in [
+        (Topic.Route.DOCUMENTS, Topic.Status.RUNNING, ["answer"]),
+        (Topic.Route.DIRECT, Topic.Status.COMPLETED, ["answer"]),
+        (Topic.Route.SEARCH, Topic.Status.COMPLETED, every),
+        ("", Topic.Status.COMPLETED, every),  # researched before topics were routed
+    ]:
+        Topic.objects.filter(pk=topic.pk).update(route=route, status=status)
+        topic.refresh_from_db()
+        assert [row["key"] for row in stage_progress(topic)] == shown, route
 
 
 @pytest.mark.django_db
