@@ -10,8 +10,8 @@ private documents are filtered to.
 The route is stored on the topic (`Topic.route`) and this stage only decides it: the run loop
 dispatches on it (`run.py`). Greetings and short questions the LLM says need no search go to
 the owner's documents (`local_rag.py`), which hand over to the direct answer (`direct.py`) when
-none matches; a direct answer that cannot be written hands over to the search. Everything else
-is searched.
+none matches; a direct answer that cannot be written hands over to the search (and the run loop
+writes the route line then, `announce_search`). Everything else is searched.
 """
 
 from __future__ import annotations
@@ -63,9 +63,20 @@ def run(ctx: RunContext) -> Outcome:
     taken = route_taken(topic, route)
     _save_route(topic, route, taken, period, today)
     if taken == Topic.Route.SEARCH:
-        template, args = _describe(topic, route)
-        ctx.emit(STAGE, template, args=args, done=1, total=1, data=_route_data(topic, route))
+        _announce(ctx, route)
     return Outcome.CONTINUE
+
+
+def announce_search(ctx: RunContext) -> None:
+    """The route line of a topic a branch handed over to the search (`run.py`): it went there on
+    the LLM's word, or as small talk (`_may_skip_search`), and goes on in its stored domain."""
+    topic = ctx.topic
+    _announce(ctx, Route(topic.domain, True, by_llm=not looks_like_small_talk(topic.question)))
+
+
+def _announce(ctx: RunContext, route: Route) -> None:
+    template, args = _describe(ctx.topic, route)
+    ctx.emit(STAGE, template, args=args, done=1, total=1, data=_route_data(ctx.topic, route))
 
 
 def route_taken(topic: Topic, route: Route) -> Topic.Route:

@@ -133,11 +133,15 @@ def _route_then_plan(ctx: RunContext) -> None:
 
 
 def _answered_without_search(ctx: RunContext) -> bool:
-    """Route the topic, then run the branch its stored route names; True when one answered it."""
+    """Route the topic, then run the branch its stored route names; True when one answered it.
+    When the branches hand it over to the search, the route line says so then."""
     _stage(ctx, route)
+    routed = ctx.topic.route
     for branch in ANSWER_BRANCHES:
         if ctx.topic.route == branch.ROUTE and _stage(ctx, branch) is Outcome.ANSWERED:
             return True
+    if routed != ctx.topic.route == Topic.Route.SEARCH:
+        route.announce_search(ctx)
     return False
 
 

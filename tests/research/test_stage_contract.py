@@ -248,6 +248,10 @@ def test_a_branch_that_cannot_answer_hands_the_topic_on(alice: User, loopback: W
     topic.refresh_from_db()
     assert topic.route == Topic.Route.SEARCH and topic.subqueries.exists()
     assert not Report.objects.filter(topic=topic).exists()
+    # The route line is written when the topic goes to the search: after the branches handed it on.
+    [line] = RunEvent.objects.filter(topic=topic, stage=StageName.ROUTE)
+    assert line.message.startswith("Domain: General (by the LLM)") and line.data["by_llm"] is True
+    assert not RunEvent.objects.filter(topic=topic, stage=StageName.ANSWER, seq__gt=line.seq).exists()
     asked = dict(loopback.script.calls)
     assert asked["route"] == 1 and asked["direct"]  # (the client asks again for an empty reply)
     assert run.run_topic(topic.pk) == Topic.Status.COMPLETED
