@@ -125,6 +125,12 @@ def _fetched(fetched_at: datetime) -> str:
     return f"{fetched_at:%Y-%m-%d %H:%M} UTC"
 
 
+def _title(fetched_at: datetime, language: str, *, ru: str, en: str) -> str:
+    """A domain document's title in the question's language, saying when its data was fetched."""
+    when = _fetched(fetched_at)
+    return f"{ru} (данные получены {when})" if language == "ru" else f"{en} (fetched {when})"
+
+
 def _save(ctx: RunContext, *, title: str, url: str, text: str) -> Document:
     return Document.objects.create(
         topic=ctx.topic, title=title, url=url, text=text, fetched_via=Document.FetchedVia.DOMAIN
@@ -166,12 +172,7 @@ def _location(ctx: RunContext) -> None:
         return
     place, url, fetched_at = found
     name = str(place.get("name") or place.get("display_name") or "?")
-    when = _fetched(fetched_at)
-    title = (
-        f"OpenStreetMap: {name} (данные получены {when})"
-        if language == "ru"
-        else f"OpenStreetMap: {name} (fetched {when})"
-    )
+    title = _title(fetched_at, language, ru=f"OpenStreetMap: {name}", en=f"OpenStreetMap: {name}")
     document = _save(ctx, title=title, url=url, text=place_markdown(place, fetched_at, language))
     _done_event(
         ctx,
@@ -262,7 +263,12 @@ def _weather(ctx: RunContext) -> None:
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     document = Document.objects.create(
         topic=topic,
-        title=_weather_title(place, fetched_at, language),
+        title=_title(
+            fetched_at,
+            language,
+            ru=f"Open-Meteo: прогноз погоды, {place.label}",
+            en=f"Open-Meteo: weather forecast for {place.label}",
+        ),
         url=openmeteo.forecast_url(place),
         text=weather_markdown(place, data, fetched_at, language),
         fetched_via=Document.FetchedVia.DOMAIN,
@@ -359,13 +365,6 @@ def _sky(code: Any, language: str) -> str:
     except (TypeError, ValueError):
         names = None
     return names[0 if language == "ru" else 1] if names else "?"
-
-
-def _weather_title(place: openmeteo.Place, fetched_at: datetime, language: str) -> str:
-    when = f"{fetched_at:%Y-%m-%d %H:%M} UTC"
-    if language == "ru":
-        return f"Open-Meteo: прогноз погоды, {place.label} (данные получены {when})"
-    return f"Open-Meteo: weather forecast for {place.label} (fetched {when})"
 
 
 def weather_markdown(
@@ -471,11 +470,11 @@ def _finance(ctx: RunContext) -> None:
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     company = (data["overview"] or {}).get("Name") or match["name"] or symbol
-    when = _fetched(fetched_at)
-    title = (
-        f"Alpha Vantage: котировка {company} ({symbol}) (данные получены {when})"
-        if language == "ru"
-        else f"Alpha Vantage: {company} ({symbol}) stock quote (fetched {when})"
+    title = _title(
+        fetched_at,
+        language,
+        ru=f"Alpha Vantage: котировка {company} ({symbol})",
+        en=f"Alpha Vantage: {company} ({symbol}) stock quote",
     )
     document = _save(
         ctx,
@@ -509,11 +508,11 @@ def _exchange_rate(ctx: RunContext, pair: tuple[str, str], language: str) -> Non
         _web_alone(ctx, "no_quote", symbol=f"{source}/{target}")
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
-    when = _fetched(fetched_at)
-    title = (
-        f"Alpha Vantage: курс {source} → {target} (данные получены {when})"
-        if language == "ru"
-        else f"Alpha Vantage: {source} → {target} exchange rate (fetched {when})"
+    title = _title(
+        fetched_at,
+        language,
+        ru=f"Alpha Vantage: курс {source} → {target}",
+        en=f"Alpha Vantage: {source} → {target} exchange rate",
     )
     document = _save(
         ctx,
@@ -681,11 +680,11 @@ def _sports(ctx: RunContext) -> None:
         return
     fetched_at = datetime.fromisoformat(events["_fetched_at"])
     name = str(team.get("strTeam") or "?")
-    when = _fetched(fetched_at)
-    title = (
-        f"TheSportsDB: {name}, ближайшие и последние матчи (данные получены {when})"
-        if language == "ru"
-        else f"TheSportsDB: {name}, next and last events (fetched {when})"
+    title = _title(
+        fetched_at,
+        language,
+        ru=f"TheSportsDB: {name}, ближайшие и последние матчи",
+        en=f"TheSportsDB: {name}, next and last events",
     )
     document = _save(
         ctx,
@@ -832,11 +831,11 @@ def _transport(ctx: RunContext) -> None:
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     names = [str(p.get("name") or p.get("display_name") or "?") for p in places]
-    when = _fetched(fetched_at)
-    title = (
-        f"OSRM: маршрут {names[0]} → {names[1]} (данные получены {when})"
-        if language == "ru"
-        else f"OSRM: route {names[0]} → {names[1]} (fetched {when})"
+    title = _title(
+        fetched_at,
+        language,
+        ru=f"OSRM: маршрут {names[0]} → {names[1]}",
+        en=f"OSRM: route {names[0]} → {names[1]}",
     )
     document = _save(
         ctx,
