@@ -73,6 +73,11 @@ OTHER_LANGUAGE_OFFSETS = (0.0, 0.02, 0.04, 0.05, 0.06, 0.08)
 COSINE_FLOORS = (0.78, 0.79, 0.8, 0.81, 0.82, 0.83, 0.84)
 # search.Floor(z, z + 0.5, z - 0.5): the shape of the calibrated one, higher or lower.
 FLOOR_STANDINGS = (3.0, 3.25, 3.5, 3.75, 4.0, 4.25, 4.5, 5.0)
+# Whole floors (same language sharing a word, sharing none, other language) beside the grid.
+FLOORS = ((3.0, 4.5, 3.5), (3.25, 4.5, 3.5), (3.0, 4.0, 3.5), (3.0, 4.5, 4.0), (3.25, 4.5, 4.0))
+# Two floors: the first decides whether anything matches, the second which passages are shown.
+GATES = ((3.5, 4.5, 3.5), (3.75, 4.5, 3.75), (4.0, 4.5, 4.0), (4.0, 5.0, 4.0), (4.25, 5.0, 4.25))
+PASSAGE_FLOORS = ((2.0, 3.0, 2.0), (2.5, 3.5, 2.5), (3.0, 3.5, 3.0))
 Qrels = dict[str, dict[str, int]]
 Ranked = list[tuple[int, float]]
 Run = dict[str, Ranked]
@@ -504,6 +509,17 @@ def calibrate_floor(
 
     def measured(floor: Any) -> dict[str, float]:
         run = {q: floored(ranked, passed(q, floor)) for q, ranked in hybrid.items()}
+        return scored(run, floor)
+
+    def gated(floor: Any, lenient: Any) -> dict[str, float]:
+        # The floor decides whether anything matches; when something does, the lenient one trims.
+        run = {
+            q: floored(ranked, passed(q, lenient)) if passed(q, floor) else []
+            for q, ranked in hybrid.items()
+        }
+        return scored(run, floor)
+
+    def scored(run: Run, floor: Any) -> dict[str, float]:
         kept = [bool(set(best_per_document(run[q], names)[:10]) & qrels[q].keys()) for q in answerable]
         nothing = [
             not search.passing(similarity, languages, language, vector, shared, floor)
@@ -521,6 +537,12 @@ def calibrate_floor(
         "configured": {"floor": str(search.relevance_floor()), **measured(search.relevance_floor())},
         "by_standing": {f"{z:.2f}": measured(search.Floor(z, z + 0.5, z - 0.5)) for z in FLOOR_STANDINGS},
         "by_cosine_floor": {f"{value:.2f}": measured(value) for value in COSINE_FLOORS},
+        "by_floor": {str(values): measured(search.Floor(*values)) for values in FLOORS},
+        "gated": {
+            f"{strict} then {lenient}": gated(search.Floor(*strict), search.Floor(*lenient))
+            for strict in GATES
+            for lenient in PASSAGE_FLOORS
+        },
     }
 
 

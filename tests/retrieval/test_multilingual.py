@@ -212,6 +212,36 @@ def test_the_floor_is_a_standing_above_the_background_of_the_passage_language():
     assert search.passing({1: 0.8, 2: 0.7}, {1: "ru", 2: "ru"}, "ru", vector, set(), 0.75) == {1}
 
 
+def test_one_passage_at_the_floor_lets_its_neighbours_show_down_to_the_passage_floor(monkeypatch):
+    """The relevance floor decides whether the documents hold what was asked; when they do, a
+    passage standing a little lower (a second relevant abstract) is shown too, and one far
+    below is not; when no passage reaches the floor, nothing is shown."""
+    monkeypatch.setattr(search, "relevance_floor", lambda: search.Floor(3.5, 4.5, 3.5))
+    monkeypatch.setattr(search, "passage_floor", lambda: search.Floor(2.5, 3.5, 2.5))
+    ranked = [(1, 0.9), (2, 0.8), (3, 0.7)]
+    similarity: dict[int, float | None] = {1: 0.9, 2: 0.8, 3: 0.7}
+    languages = {1: "en", 2: "en", 3: "en"}
+
+    def shown(standing: dict[int, float]) -> list[int]:
+        monkeypatch.setattr(search, "standings", lambda vector, similarity, languages: standing)
+        return [
+            chunk for chunk, _ in search.above_floor(ranked, similarity, languages, "en", [0.0], {1, 2, 3})
+        ]
+
+    assert shown({1: 3.8, 2: 2.7, 3: 1.0}) == [1, 2]
+    assert shown({1: 3.2, 2: 2.7, 3: 1.0}) == []
+
+
+def test_the_passage_floor_of_the_default_model_is_below_its_relevance_floor(settings):
+    strict, lenient = search.relevance_floor(), search.passage_floor()
+    assert isinstance(strict, search.Floor) and isinstance(lenient, search.Floor)
+    assert lenient.same_language < strict.same_language
+    assert lenient.no_shared_word < strict.no_shared_word
+    assert lenient.other_language < strict.other_language
+    settings.RETRIEVAL_RELEVANCE_FLOOR = 0.8  # a plain cosine floor is both
+    assert search.relevance_floor() == search.passage_floor() == 0.8
+
+
 def test_the_shipped_background_vectors_are_those_of_the_default_model(monkeypatch):
     """Checked by model id and by the texts' digest; anything else is embedded on first use."""
     with np.load(search.BACKGROUND_VECTORS) as shipped:
