@@ -413,7 +413,11 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
 
     floor = search.relevance_floor()
     hybrid = by_language(search.DENSE_WEIGHT, search.OTHER_LANGUAGE_OFFSET)
-    hybrid_floored = {q: floored(ranked, passed(q, floor)) for q, ranked in hybrid.items()}
+    # As search.above_floor: nothing unless a chunk reaches the floor, then the passage floor.
+    hybrid_floored = {
+        q: floored(ranked, passed(q, search.passage_floor()) if passed(q, floor) else set())
+        for q, ranked in hybrid.items()
+    }
     convex = fused(lambda q, d, k: search.fuse(d, k, search.DENSE_WEIGHT))
     doc_languages = document_languages(names, languages)
     quality = {
@@ -426,6 +430,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
             "other_language_weight": search.OTHER_LANGUAGE_WEIGHT,
             "other_language_offset": search.OTHER_LANGUAGE_OFFSET,
             "floor": str(floor),
+            "passage_floor": str(search.passage_floor()),
             "ndcg@10_without_floor": metrics(hybrid, names, qrels)["ndcg@10"],
         },
     }
@@ -514,8 +519,7 @@ def calibrate_floor(
     def gated(floor: Any, lenient: Any) -> dict[str, float]:
         # The floor decides whether anything matches; when something does, the lenient one trims.
         run = {
-            q: floored(ranked, passed(q, lenient)) if passed(q, floor) else []
-            for q, ranked in hybrid.items()
+            q: floored(ranked, passed(q, lenient)) if passed(q, floor) else [] for q, ranked in hybrid.items()
         }
         return scored(run, floor)
 
@@ -534,7 +538,11 @@ def calibrate_floor(
     return {
         "queries_with_a_relevant_document_in_top10": len(answerable),
         "absent_queries": len(absent_cases),
-        "configured": {"floor": str(search.relevance_floor()), **measured(search.relevance_floor())},
+        "configured": {
+            "floor": str(search.relevance_floor()),
+            "passage_floor": str(search.passage_floor()),
+            **gated(search.relevance_floor(), search.passage_floor()),
+        },
         "by_standing": {f"{z:.2f}": measured(search.Floor(z, z + 0.5, z - 0.5)) for z in FLOOR_STANDINGS},
         "by_cosine_floor": {f"{value:.2f}": measured(value) for value in COSINE_FLOORS},
         "by_floor": {str(values): measured(search.Floor(*values)) for values in FLOORS},
