@@ -40,22 +40,16 @@ from research.pipeline import (
     deep,
     extractive,
     passages,
-    private_search,
-    queries,
     question_domain,
-    read_and_summarise,
     report_writer,
     route,
-    score_hits,
-    score_summaries,
-    summarise,
     vision,
-    web_search,
+    years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
 from research.pipeline.prompting import ask, data_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
-from research.pipeline.run import topic_lock
+from research.pipeline.run import ROUND_STAGES, topic_lock
 from research.pipeline.stage import Stage, StageName
 from research.pipeline.text import BM25, tokenize
 
@@ -77,15 +71,9 @@ MIN_WORDS_FOR_LANGUAGE = 2
 EARLIER_ANSWER_CHARS = 1_500
 # A section to expand: its heading and this much of its text are what passages are ranked by.
 SECTION_CONTEXT_CHARS = 1_500
-SEARCH_STAGES: tuple[Stage, ...] = (
-    queries,
-    private_search,
-    web_search,
-    score_hits,
-    read_and_summarise,
-    summarise,
-    score_summaries,
-)
+# The run's own path for one sub-query (`run.ROUND_STAGES`), without the per-year search, which
+# would add sub-queries of the topic's period: a follow-up searches its own question only.
+SEARCH_STAGES: tuple[Stage, ...] = tuple(stage for stage in ROUND_STAGES if stage is not years)
 
 
 @dataclass
