@@ -6,7 +6,7 @@ reads the rows of the one before and writes its own, so a re-queued run resumes 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -127,6 +127,14 @@ class Topic(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in (self.Status.COMPLETED, self.Status.FAILED, self.Status.CANCELLED)
+
+    @property
+    def period(self) -> tuple[date | None, date | None] | None:
+        """The dates the question asks about (the route stage stores them), the filter for the
+        owner's documents; None when it names none."""
+        if self.period_start is None and self.period_end is None:
+            return None
+        return self.period_start, self.period_end
 
     def fail(self, error: str) -> None:
         self.status = self.Status.FAILED

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from research.models import Document, Report, Topic
-from research.pipeline import private, report_writer, rerank, route
+from research.pipeline import private, report_writer, rerank
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, StageName
 from retrieval.models import Chunk
@@ -63,7 +63,7 @@ def _take_passages(ctx: RunContext) -> list[Document]:
     if not ready:
         return []
     reorder = rerank.passage_reorderer(ctx, STAGE)
-    found = private.find_passages(topic.owner, [ctx.question], route.period_of(topic), reorder=reorder)
+    found = private.find_passages(topic.owner, [ctx.question], topic.period, reorder=reorder)
     if not found:
         ctx.emit(
             STAGE,

@@ -25,7 +25,7 @@ from django.utils.translation import gettext_noop
 
 from research.event_text import english, phrase
 from research.models import Document, Hit, SubQuery, Topic
-from research.pipeline import rerank, route
+from research.pipeline import rerank
 from research.pipeline.context import RunContext, StageError
 from retrieval.models import Chunk, UploadedDocument
 from retrieval.search import Passage, hybrid_search, reciprocal_rank_fusion
@@ -119,9 +119,7 @@ def search_documents(ctx: RunContext, stage: str) -> None:
     reorder = rerank.passage_reorderer(ctx, stage)
     for subquery in pending:
         ctx.check_cancelled()
-        found = find_passages(
-            ctx.topic.owner, phrasings(subquery), route.period_of(ctx.topic), reorder=reorder
-        )
+        found = find_passages(ctx.topic.owner, phrasings(subquery), ctx.topic.period, reorder=reorder)
         added = save_hits(ctx.topic, subquery, found)
         done += 1
         ctx.emit(
@@ -146,7 +144,7 @@ def find_passages(
     *,
     reorder: Callable[[str, list[Passage]], list[Passage]] | None = None,
 ) -> list[Passage]:
-    """`published`: the period the question asks about (route.period_of), or None. `reorder`
+    """`published`: the period the question asks about (`Topic.period`), or None. `reorder`
     (the reranker, `rerank.passage_reorderer`) orders each phrasing's larger pool before it is
     cut and fused; it returns the pool as it came when it cannot."""
     if reorder is None:

@@ -196,10 +196,3 @@ def _route_data(topic: Topic, route: Route) -> dict:
         "time_range": topic.time_range,
         "period": [str(topic.period_start), str(topic.period_end)] if topic.period_start else None,
     }
-
-
-def period_of(topic: Topic) -> tuple[date | None, date | None] | None:
-    """The date filter for the topic's private documents, or None when it has no period."""
-    if topic.period_start is None and topic.period_end is None:
-        return None
-    return topic.period_start, topic.period_end
