@@ -32,6 +32,7 @@ from research.models import (
     Summary,
     SummaryScore,
     Topic,
+    TopicImage,
 )
 from research.pipeline.stage import StageName
 
@@ -87,6 +88,8 @@ TOPIC_FIELDS = (
     "finished_at",
 )
 REPORT_FIELDS = ("markdown", "sources", "model", "created_at")
+# A picture's outcomes the vision stage saved without describing it (as migration 0014 reads them).
+SETTLED_PICTURES = (TopicImage.Analysis.NO_VISION, TopicImage.Analysis.FAILED)
 # In creation order: every table refers only to tables above it.
 TABLES = (
     Table("subqueries", SubQuery, ("position", "text", "origin", "round", "created_at"), "topic"),
@@ -216,23 +219,25 @@ def check(data: dict[str, Any]) -> Checked:
         if len(report["markdown"]) > MAX_REPORT_CHARS:
             raise ArchiveError(_("The archive's report is longer than a report can be."))
         report["sources"] = _check_sources(report["sources"], tables["documents"])
-    topic.update(_older_archive_states(data["topic"], topic, tables, answered=report is not None))
+    topic.update(_older_archive_states(data, topic, tables, answered=report is not None))
     return Checked(topic, report, tables)
 
 
 def _older_archive_states(
-    raw: dict[str, Any], topic: dict[str, Any], tables: dict[str, list[dict[str, Any]]], *, answered: bool
+    data: dict[str, Any], topic: dict[str, Any], tables: dict[str, list[dict[str, Any]]], *, answered: bool
 ) -> dict[str, Any]:
     """The route and the stages' "done" flags an archive from before those columns lacks, read
     from its rows as migrations 0012–0014 read them for the topics of that time: a routed topic
     with a report and no plan was answered from the owner's documents (when it took passages of
     them) or directly, any other routed topic searched; a stage that wrote an event (or the
-    domain's document) had run."""
+    domain's document) had run — the vision stage only when its picture's outcome is saved too."""
     stages = {row["stage"] for row in tables["run_events"]}
     documents = tables["documents"]
+    picture = data.get("image")
+    settled = isinstance(picture, dict) and picture.get("analysis") in SETTLED_PICTURES
     states: dict[str, Any] = {
         "years_checked": StageName.YEARS in stages,
-        "vision_checked": StageName.VISION in stages,
+        "vision_checked": StageName.VISION in stages and settled,
         "domain_data_checked": StageName.DOMAIN in stages
         or any(row["fetched_via"] == Document.FetchedVia.DOMAIN for row in documents),
         "route": "",
@@ -244,7 +249,7 @@ def _older_archive_states(
         states["route"] = Topic.Route.DOCUMENTS if passages else Topic.Route.DIRECT
     elif topic["domain"]:
         states["route"] = Topic.Route.SEARCH
-    return {name: value for name, value in states.items() if name not in raw}
+    return {name: value for name, value in states.items() if name not in data["topic"]}
 
 
 # --- The rules live data keeps: web addresses only, event lines of flat arguments ---------------

@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from research import archive, imports
+from research import archive, images, imports
 from research.archive import checks as archive_checks
 from research.models import (
     CacheEntry,
@@ -35,10 +35,12 @@ from research.models import (
     SubQuery,
     Summary,
     Topic,
+    TopicImage,
 )
 from research.presenters import STAGES, stage_progress
 from retrieval.models import UploadedDocument
 from tests.research.test_citation_report import researched as research_topic
+from tests.support.domain_world import picture
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
@@ -338,6 +340,8 @@ def test_an_archive_from_before_the_stored_route_imports_routed_as_its_run_went(
         SubQuery.objects.create(topic=topic, text="a sub-query")
     if route == Topic.Route.DOCUMENTS:
         Document.objects.create(topic=topic, title="memo.pdf", url="", text="…", fetched_via="private")
+    if stage == "vision":  # told, and its outcome saved (a pending picture is looked at again)
+        images.save(topic, images.prepare(picture((220, 30, 30))), analysis=TopicImage.Analysis.FAILED)
     Report.objects.create(topic=topic, markdown="Hello", sources=[])
     RunEvent.objects.create(topic=topic, seq=1, stage=stage, message="looked", done=1, total=1)
     data = json.loads(archive.dumps(archive.topic_data(topic)))
@@ -347,6 +351,9 @@ def test_an_archive_from_before_the_stored_route_imports_routed_as_its_run_went(
     copy = archive.import_topic(data, bob)
     assert copy.route == route
     assert [name for name in NEWER_STATES[1:] if getattr(copy, name)] == [checked]
+    if stage == "vision":  # a picture left pending by a worker stopped while describing it
+        data["image"]["analysis"] = TopicImage.Analysis.PENDING
+        assert not archive.import_topic(data, bob).vision_checked
     shown = [row["key"] for row in stage_progress(copy)]
     assert shown == (["answer"] if route != Topic.Route.SEARCH else [key for key, _ in STAGES])
 
