@@ -130,8 +130,9 @@ class Topic(models.Model):
 
     @property
     def period(self) -> tuple[date | None, date | None] | None:
-        """The dates the question asks about (the route stage stores them), the filter for the
-        owner's documents; None when it names none."""
+        """The dates the topic is about — those the question names, else the window the user
+        chose (the route stage stores them) — the filter for the owner's documents; None when
+        there are none."""
         if self.period_start is None and self.period_end is None:
             return None
         return self.period_start, self.period_end

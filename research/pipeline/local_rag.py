@@ -4,7 +4,8 @@ documents, is answered from those documents (`Topic.route` "documents").
 The route stage sends a question here when it may skip the search (`route.route_taken`); the
 question is searched in the owner's indexed documents as a sub-query's phrasing is
 (`private.find_passages`: hybrid BM25 + dense with the relevance floor, and the reranker when
-one is configured), in the period the question names, the best passages become private
+one is configured), in the topic's period (`Topic.period`: the one the question names, else the
+window the user chose), the best passages become private
 Documents — neighbouring passages of one file merged, titled by file name and page like every
 private source — and the report is written from them (`report_writer.write_report`: the same
 citations, sources list, citation check and previews as a researched topic). No plan, no web
