@@ -182,7 +182,8 @@ def test_index_documents_embeds_the_heading_with_a_later_chunk(alice, monkeypatc
     index_documents([(document, ParsedDocument(MARKDOWN, []))])
     chunks = list(Chunk.objects.filter(document=document).order_by("position"))
     assert len(chunks) == len(seen) > 4
-    later = [(chunk, text) for chunk, text in zip(chunks, seen, strict=True) if not chunk.text.startswith("##")]
+    pairs = zip(chunks, seen, strict=True)
+    later = [(chunk, text) for chunk, text in pairs if not chunk.text.startswith("##")]
     assert later
     for chunk, text in later:
         assert text == f"{chunk.heading}\n\n{chunk.text}"
@@ -194,7 +195,7 @@ def test_a_heading_that_would_overflow_the_window_is_left_out():
 
     limit = embeddings.max_tokens()
     words = ["quokka"]
-    while embeddings.count_tokens(" ".join(words + ["quokka"])) <= limit:
+    while embeddings.count_tokens(" ".join([*words, "quokka"])) <= limit:
         words.append("quokka")
     full = " ".join(words)  # exactly fills the window
     span = ChunkSpan(full, 0, len(full), 2, "Islands where quokkas live and smile")
