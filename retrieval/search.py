@@ -169,9 +169,9 @@ def hybrid_search(
     fused = fuse_by_language(dense, keyword, languages, query_language)
     similarity = similarities(vector, dense, [chunk_id for chunk_id, _ in keyword])
     shared = sharing_a_word(user.pk, query, ids)
-    fused = above_floor(fused, similarity, languages, query_language, vector, shared)
-    if published is not None:
+    if published is not None:  # first: a passage outside the period cannot open the floor
         fused = published_within(fused, *published)
+    fused = above_floor(fused, similarity, languages, query_language, vector, shared)
     return _passages(user, _select(fused, k, mmr), dense=dense, keyword=keyword, similarity=similarity)
 
 
@@ -293,8 +293,9 @@ def above_floor(
     floor = relevance_floor()
     if floor is None:
         return ranked
-    if passing(similarity, languages, query_language, vector, shared, floor):
-        kept = passing(similarity, languages, query_language, vector, shared, passage_floor())
+    considered = {chunk_id: similarity[chunk_id] for chunk_id, _ in ranked if chunk_id in similarity}
+    if passing(considered, languages, query_language, vector, shared, floor):
+        kept = passing(considered, languages, query_language, vector, shared, passage_floor())
     else:
         kept = set()
     return [(chunk_id, score) for chunk_id, score in ranked if chunk_id not in similarity or chunk_id in kept]

@@ -222,14 +222,17 @@ def test_one_passage_at_the_floor_lets_its_neighbours_show_down_to_the_passage_f
     similarity: dict[int, float | None] = {1: 0.9, 2: 0.8, 3: 0.7}
     languages = {1: "en", 2: "en", 3: "en"}
 
-    def shown(standing: dict[int, float]) -> list[int]:
-        monkeypatch.setattr(search, "standings", lambda vector, similarity, languages: standing)
-        return [
-            chunk for chunk, _ in search.above_floor(ranked, similarity, languages, "en", [0.0], {1, 2, 3})
-        ]
+    def shown(standing: dict[int, float], among: list[tuple[int, float]] = ranked) -> list[int]:
+        monkeypatch.setattr(
+            search, "standings", lambda vector, similarity, languages: {c: standing[c] for c in similarity}
+        )
+        kept = search.above_floor(among, similarity, languages, "en", [0.0], {1, 2, 3})
+        return [chunk for chunk, _ in kept]
 
     assert shown({1: 3.8, 2: 2.7, 3: 1.0}) == [1, 2]
     assert shown({1: 3.2, 2: 2.7, 3: 1.0}) == []
+    # Only the passages still ranked (say, within the period asked for) can open the floor.
+    assert shown({1: 3.8, 2: 2.7, 3: 1.0}, among=ranked[1:]) == []
 
 
 def test_the_passage_floor_of_the_default_model_is_below_its_relevance_floor(settings):
