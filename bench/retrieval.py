@@ -394,6 +394,10 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
             floor,
         )
 
+    def opens(query_id: str, ranked: Ranked, floor: Any) -> bool:
+        """Whether one of the ranked chunks (a leg's candidates, as in hybrid_search) reaches `floor`."""
+        return bool(passed(query_id, floor) & {chunk_id for chunk_id, _ in ranked})
+
     def fused(fusion: Callable[[str, Ranked, Ranked], Ranked]) -> Run:
         # As hybrid_search does by default: each leg brings HYBRID_CANDIDATES chunks.
         return {
@@ -413,9 +417,9 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
 
     floor = search.relevance_floor()
     hybrid = by_language(search.DENSE_WEIGHT, search.OTHER_LANGUAGE_OFFSET)
-    # As search.above_floor: nothing unless a chunk reaches the floor, then the passage floor.
+    # As search.above_floor: nothing unless a ranked chunk reaches the floor, then the passage floor.
     hybrid_floored = {
-        q: floored(ranked, passed(q, search.passage_floor()) if passed(q, floor) else set())
+        q: floored(ranked, passed(q, search.passage_floor()) if opens(q, ranked, floor) else set())
         for q, ranked in hybrid.items()
     }
     convex = fused(lambda q, d, k: search.fuse(d, k, search.DENSE_WEIGHT))
@@ -519,7 +523,8 @@ def calibrate_floor(
     def gated(floor: Any, lenient: Any) -> dict[str, float]:
         # The floor decides whether anything matches; when something does, the lenient one trims.
         run = {
-            q: floored(ranked, passed(q, lenient)) if passed(q, floor) else [] for q, ranked in hybrid.items()
+            q: floored(ranked, passed(q, lenient)) if passed(q, floor) & {c for c, _ in ranked} else []
+            for q, ranked in hybrid.items()
         }
         return scored(run, floor)
 
