@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from mindsearch.backup import backup
 from mindsearch.management.backup_command import BackupFileCommand
@@ -10,10 +11,7 @@ from mindsearch.management.backup_command import BackupFileCommand
 
 class Command(BackupFileCommand):
     help = "Back up the database (pg_dump) and the uploaded files into FILE (a .tar file)."
+    done = "Backed up to {file}: database dump {database_bytes} bytes, {media_files} uploaded file(s)."
 
-    def run(self, file: Path) -> str:
-        manifest = backup(file)
-        return (
-            f"Backed up to {file}: database dump {manifest['database_bytes']} bytes, "
-            f"{manifest['media_files']} uploaded file(s)."
-        )
+    def work(self, file: Path) -> dict[str, Any]:
+        return backup(file)
