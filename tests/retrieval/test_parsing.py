@@ -20,6 +20,7 @@ from retrieval.parsing import PROJECT_ROOT, UNSUPPORTED, ParseError, detect_kind
 from retrieval.readers import pdf as pdf_reader
 from retrieval.readers import quality
 from retrieval.readers.text import join_hyphenated, normalise
+from tests.support import needs
 
 
 def pdf_bytes(pages: list[str], title: str = "") -> bytes:
@@ -244,6 +245,15 @@ def recall(name: str, text: str) -> float:
     return sum((Counter(expected) & Counter(words(text))).values()) / len(expected)
 
 
+@pytest.fixture
+def ocr() -> None:
+    if not pdf_reader.ocr_available():
+        needs.absent(
+            "tesseract with Russian and English is missing: run scripts/ensure-tesseract (Debian:"
+            " apt-get install tesseract-ocr tesseract-ocr-rus tesseract-ocr-eng) to run this test"
+        )
+
+
 def without_ocr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MINDSEARCH_TESSERACT", "tesseract-not-installed")
 
@@ -310,6 +320,7 @@ def test_a_password_protected_pdf_is_refused_as_such():
         parse(fixture("public/rc4-40-password.pdf"), filename="secret.pdf")
 
 
+@pytest.mark.usefixtures("ocr")
 def test_a_glyph_code_text_layer_is_read_by_ocr():
     parsed = parse(fixture("glyph-codes.pdf"), filename="glyph-codes.pdf")
     assert "(cid:" not in parsed.text and not re.search(r"/g\d+", parsed.text)
@@ -349,6 +360,7 @@ def test_a_few_unreadable_pages_without_ocr_are_left_out_and_more_refuse_the_fil
         parse(merged_pdf("report-headers.pdf", "glyph-codes.pdf"), filename="b.pdf")
 
 
+@pytest.mark.usefixtures("ocr")
 def test_ocr_of_a_poster_sized_page_stays_within_the_memory_cap(tmp_path):
     """At 300 dpi a 200-inch page would be a 3.6-gigapixel bitmap; the child's 2 GB cap holds."""
     import pypdfium2
@@ -373,6 +385,7 @@ def test_ocr_of_a_poster_sized_page_stays_within_the_memory_cap(tmp_path):
     assert completed.stdout.strip() == "['']"
 
 
+@pytest.mark.usefixtures("ocr")
 @pytest.mark.parametrize("name", ["scan-ru.pdf", "scan-en.pdf"])
 def test_scanned_pages_are_read_by_ocr(name):
     parsed = parse(fixture(name), filename=name)
