@@ -18,19 +18,11 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from mindsearch.status import ERROR, check_embeddings, check_worker
+from retrieval import uploads
 from retrieval.embeddings import EmbeddingError
 from retrieval.highlight import highlight_all, mark_words
 from retrieval.models import UploadedDocument
 from retrieval.search import Passage, hybrid_search, keyword_search
-from retrieval.uploads import (
-    UploadRejected,
-    accept_upload,
-    check_file_count,
-    delete_document,
-    display_name,
-    index_again,
-    quota,
-)
 
 SEARCH_RESULTS = 10
 PREVIEW_CHUNKS = 5
@@ -80,7 +72,7 @@ def document_list(request: HttpRequest) -> HttpResponse:
         embeddings=_embedding_problem(),
         upload_max_bytes=settings.UPLOAD_MAX_BYTES,
         upload_max_files=settings.UPLOAD_MAX_FILES,
-        quota=quota(request.user),
+        quota=uploads.quota(request.user),
     )
     return render(request, "retrieval/document_list.html", context)
 
@@ -118,21 +110,21 @@ def upload_files(user: Any, files: list[Any]) -> list[UploadOutcome]:
     if not files:
         return [UploadOutcome("error", _("Choose at least one file to upload."))]
     try:
-        check_file_count(len(files))
-    except UploadRejected as rejected:
+        uploads.check_file_count(len(files))
+    except uploads.UploadRejected as rejected:
         return [UploadOutcome("error", rejected.message)]
     return [upload_one(user, uploaded_file) for uploaded_file in files]
 
 
 def upload_one(user: Any, uploaded_file: Any) -> UploadOutcome:
     try:
-        document, created = accept_upload(user, uploaded_file)
-    except UploadRejected as rejected:
+        document, created = uploads.accept_upload(user, uploaded_file)
+    except uploads.UploadRejected as rejected:
         return UploadOutcome("error", rejected.message)
     if created:
         text = _("%(name)s was uploaded; indexing has started.") % {"name": document.original_name}
         return UploadOutcome("success", text, document)
-    names = {"name": display_name(uploaded_file.name or ""), "existing": document.original_name}
+    names = {"name": uploads.display_name(uploaded_file.name or ""), "existing": document.original_name}
     if names["name"] == names["existing"]:
         text = _("%(name)s was already uploaded; it was not added again.") % names
     else:
@@ -205,7 +197,7 @@ def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
     if request.method == "GET":
         return render(request, "retrieval/document_confirm_delete.html", {"document": document})
     name = document.original_name
-    delete_document(document)
+    uploads.delete_document(document)
     messages.success(request, _("%(name)s was deleted, with its file and its passages.") % {"name": name})
     return redirect("document_list")
 
@@ -214,7 +206,7 @@ def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
 def document_retry(request: HttpRequest, document_id: int) -> HttpResponse:
     document = _document(request, document_id)
     if document.status == UploadedDocument.Status.FAILED:
-        index_again(document)
+        uploads.index_again(document)
         messages.info(request, _("%(name)s is queued for indexing again.") % {"name": document.original_name})
     return redirect("document_detail", document_id=document.pk)
 
