@@ -23,6 +23,7 @@ this step the stages it covers find their work done.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db.models import F
@@ -96,6 +97,26 @@ class _Progress:
         self.scored = hits.filter(score__isnull=False).count()
         self.search_started = False
 
+    async def tell(
+        self,
+        ctx: RunContext,
+        stage: StageName,
+        message: str,
+        args: dict[str, Any],
+        *,
+        warn: bool = False,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """A progress line of `stage`, counted as the stage counts its own: sub-queries with
+        queries written, queries searched, hits scored."""
+        done, total = {
+            queries.STAGE: (self.written, self.subqueries),
+            web_search.STAGE: (self.searched, self.queries),
+            score_hits.STAGE: (self.scored, self.hits),
+        }[stage]
+        say = ctx.warn if warn else ctx.emit
+        await db(say)(stage, message, args=args, done=done, total=total, data=data)
+
 
 async def _front(ctx: RunContext, pending: list[SubQuery]) -> list[str]:
     # A stop cancels the front as a whole (and with it every sub-query's part), not only the calls
@@ -130,13 +151,7 @@ async def _front_parts(ctx: RunContext, pending: list[SubQuery]) -> list[str]:
     number = await db(read._current_round)(ctx)
     failures: list[str] = []
     if progress.written < progress.subqueries:
-        await db(ctx.emit)(
-            queries.STAGE,
-            gettext_noop("Writing search queries"),
-            args={},
-            done=progress.written,
-            total=progress.subqueries,
-        )
+        await progress.tell(ctx, queries.STAGE, gettext_noop("Writing search queries"), {})
     saved: list[asyncio.Event] = [asyncio.Event() for _ in pending]
     unfinished = len(pending)
     summaries: list[asyncio.Task[None]] = []
@@ -178,12 +193,11 @@ async def _queries_of(ctx: RunContext, subquery: SubQuery, progress: _Progress) 
         await db(queries._save)(subquery, russian, english)
         progress.written += 1
         progress.queries += len(russian) + len(english)
-        await db(ctx.emit)(
+        await progress.tell(
+            ctx,
             queries.STAGE,
             gettext_noop("%(russian)s + %(english)s queries for: %(subquery)s"),
-            args={"russian": len(russian), "english": len(english), "subquery": subquery.text},
-            done=progress.written,
-            total=progress.subqueries,
+            {"russian": len(russian), "english": len(english), "subquery": subquery.text},
         )
     unsearched = subquery.search_queries.filter(searched_at__isnull=True).select_related("subquery")
     return await db(lambda: list(unsearched.order_by("language", "position")))()
@@ -194,32 +208,25 @@ async def _search(
 ) -> dict | None:
     if not progress.search_started:
         progress.search_started = True
-        await db(ctx.emit)(
-            web_search.STAGE,
-            gettext_noop("Searching the web"),
-            args={},
-            done=progress.searched,
-            total=progress.queries,
-        )
+        await progress.tell(ctx, web_search.STAGE, gettext_noop("Searching the web"), {})
     try:
         response = await web_search._search_widening(ctx, query)
     except websearch.SearchError as exc:
         failures.append(str(exc))
-        await db(ctx.warn)(
+        await progress.tell(
+            ctx,
             web_search.STAGE,
             gettext_noop("Search failed for “%(query)s”: %(error)s"),
-            args={"query": query.text, "error": str(exc)},
-            done=progress.searched,
-            total=progress.queries,
+            {"query": query.text, "error": str(exc)},
+            warn=True,
         )
         return None
     progress.searched += 1
-    await db(ctx.emit)(
+    await progress.tell(
+        ctx,
         web_search.STAGE,
         gettext_noop("%(count)s results for “%(query)s”"),
-        args={"count": len(response["results"]), "query": query.text},
-        done=progress.searched,
-        total=progress.queries,
+        {"count": len(response["results"]), "query": query.text},
     )
     return response
 
@@ -259,12 +266,11 @@ async def _score(ctx: RunContext, subquery: SubQuery, progress: _Progress) -> No
         )
         await db(score_hits._save)(batch, scores, origins)
         progress.scored += len(batch)
-        await db(ctx.emit)(
+        await progress.tell(
+            ctx,
             score_hits.STAGE,
             gettext_noop("Scored %(count)s hits"),
-            args={"count": len(batch)},
-            done=progress.scored,
-            total=progress.hits,
+            {"count": len(batch)},
             data=score_hits._scored(batch, scores),
         )
 
