@@ -93,6 +93,12 @@ class RunContext:
             listener(event)
         return event
 
+    def begin(self, stage: str, message: str, pending: int = 1, total: int = 1, /, **args: Any) -> RunEvent:
+        """The event that `stage` sets to work on `pending` of its `total` steps, the others done
+        before (by a run that stopped, or in an earlier round); a stage of one step by default.
+        `message` is a msgid, `args` its values."""
+        return self.emit(stage, message, args=args, done=total - pending, total=total)
+
     def warn(self, stage: str, message: str, **fields: Any) -> RunEvent:
         return self.emit(stage, message, level=RunEvent.Level.WARNING, **fields)
 

@@ -114,8 +114,8 @@ def search_documents(ctx: RunContext, stage: str) -> None:
     if not pending or not have_documents(ctx, stage):
         return
     total = subqueries.count()
+    ctx.begin(stage, gettext_noop("Searching your documents"), len(pending), total)
     done = total - len(pending)
-    ctx.emit(stage, gettext_noop("Searching your documents"), args={}, done=done, total=total)
     reorder = rerank.passage_reorderer(ctx, stage)
     for subquery in pending:
         ctx.check_cancelled()

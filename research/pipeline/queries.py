@@ -24,7 +24,7 @@ def run(ctx: RunContext) -> Outcome:
     total = ctx.topic.subqueries.count()
     if not pending:
         return Outcome.CONTINUE
-    ctx.emit(STAGE, gettext_noop("Writing search queries"), args={}, done=total - len(pending), total=total)
+    ctx.begin(STAGE, gettext_noop("Writing search queries"), len(pending), total)
     async_to_sync(_write_all)(ctx, pending, total)
     return Outcome.CONTINUE
 

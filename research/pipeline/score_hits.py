@@ -39,12 +39,13 @@ def run(ctx: RunContext) -> Outcome:
         return Outcome.CONTINUE
     hit_batches = _batches(pending)
     total = hits.count()
-    ctx.emit(
+    ctx.begin(
         STAGE,
         gettext_noop("Scoring %(count)s hits in %(calls)s LLM calls"),
-        args={"count": len(pending), "calls": len(hit_batches)},
-        done=total - len(pending),
-        total=total,
+        len(pending),
+        total,
+        count=len(pending),
+        calls=len(hit_batches),
     )
     async_to_sync(score_all)(
         ctx,

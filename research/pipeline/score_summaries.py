@@ -24,13 +24,7 @@ def run(ctx: RunContext) -> Outcome:
     if not pending:
         return Outcome.CONTINUE
     total = summaries.count()
-    ctx.emit(
-        STAGE,
-        gettext_noop("Scoring %(count)s summaries"),
-        args={"count": len(pending)},
-        done=total - len(pending),
-        total=total,
-    )
+    ctx.begin(STAGE, gettext_noop("Scoring %(count)s summaries"), len(pending), total, count=len(pending))
     async_to_sync(score_all)(
         ctx,
         STAGE,

@@ -32,13 +32,7 @@ def run(ctx: RunContext) -> Outcome:
     if not pending:
         return Outcome.CONTINUE
     total = documents.count()
-    ctx.emit(
-        STAGE,
-        gettext_noop("Summarising %(count)s documents"),
-        args={"count": len(pending)},
-        done=total - len(pending),
-        total=total,
-    )
+    ctx.begin(STAGE, gettext_noop("Summarising %(count)s documents"), len(pending), total, count=len(pending))
     async_to_sync(_summarise_all)(ctx, pending, total)
     return Outcome.CONTINUE
 

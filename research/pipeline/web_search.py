@@ -82,7 +82,7 @@ def run(ctx: RunContext) -> Outcome:
         _without_search_engine(ctx)
         return Outcome.CONTINUE
     total = queries.count()
-    ctx.emit(STAGE, gettext_noop("Searching the web"), args={}, done=total - len(pending), total=total)
+    ctx.begin(STAGE, gettext_noop("Searching the web"), len(pending), total)
     failures = async_to_sync(_search_all)(ctx, pending, total)
     searched = queries.filter(searched_at__isnull=False, result_count__gt=0).exists()
     if failures and not searched and not from_tools:
