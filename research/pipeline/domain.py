@@ -438,33 +438,38 @@ def weather_markdown(
 
 
 def _finance(ctx: RunContext) -> None:
+    """The exchange rate of a currency pair the question names, else a company's stock quote; where
+    Alpha Vantage fails, either way, the topic goes on with the web alone."""
     topic = ctx.topic
     language = _language(topic)
     pair = currency_pair(topic.question)
-    if pair is not None:
-        _exchange_rate(ctx, pair, language)
-        return
-    ctx.emit(STAGE, gettext_noop("Looking the company up at Alpha Vantage"), args={}, done=0, total=1)
-    url = settings.ALPHA_VANTAGE_URL
     try:
-        match = None
-        for name in name_candidates(topic.question, ctx.image_labels):
-            found = _cached(
-                ctx,
-                ("alpha-vantage search", url, name.lower()),
-                lambda name=name: {"matches": async_to_sync(alphavantage.search)(name, user=ctx.owner_id)},
-            )
-            if found["matches"]:
-                match = found["matches"][0]
-                break
-        if match is None:
-            _web_alone(ctx, "no_company")
-            return
-        symbol = match["symbol"]
-        data = _cached(ctx, ("alpha-vantage quote", url, symbol), lambda: _quote_and_overview(ctx, symbol))
+        if pair is not None:
+            _exchange_rate(ctx, pair, language)
+        else:
+            _stock_quote(ctx, language)
     except alphavantage.AlphaVantageError as exc:
         _web_alone(ctx, "alpha_vantage_failed", error=str(exc))
+
+
+def _stock_quote(ctx: RunContext, language: str) -> None:
+    ctx.emit(STAGE, gettext_noop("Looking the company up at Alpha Vantage"), args={}, done=0, total=1)
+    url = settings.ALPHA_VANTAGE_URL
+    match = None
+    for name in name_candidates(ctx.topic.question, ctx.image_labels):
+        found = _cached(
+            ctx,
+            ("alpha-vantage search", url, name.lower()),
+            lambda name=name: {"matches": async_to_sync(alphavantage.search)(name, user=ctx.owner_id)},
+        )
+        if found["matches"]:
+            match = found["matches"][0]
+            break
+    if match is None:
+        _web_alone(ctx, "no_company")
         return
+    symbol = match["symbol"]
+    data = _cached(ctx, ("alpha-vantage quote", url, symbol), lambda: _quote_and_overview(ctx, symbol))
     if not data["quote"]:
         _web_alone(ctx, "no_quote", symbol=f"{symbol} ({match['name']})")
         return
@@ -495,15 +500,11 @@ def _finance(ctx: RunContext) -> None:
 def _exchange_rate(ctx: RunContext, pair: tuple[str, str], language: str) -> None:
     source, target = pair
     ctx.emit(STAGE, gettext_noop("Fetching the exchange rate from Alpha Vantage"), args={}, done=0, total=1)
-    try:
-        data = _cached(
-            ctx,
-            ("alpha-vantage fx", settings.ALPHA_VANTAGE_URL, source, target),
-            lambda: {"rate": async_to_sync(alphavantage.exchange_rate)(source, target, user=ctx.owner_id)},
-        )
-    except alphavantage.AlphaVantageError as exc:
-        _web_alone(ctx, "alpha_vantage_failed", error=str(exc))
-        return
+    data = _cached(
+        ctx,
+        ("alpha-vantage fx", settings.ALPHA_VANTAGE_URL, source, target),
+        lambda: {"rate": async_to_sync(alphavantage.exchange_rate)(source, target, user=ctx.owner_id)},
+    )
     if not data["rate"]:
         _web_alone(ctx, "no_quote", symbol=f"{source}/{target}")
         return

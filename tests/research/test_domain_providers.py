@@ -138,9 +138,12 @@ def test_alpha_vantages_limit_answer_is_a_warning_without_the_key_and_nothing_is
     assert topic.status == Topic.Status.COMPLETED
     assert len(seed.finance.requests) == 1  # a limit is not retried
     assert not CacheEntry.objects.filter(kind=CacheEntry.Kind.DOMAIN_DATA).exists()
+    topic = research(alice, "Какой курс доллара сегодня?")  # the exchange rate fails the same way
+    assert "Alpha Vantage failed" in warning_of(topic) and "25 requests per day" in warning_of(topic)
+    assert topic.status == Topic.Status.COMPLETED and len(seed.finance.requests) == 2
     settings.ALPHA_VANTAGE_API_KEY = ""
     topic = research(alice, FINANCE + " please")
-    assert "ALPHA_VANTAGE_API_KEY" in warning_of(topic) and len(seed.finance.requests) == 1
+    assert "ALPHA_VANTAGE_API_KEY" in warning_of(topic) and len(seed.finance.requests) == 2
 
 
 def test_a_wrong_alpha_vantage_key_is_said(alice: User, seed: SeedWorld, settings: Any) -> None:
