@@ -99,6 +99,13 @@ class RunContext:
         `message` is a msgid, `args` its values."""
         return self.emit(stage, message, args=args, done=total - pending, total=total)
 
+    def finish(
+        self, stage: str, message: str, /, *, data: dict[str, Any] | None = None, **args: Any
+    ) -> RunEvent:
+        """The event that a stage of one step has done it (1 of 1): `message` is a msgid, `args`
+        its values; `data` is the event's own (what the page shows beside the line)."""
+        return self.emit(stage, message, args=args, done=1, total=1, data=data)
+
     def warn(self, stage: str, message: str, **fields: Any) -> RunEvent:
         return self.emit(stage, message, level=RunEvent.Level.WARNING, **fields)
 

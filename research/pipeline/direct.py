@@ -37,13 +37,7 @@ def run(ctx: RunContext) -> Outcome:
         topic.save(update_fields=["route", "updated_at"])
         return Outcome.CONTINUE
     Report.objects.get_or_create(topic=topic, defaults={"markdown": markdown, "sources": [], "model": model})
-    ctx.emit(
-        STAGE,
-        gettext_noop("Answered directly: this message needs no search"),
-        args={},
-        done=1,
-        total=1,
-    )
+    ctx.finish(STAGE, gettext_noop("Answered directly: this message needs no search"))
     return Outcome.ANSWERED
 
 

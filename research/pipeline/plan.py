@@ -20,18 +20,13 @@ MAX_SUBQUERIES = 3
 def run(ctx: RunContext) -> Outcome:
     if ctx.topic.subqueries.exists():
         return Outcome.CONTINUE
-    ctx.emit(STAGE, gettext_noop("Planning sub-queries"), args={}, done=0, total=1)
+    ctx.begin(STAGE, gettext_noop("Planning sub-queries"))
     texts, origin = _plan(ctx)
     SubQuery.objects.bulk_create(
         SubQuery(topic=ctx.topic, position=i, text=text, origin=origin) for i, text in enumerate(texts)
     )
-    ctx.emit(
-        STAGE,
-        gettext_noop("Planned %(count)s sub-queries"),
-        args={"count": len(texts)},
-        done=1,
-        total=1,
-        data={"subqueries": texts},
+    ctx.finish(
+        STAGE, gettext_noop("Planned %(count)s sub-queries"), count=len(texts), data={"subqueries": texts}
     )
     return Outcome.CONTINUE
 

@@ -84,13 +84,7 @@ class Material:
 def write_report(ctx: RunContext, documents: list[Document]) -> None:
     """The report from `documents`: the answer stage's choice (`answer.py`), or the passages the
     local-RAG branch took from the owner's documents (`local_rag.py`)."""
-    ctx.emit(
-        STAGE,
-        gettext_noop("Writing the report from %(count)s sources"),
-        args={"count": len(documents)},
-        done=0,
-        total=1,
-    )
+    ctx.begin(STAGE, gettext_noop("Writing the report from %(count)s sources"), count=len(documents))
     material = Material(
         documents,
         sources=[source_entry(n, document, ctx.question) for n, document in enumerate(documents, 1)],
@@ -112,7 +106,7 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
         report = Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
         Citation.objects.bulk_create(citation_rows(report, verdicts))
         ReportDraft.objects.filter(topic=ctx.topic).delete()
-    ctx.emit(STAGE, gettext_noop("Report written"), args={}, done=1, total=1)
+    ctx.finish(STAGE, gettext_noop("Report written"))
 
 
 class StreamedText:

@@ -76,7 +76,7 @@ def announce_search(ctx: RunContext) -> None:
 
 def _announce(ctx: RunContext, route: Route) -> None:
     template, args = _describe(ctx.topic, route)
-    ctx.emit(STAGE, template, args=args, done=1, total=1, data=_route_data(ctx.topic, route))
+    ctx.finish(STAGE, template, data=_route_data(ctx.topic, route), **args)
 
 
 def route_taken(topic: Topic, route: Route) -> Topic.Route:

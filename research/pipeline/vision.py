@@ -65,7 +65,7 @@ def _analyse(ctx: RunContext, image: TopicImage) -> None:
             args={},
         )
         return
-    ctx.emit(STAGE, gettext_noop("Describing the picture"), args={}, done=0, total=1)
+    ctx.begin(STAGE, gettext_noop("Describing the picture"))
     try:
         found = describe(ctx, image)
     except llm_client.LLMError as exc:
@@ -84,12 +84,10 @@ def _analyse(ctx: RunContext, image: TopicImage) -> None:
     image.analysis, image.vision_model, image.error = TopicImage.Analysis.DONE, settings.VISION_MODEL, ""
     image.save(update_fields=[*found, "analysis", "vision_model", "error"])
     ctx.load_image(image)
-    ctx.emit(
+    ctx.finish(
         STAGE,
         gettext_noop("The picture shows: %(labels)s"),
-        args={"labels": ", ".join(image.labels) or "—"},
-        done=1,
-        total=1,
+        labels=", ".join(image.labels) or "—",
         data={"labels": image.labels, "entities": image.entities},
     )
 
@@ -186,18 +184,3 @@ def parse_description(text: str) -> dict:
         "description": " ".join(str(answer.get("description") or "").split())[:MAX_TEXT_CHARS],
     }
 
-
-def labels_block(ctx: RunContext) -> str:
-    """The picture's labels for a prompt that does not take the whole image context: as data."""
-    if not ctx.image_labels:
-        return ""
-    labels = ", ".join(dict.fromkeys(ctx.image_labels))
-    return "\n\nМетки изображения к вопросу (их прочитала модель зрения):\n" + data_block(labels)
-
-
-def context_block(ctx: RunContext) -> str:
-    """The seed's "image context" for a text-only model: what the vision model saw, as data
-    (the text in a picture is untrusted like a web page's)."""
-    if not ctx.image_context:
-        return ""
-    return "\n\nКонтекст изображения (описание от модели зрения):\n" + data_block(ctx.image_context)
