@@ -62,8 +62,8 @@ class TopicForm(forms.ModelForm):
             self.fields["sources"].initial = Topic.Sources.DOCS
             self.fields["sources"].help_text = _(
                 "Web search is not configured on this server (SEARXNG_URL is empty), so <em>Web</em> "
-                "will fail; <em>My documents</em> works now, and <em>Web and my documents</em> "
-                "searches your documents only."
+                "will fail; <em>My documents</em> searches the files you upload on the Documents page, "
+                "and <em>Web and my documents</em> searches your documents only."
             )
 
     def clean_image(self) -> images.PreparedImage | None:
