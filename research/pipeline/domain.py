@@ -215,7 +215,7 @@ PLACE_TAGS = {
 def place_markdown(place: dict[str, Any], fetched_at: datetime, language: str) -> str:
     """What OpenStreetMap knows of a place, as short lines of facts."""
     ru = language == "ru"
-    when = f"{fetched_at:%Y-%m-%d %H:%M} UTC"
+    when = _fetched(fetched_at)
     kind = f"{place.get('category') or place.get('class') or ''}/{place.get('type') or ''}".strip("/")
     lines = [
         f"# {place.get('display_name') or place.get('name')}",
@@ -244,8 +244,7 @@ def place_markdown(place: dict[str, Any], fetched_at: datetime, language: str) -
 
 
 def _weather(ctx: RunContext) -> None:
-    topic = ctx.topic
-    language = topic.language if topic.language in ("ru", "en") else "en"
+    language = _language(ctx.topic)
     ctx.emit(STAGE, gettext_noop("Fetching weather data from Open-Meteo"), args={}, done=0, total=1)
     try:
         place = _find_place(ctx, language)
@@ -261,25 +260,25 @@ def _weather(ctx: RunContext) -> None:
         _web_alone(ctx, "open_meteo_failed", error=str(exc))
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
-    document = Document.objects.create(
-        topic=topic,
-        title=_title(
-            fetched_at,
-            language,
-            ru=f"Open-Meteo: прогноз погоды, {place.label}",
-            en=f"Open-Meteo: weather forecast for {place.label}",
-        ),
+    title = _title(
+        fetched_at,
+        language,
+        ru=f"Open-Meteo: прогноз погоды, {place.label}",
+        en=f"Open-Meteo: weather forecast for {place.label}",
+    )
+    document = _save(
+        ctx,
+        title=title,
         url=openmeteo.forecast_url(place),
         text=weather_markdown(place, data, fetched_at, language),
-        fetched_via=Document.FetchedVia.DOMAIN,
     )
-    ctx.emit(
-        STAGE,
+    _done_event(
+        ctx,
         gettext_noop("Weather for %(place)s from Open-Meteo, fetched %(time)s"),
-        args={"place": place.label, "time": f"{fetched_at:%Y-%m-%d %H:%M} UTC"},
-        done=1,
-        total=1,
-        data={"document_id": document.pk, "provider": "open-meteo", "fetched_at": fetched_at.isoformat()},
+        {"place": place.label},
+        document,
+        "open-meteo",
+        fetched_at,
     )
 
 
@@ -376,7 +375,7 @@ def weather_markdown(
     daily, daily_units = data.get("daily") or {}, data.get("daily_units") or {}
     where = f"{place.label} ({place.latitude:.2f}, {place.longitude:.2f})"
     zone = data.get("timezone") or place.timezone or "UTC"
-    when = f"{fetched_at:%Y-%m-%d %H:%M} UTC"
+    when = _fetched(fetched_at)
     lines = [
         (f"# Прогноз погоды: {where}" if ru else f"# Weather forecast: {where}"),
         "",
