@@ -34,7 +34,7 @@ from django.utils.translation import gettext_noop
 from mindsearch import lifecycle
 from mindsearch.clients.llm import LLMError
 from research import progress
-from research.models import CacheEntry, Document, FollowUp, Report, RunEvent, SubQuery, Topic
+from research.models import Document, FollowUp, Report, RunEvent, SubQuery, Topic
 from research.pipeline import (
     citecheck,
     deep,
@@ -47,7 +47,7 @@ from research.pipeline import (
     years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
-from research.pipeline.prompting import ask, data_block, load_prompt
+from research.pipeline.prompting import data_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
 from research.pipeline.run import ROUND_STAGES, topic_lock
 from research.pipeline.stage import Stage, StageName
@@ -468,7 +468,9 @@ def _write(
     if ctx.llm_enabled:
         request = _request(ctx, followup, chosen, excerpts)
         try:
-            body = async_to_sync(_ask_streamed)(ctx, followup, request, private)
+            body = async_to_sync(Draft(followup).ask)(
+                ctx, STAGE, load_prompt("followup"), request, private=private
+            )
         except LLMError as exc:
             _warn(
                 ctx,
@@ -480,25 +482,6 @@ def _write(
             if body.strip():
                 return body.strip(), ctx.model
     return extractive_answer(query, excerpts), ""
-
-
-async def _ask_streamed(ctx: FollowUpContext, followup: FollowUp, request: str, private: bool) -> str:
-    draft = Draft(followup)
-    try:
-        body = await ask(
-            ctx,
-            STAGE,
-            load_prompt("followup"),
-            request,
-            kind=CacheEntry.Kind.ANSWERS,
-            private=private,
-            on_text=draft,
-        )
-    except BaseException:
-        await draft.drop()
-        raise
-    await draft.flush()
-    return body
 
 
 def _request(

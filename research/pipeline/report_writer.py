@@ -134,6 +134,19 @@ class StreamedText:
         self.text = self.saved = ""
         await db(self.discard)()
 
+    async def ask(self, ctx: RunContext, stage: str, prompt: Prompt, request: str, *, private: bool) -> str:
+        """The LLM's answer (an answer, cached as one), streamed into this text as it is written:
+        dropped when the ask fails, saved whole when it is done."""
+        try:
+            body = await ask(
+                ctx, stage, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private, on_text=self
+            )
+        except BaseException:
+            await self.drop()
+            raise
+        await self.flush()
+        return body
+
     def save(self, text: str) -> None:
         raise NotImplementedError
 
@@ -303,14 +316,7 @@ async def _ask_streamed(
     if not streamed:
         return await ask(ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private)
     draft = Draft(ctx)
-    try:
-        body = await ask(
-            ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private, on_text=draft
-        )
-    except BaseException:
-        await draft.drop()
-        raise
-    await draft.flush()
+    body = await draft.ask(ctx, STAGE, prompt, request, private=private)
     if not body.strip():
         await draft.drop()
     return body
