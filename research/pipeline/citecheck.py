@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mindsearch.clients.llm import LLMError, parse_json
-from research.pipeline import passages, vision
+from research.pipeline import passages
 from research.pipeline.replies import is_russian
 from research.pipeline.text import tokenize
 
@@ -701,7 +701,7 @@ async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str
     """The verdicts with the LLM's where it gave a usable one; batches go out concurrently (the
     client's global rate limit paces them). A failed call leaves its batch's local verdicts."""
     from research.models import CacheEntry
-    from research.pipeline.prompting import ask, load_prompt
+    from research.pipeline.prompting import ask, image_labels_block, load_prompt
 
     prompt = load_prompt("citecheck")
     batches = [verdicts[i : i + LLM_BATCH] for i in range(0, len(verdicts), LLM_BATCH)]
@@ -712,7 +712,7 @@ async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str
                 ctx,
                 stage,
                 prompt,
-                verification_request(batch, ctx.asked) + vision.labels_block(ctx),
+                verification_request(batch, ctx.asked) + image_labels_block(ctx),
                 kind=CacheEntry.Kind.CITATION_CHECKS,
                 private=private,
             )

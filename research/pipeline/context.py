@@ -72,7 +72,7 @@ class RunContext:
     def asked(self) -> str:
         """The question in the user's own words, as a prompt quotes it. The picture's labels are
         the vision model's reading of an untrusted image: prompts get them in a data block
-        (`vision.labels_block`, `vision.context_block`), never beside these words."""
+        (`prompting.image_labels_block`, `prompting.image_context_block`), never beside these words."""
         return self.topic.question
 
     @property

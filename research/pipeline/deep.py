@@ -32,9 +32,9 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError
 from research.event_text import phrase
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
-from research.pipeline import extractive, passages, vision
+from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import ask, data_block, load_prompt
+from research.pipeline.prompting import ask, data_block, image_labels_block, load_prompt
 from research.pipeline.replies import parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
 from research.pipeline.text import tokenize
@@ -231,7 +231,7 @@ async def _propose(ctx: RunContext, direction: Direction, asked: list[str]) -> l
     request = (
         f"Исходный запрос: {ctx.asked}\nНаправление поиска: {direction.text}\n"
         "Уже заданные подзапросы:\n" + "\n".join(f"- {text}" for text in asked) + "\n\n"
-        f"Найдено по этому направлению:\n{data_block(listing)}" + vision.labels_block(ctx)
+        f"Найдено по этому направлению:\n{data_block(listing)}" + image_labels_block(ctx)
     )
     try:
         answer = await ask(

@@ -14,9 +14,8 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Report, Topic
-from research.pipeline import vision
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import ask, load_prompt
+from research.pipeline.prompting import ask, image_labels_block, load_prompt
 from research.pipeline.question_domain import looks_like_small_talk
 from research.pipeline.replies import is_russian
 from research.pipeline.stage import Outcome, StageName
@@ -49,7 +48,7 @@ def _reply(ctx: RunContext) -> tuple[str, str]:
                 ctx,
                 STAGE,
                 load_prompt("direct"),
-                f"Сообщение пользователя: {ctx.asked}" + vision.labels_block(ctx),
+                f"Сообщение пользователя: {ctx.asked}" + image_labels_block(ctx),
                 kind=CacheEntry.Kind.ANSWERS,
                 max_tokens=MAX_TOKENS,
             )

@@ -43,11 +43,10 @@ from research.pipeline import (
     question_domain,
     report_writer,
     route,
-    vision,
     years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
-from research.pipeline.prompting import data_block, load_prompt
+from research.pipeline.prompting import data_block, image_context_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
 from research.pipeline.run import ROUND_STAGES, topic_lock
 from research.pipeline.stage import Stage, StageName
@@ -513,7 +512,7 @@ def _request(
         + data_block(context)
         + "\n\nИсточники:\n"
         + data_block("\n\n---\n\n".join(blocks))
-        + vision.context_block(ctx)
+        + image_context_block(ctx)
     )
 
 

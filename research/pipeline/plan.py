@@ -7,9 +7,9 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SubQuery
-from research.pipeline import extractive, vision
+from research.pipeline import extractive
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import ask, load_prompt
+from research.pipeline.prompting import ask, image_context_block, load_prompt
 from research.pipeline.replies import language_of, parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
 
@@ -39,7 +39,7 @@ def _plan(ctx: RunContext) -> tuple[list[str], str]:
                 STAGE,
                 load_prompt("plan"),
                 f'Запрос: "{ctx.asked}"\nЯзык подзапросов: {language_of(ctx.asked)}'
-                + vision.context_block(ctx),
+                + image_context_block(ctx),
                 kind=CacheEntry.Kind.SEARCH_QUERIES,
             )
         except LLMError as exc:

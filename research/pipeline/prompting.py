@@ -44,6 +44,23 @@ def data_block(text: str) -> str:
     return f"{DATA_OPEN}\n{text.replace(DATA_CLOSE, 'ДАННЫЕ >>>')}\n{DATA_CLOSE}"
 
 
+def image_labels_block(ctx: RunContext) -> str:
+    """The picture's labels (the vision stage's reading of it) for a prompt that does not take
+    the whole image context: as data."""
+    if not ctx.image_labels:
+        return ""
+    labels = ", ".join(dict.fromkeys(ctx.image_labels))
+    return "\n\nМетки изображения к вопросу (их прочитала модель зрения):\n" + data_block(labels)
+
+
+def image_context_block(ctx: RunContext) -> str:
+    """The seed's "image context" for a text-only model: what the vision model saw, as data
+    (the text in a picture is untrusted like a web page's)."""
+    if not ctx.image_context:
+        return ""
+    return "\n\nКонтекст изображения (описание от модели зрения):\n" + data_block(ctx.image_context)
+
+
 async def ask(
     ctx: RunContext,
     stage: str,

@@ -37,9 +37,9 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError
 from research import progress
 from research.models import CacheEntry, Citation, Document, Report, ReportDraft, Topic
-from research.pipeline import citecheck, extractive, passages, vision
+from research.pipeline import citecheck, extractive, passages
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import Prompt, ask, data_block, load_prompt
+from research.pipeline.prompting import Prompt, ask, data_block, image_context_block, load_prompt
 from research.pipeline.replies import (
     is_russian,
     language_of,
@@ -287,7 +287,7 @@ def _write(
     again = bool(feedback or instruction)
     if ctx.llm_enabled:
         try:
-            request = _request(ctx.asked, material) + vision.context_block(ctx)
+            request = _request(ctx.asked, material) + image_context_block(ctx)
             if instruction:
                 request += "\n\n" + instruction
             if feedback:

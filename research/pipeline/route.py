@@ -26,9 +26,9 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError, parse_json
 from research.event_text import choice_phrase, phrase
 from research.models import CacheEntry, Topic
-from research.pipeline import timeparse, vision
+from research.pipeline import timeparse
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import ask, load_prompt
+from research.pipeline.prompting import ask, image_labels_block, load_prompt
 from research.pipeline.question_domain import categories_for, classify_by_keywords, looks_like_small_talk
 from research.pipeline.stage import Outcome, StageName
 
@@ -110,7 +110,7 @@ def _classify(ctx: RunContext, period: timeparse.Period | None) -> Route:
             ctx,
             STAGE,
             load_prompt("route"),
-            f'Запрос: "{ctx.asked}"' + vision.labels_block(ctx),
+            f'Запрос: "{ctx.asked}"' + image_labels_block(ctx),
             kind=CacheEntry.Kind.SEARCH_QUERIES,
             max_tokens=60,
         )

@@ -16,9 +16,9 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import LLMError, parse_json
 from research.models import CacheEntry, Hit, HitScore, Scores
-from research.pipeline import extractive, rerank, vision
+from research.pipeline import extractive, rerank
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import ask, data_block, load_prompt
+from research.pipeline.prompting import ask, data_block, image_labels_block, load_prompt
 from research.pipeline.replies import default_scores, match_scores
 from research.pipeline.stage import Outcome, StageName
 
@@ -115,7 +115,7 @@ async def score_batch(
     """
     if ctx.llm_enabled:
         try:
-            request = _scoring_request(ctx.asked, direction, items) + vision.labels_block(ctx)
+            request = _scoring_request(ctx.asked, direction, items) + image_labels_block(ctx)
             answer = await ask(
                 ctx, stage, load_prompt("score"), request, kind=_cache_kind(stage), private=private
             )

@@ -26,7 +26,7 @@ from research import budget, images
 from research.models import CacheEntry, LLMCall, TopicImage
 from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import data_block, load_prompt
+from research.pipeline.prompting import load_prompt
 from research.pipeline.replies import language_of
 from research.pipeline.stage import Outcome, StageName
 
@@ -183,19 +183,3 @@ def parse_description(text: str) -> dict:
         "text": " ".join(str(answer.get("text") or "").split())[:MAX_TEXT_CHARS],
         "description": " ".join(str(answer.get("description") or "").split())[:MAX_TEXT_CHARS],
     }
-
-
-def labels_block(ctx: RunContext) -> str:
-    """The picture's labels for a prompt that does not take the whole image context: as data."""
-    if not ctx.image_labels:
-        return ""
-    labels = ", ".join(dict.fromkeys(ctx.image_labels))
-    return "\n\nМетки изображения к вопросу (их прочитала модель зрения):\n" + data_block(labels)
-
-
-def context_block(ctx: RunContext) -> str:
-    """The seed's "image context" for a text-only model: what the vision model saw, as data
-    (the text in a picture is untrusted like a web page's)."""
-    if not ctx.image_context:
-        return ""
-    return "\n\nКонтекст изображения (описание от модели зрения):\n" + data_block(ctx.image_context)

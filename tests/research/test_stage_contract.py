@@ -96,13 +96,11 @@ def test_the_run_loop_runs_every_stage_module_of_the_pipeline() -> None:
 
 
 COMPOSERS = {"overlap", "read_and_summarise"}  # explicit compositions of stages, for the overlap
-# What a stage may use of another stage module: knowledge, not work. The picture's prompt blocks;
-# the rows domain saved, read. (Work two stages share, as the report both the answer stage and the
-# local-RAG branch write, lives in a module that is no stage: report_writer.py; the period the
-# route stored is the topic's, `Topic.period`.)
+# What a stage may use of another stage module: knowledge, not work. The rows domain saved, read.
+# (Work two stages share, as the report both the answer stage and the local-RAG branch write, lives
+# in a module that is no stage: report_writer.py; the picture's prompt blocks, as every stage's
+# prompt-building, are prompting.py's; the period the route stored is the topic's, `Topic.period`.)
 SHARED = {
-    ("vision", "labels_block"),
-    ("vision", "context_block"),
     ("domain", "domain_documents"),
 }
 
