@@ -131,20 +131,24 @@ def _title(fetched_at: datetime, language: str, *, ru: str, en: str) -> str:
     return f"{ru} (данные получены {when})" if language == "ru" else f"{en} (fetched {when})"
 
 
-def _save(ctx: RunContext, *, title: str, url: str, text: str) -> Document:
-    return Document.objects.create(
-        topic=ctx.topic, title=title, url=url, text=text, fetched_via=Document.FetchedVia.DOMAIN
-    )
-
-
-def _done_event(
+def _publish(
     ctx: RunContext,
+    fetched_at: datetime,
+    provider: str,
+    *,
+    url: str,
+    text: str,
+    ru: str,
+    en: str,
     message: str,
     args: dict[str, str],
-    document: Document,
-    provider: str,
-    fetched_at: datetime,
 ) -> None:
+    """The provider's data saved as the topic's domain document (`_title` of `ru` and `en`), and the
+    stage's done event naming it: `message` with `args` and the time it was fetched."""
+    title = _title(fetched_at, _language(ctx.topic), ru=ru, en=en)
+    document = Document.objects.create(
+        topic=ctx.topic, title=title, url=url, text=text, fetched_via=Document.FetchedVia.DOMAIN
+    )
     ctx.emit(
         STAGE,
         message,
@@ -172,15 +176,16 @@ def _location(ctx: RunContext) -> None:
         return
     place, url, fetched_at = found
     name = str(place.get("name") or place.get("display_name") or "?")
-    title = _title(fetched_at, language, ru=f"OpenStreetMap: {name}", en=f"OpenStreetMap: {name}")
-    document = _save(ctx, title=title, url=url, text=place_markdown(place, fetched_at, language))
-    _done_event(
+    _publish(
         ctx,
-        gettext_noop("%(place)s from OpenStreetMap, fetched %(time)s"),
-        {"place": str(place.get("display_name") or name)},
-        document,
-        "nominatim",
         fetched_at,
+        "nominatim",
+        url=url,
+        text=place_markdown(place, fetched_at, language),
+        ru=f"OpenStreetMap: {name}",
+        en=f"OpenStreetMap: {name}",
+        message=gettext_noop("%(place)s from OpenStreetMap, fetched %(time)s"),
+        args={"place": str(place.get("display_name") or name)},
     )
 
 
@@ -260,25 +265,16 @@ def _weather(ctx: RunContext) -> None:
         _web_alone(ctx, "open_meteo_failed", error=str(exc))
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
-    title = _title(
-        fetched_at,
-        language,
-        ru=f"Open-Meteo: прогноз погоды, {place.label}",
-        en=f"Open-Meteo: weather forecast for {place.label}",
-    )
-    document = _save(
+    _publish(
         ctx,
-        title=title,
+        fetched_at,
+        "open-meteo",
         url=openmeteo.forecast_url(place),
         text=weather_markdown(place, data, fetched_at, language),
-    )
-    _done_event(
-        ctx,
-        gettext_noop("Weather for %(place)s from Open-Meteo, fetched %(time)s"),
-        {"place": place.label},
-        document,
-        "open-meteo",
-        fetched_at,
+        ru=f"Open-Meteo: прогноз погоды, {place.label}",
+        en=f"Open-Meteo: weather forecast for {place.label}",
+        message=gettext_noop("Weather for %(place)s from Open-Meteo, fetched %(time)s"),
+        args={"place": place.label},
     )
 
 
@@ -474,25 +470,16 @@ def _stock_quote(ctx: RunContext, language: str) -> None:
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     company = (data["overview"] or {}).get("Name") or match["name"] or symbol
-    title = _title(
-        fetched_at,
-        language,
-        ru=f"Alpha Vantage: котировка {company} ({symbol})",
-        en=f"Alpha Vantage: {company} ({symbol}) stock quote",
-    )
-    document = _save(
+    _publish(
         ctx,
-        title=title,
+        fetched_at,
+        "alpha-vantage",
         url=alphavantage.query_url("GLOBAL_QUOTE", symbol=symbol),
         text=finance_markdown(match, data["quote"], data["overview"], fetched_at, language),
-    )
-    _done_event(
-        ctx,
-        gettext_noop("%(company)s (%(symbol)s) from Alpha Vantage, fetched %(time)s"),
-        {"company": company, "symbol": symbol},
-        document,
-        "alpha-vantage",
-        fetched_at,
+        ru=f"Alpha Vantage: котировка {company} ({symbol})",
+        en=f"Alpha Vantage: {company} ({symbol}) stock quote",
+        message=gettext_noop("%(company)s (%(symbol)s) from Alpha Vantage, fetched %(time)s"),
+        args={"company": company, "symbol": symbol},
     )
 
 
@@ -508,25 +495,16 @@ def _exchange_rate(ctx: RunContext, pair: tuple[str, str], language: str) -> Non
         _web_alone(ctx, "no_quote", symbol=f"{source}/{target}")
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
-    title = _title(
-        fetched_at,
-        language,
-        ru=f"Alpha Vantage: курс {source} → {target}",
-        en=f"Alpha Vantage: {source} → {target} exchange rate",
-    )
-    document = _save(
+    _publish(
         ctx,
-        title=title,
+        fetched_at,
+        "alpha-vantage",
         url=alphavantage.query_url("CURRENCY_EXCHANGE_RATE", from_currency=source, to_currency=target),
         text=rate_markdown(data["rate"], fetched_at, language),
-    )
-    _done_event(
-        ctx,
-        gettext_noop("%(pair)s exchange rate from Alpha Vantage, fetched %(time)s"),
-        {"pair": f"{source} → {target}"},
-        document,
-        "alpha-vantage",
-        fetched_at,
+        ru=f"Alpha Vantage: курс {source} → {target}",
+        en=f"Alpha Vantage: {source} → {target} exchange rate",
+        message=gettext_noop("%(pair)s exchange rate from Alpha Vantage, fetched %(time)s"),
+        args={"pair": f"{source} → {target}"},
     )
 
 
@@ -680,25 +658,16 @@ def _sports(ctx: RunContext) -> None:
         return
     fetched_at = datetime.fromisoformat(events["_fetched_at"])
     name = str(team.get("strTeam") or "?")
-    title = _title(
-        fetched_at,
-        language,
-        ru=f"TheSportsDB: {name}, ближайшие и последние матчи",
-        en=f"TheSportsDB: {name}, next and last events",
-    )
-    document = _save(
+    _publish(
         ctx,
-        title=title,
+        fetched_at,
+        "thesportsdb",
         url=thesportsdb.team_url(team),  # never an API address: those hold the key
         text=sports_markdown(team, events["next"], events["last"], fetched_at, language),
-    )
-    _done_event(
-        ctx,
-        gettext_noop("%(team)s from TheSportsDB, fetched %(time)s"),
-        {"team": name},
-        document,
-        "thesportsdb",
-        fetched_at,
+        ru=f"TheSportsDB: {name}, ближайшие и последние матчи",
+        en=f"TheSportsDB: {name}, next and last events",
+        message=gettext_noop("%(team)s from TheSportsDB, fetched %(time)s"),
+        args={"team": name},
     )
 
 
@@ -831,25 +800,16 @@ def _transport(ctx: RunContext) -> None:
         return
     fetched_at = datetime.fromisoformat(data["_fetched_at"])
     names = [str(p.get("name") or p.get("display_name") or "?") for p in places]
-    title = _title(
-        fetched_at,
-        language,
-        ru=f"OSRM: маршрут {names[0]} → {names[1]}",
-        en=f"OSRM: route {names[0]} → {names[1]}",
-    )
-    document = _save(
+    _publish(
         ctx,
-        title=title,
+        fetched_at,
+        "osrm",
         url=directions_url(origin, destination),
         text=route_markdown(places, data, fetched_at, language),
-    )
-    _done_event(
-        ctx,
-        gettext_noop("Route %(origin)s → %(destination)s from OSRM, fetched %(time)s"),
-        {"origin": names[0], "destination": names[1]},
-        document,
-        "osrm",
-        fetched_at,
+        ru=f"OSRM: маршрут {names[0]} → {names[1]}",
+        en=f"OSRM: route {names[0]} → {names[1]}",
+        message=gettext_noop("Route %(origin)s → %(destination)s from OSRM, fetched %(time)s"),
+        args={"origin": names[0], "destination": names[1]},
     )
 
 
