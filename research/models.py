@@ -137,6 +137,12 @@ class Topic(models.Model):
             return None
         return self.period_start, self.period_end
 
+    @property
+    def domain_documents(self) -> models.QuerySet[Document]:
+        """The domain data the domain stage saved (a provider's document), in the order it saved
+        them: the pre-context the report must prefer."""
+        return self.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).order_by("id")
+
     def fail(self, error: str) -> None:
         self.status = self.Status.FAILED
         self.error = error

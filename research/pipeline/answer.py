@@ -10,7 +10,7 @@ which the local-RAG branch (`local_rag.py`) writes its report with too.
 from __future__ import annotations
 
 from research.models import Hit, Report
-from research.pipeline import diversity, domain, report_writer
+from research.pipeline import diversity, report_writer
 from research.pipeline.context import RunContext, StageError
 from research.pipeline.stage import Outcome, StageName
 
@@ -21,7 +21,7 @@ def run(ctx: RunContext) -> Outcome:
     if Report.objects.filter(topic=ctx.topic).exists():
         return Outcome.CONTINUE
     # Domain data comes first, as the pre-context the report must prefer (domain.py).
-    chosen = domain.domain_documents(ctx.topic)
+    chosen = list(ctx.topic.domain_documents)
     documents = chosen + [d for d in diversity.final_documents(ctx) if d not in chosen]
     if not documents:
         raise StageError(_nothing_to_write_from(ctx))

@@ -64,13 +64,7 @@ def run(ctx: RunContext) -> Outcome:
 
 def _done(topic: Topic) -> bool:
     """Asked for already; or its document saved by a run that stopped before it could say so."""
-    return (
-        topic.domain_data_checked or topic.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).exists()
-    )
-
-
-def domain_documents(topic: Topic) -> list[Document]:
-    return list(topic.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).order_by("id"))
+    return topic.domain_data_checked or topic.domain_documents.exists()
 
 
 # Why a topic gets no domain data, each a whole sentence for the translators; said by `_web_alone`.
