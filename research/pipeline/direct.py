@@ -12,10 +12,9 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Report, Topic
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import ask, image_labels_block, load_prompt
+from research.pipeline.prompting import Asking, image_labels_block
 from research.pipeline.question_domain import looks_like_small_talk
 from research.pipeline.replies import is_russian
 from research.pipeline.stage import Outcome, StageName
@@ -40,23 +39,20 @@ def run(ctx: RunContext) -> Outcome:
     return Outcome.ANSWERED
 
 
+REPLY = Asking(
+    "direct",
+    CacheEntry.Kind.ANSWERS,
+    gettext_noop("The LLM could not answer directly (%(error)s)."),
+    max_tokens=MAX_TOKENS,
+)
+
+
 def _reply(ctx: RunContext) -> tuple[str, str]:
     """(Markdown, model) of a short reply; ("", "") when only a search can answer."""
-    if ctx.llm_enabled:
-        try:
-            text = async_to_sync(ask)(
-                ctx,
-                STAGE,
-                load_prompt("direct"),
-                f"Сообщение пользователя: {ctx.asked}" + image_labels_block(ctx),
-                kind=CacheEntry.Kind.ANSWERS,
-                max_tokens=MAX_TOKENS,
-            )
-        except LLMError as exc:
-            ctx.fell_back(STAGE, gettext_noop("The LLM could not answer directly (%(error)s)."), exc)
-        else:
-            if text.strip():
-                return text.strip(), ctx.model
+    request = f"Сообщение пользователя: {ctx.asked}" + image_labels_block(ctx)
+    text = async_to_sync(REPLY.answer)(ctx, STAGE, request, str.strip)
+    if text:
+        return text, ctx.model
     if looks_like_small_talk(ctx.question):
         return fixed_reply(ctx.question), ""
     return "", ""

@@ -7,10 +7,11 @@ prompt declares to be data, never instructions.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -23,6 +24,7 @@ from research.pipeline.context import RunContext, db
 
 PROMPTS = Path(__file__).with_name("prompts")
 DATA_OPEN, DATA_CLOSE = "<<<ДАННЫЕ", "ДАННЫЕ>>>"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,35 @@ async def ask(
     # the answer and its `LLMCall` row in one transaction, so a saved answer is always counted.
     await db(_save)(ctx, stage, prompt, kind, key, owner_id, payload, completion)
     return completion.text
+
+
+@dataclass(frozen=True)
+class Asking:
+    """How a stage asks one seed prompt, `prompt`: its answers are cached under `kind`; when the
+    LLM fails, the stage goes on another way (the extractive engine, keywords) after the warning
+    `failed`, a msgid with %(error)s."""
+
+    prompt: str
+    kind: str
+    failed: str
+    max_tokens: int | None = None
+
+    async def answer(
+        self, ctx: RunContext, stage: str, request: str, parse: Callable[[str], T], *, private: bool = False
+    ) -> T | None:
+        """`parse` of the LLM's answer to `request`; None when the LLM is off, or failed (an
+        LLMError, from the LLM or from `parse` on an unusable answer: then `failed` is warned of)."""
+        if not ctx.llm_enabled:
+            return None
+        prompt = load_prompt(self.prompt)
+        try:
+            text = await ask(
+                ctx, stage, prompt, request, kind=self.kind, private=private, max_tokens=self.max_tokens
+            )
+            return parse(text)
+        except llm_client.LLMError as exc:
+            await db(ctx.fell_back)(stage, self.failed, exc)
+            return None
 
 
 def _save(

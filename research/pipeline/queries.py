@@ -7,11 +7,10 @@ import asyncio
 from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, SearchQuery, SubQuery, Topic
 from research.pipeline import extractive, question_domain
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import ask, load_prompt
+from research.pipeline.prompting import Asking
 from research.pipeline.replies import parse_prefixed_lines, split_by_language
 from research.pipeline.stage import Outcome, StageName
 
@@ -48,26 +47,21 @@ async def _write_all(ctx: RunContext, pending: list[SubQuery], total: int) -> No
     await asyncio.gather(*(one(subquery) for subquery in pending))
 
 
+WRITE = Asking(
+    "queries",
+    CacheEntry.Kind.SEARCH_QUERIES,
+    gettext_noop("The LLM could not write queries (%(error)s); using keywords instead."),
+)
+
+
 async def _queries_for(ctx: RunContext, subquery: SubQuery) -> tuple[list[str], list[str]]:
-    russian: list[str] = []
-    english: list[str] = []
-    if ctx.llm_enabled:
-        try:
-            answer = await ask(
-                ctx,
-                STAGE,
-                load_prompt("queries"),
-                f'Тема: "{subquery.text}"',
-                kind=CacheEntry.Kind.SEARCH_QUERIES,
-                private=_from_private_text(ctx, subquery),
-            )
-            russian, english = split_by_language(parse_prefixed_lines(answer, "ЗАПРОС:"))
-        except LLMError as exc:
-            await db(ctx.fell_back)(
-                STAGE,
-                gettext_noop("The LLM could not write queries (%(error)s); using keywords instead."),
-                exc,
-            )
+    russian, english = await WRITE.answer(
+        ctx,
+        STAGE,
+        f'Тема: "{subquery.text}"',
+        lambda text: split_by_language(parse_prefixed_lines(text, "ЗАПРОС:")),
+        private=_from_private_text(ctx, subquery),
+    ) or ([], [])
     fallback_ru, fallback_en = extractive.keyword_queries(subquery.text, limit=PER_LANGUAGE)
     # A language the LLM left out is filled from keywords, so both languages are always searched.
     russian, english = (russian or fallback_ru)[:PER_LANGUAGE], (english or fallback_en)[:PER_LANGUAGE]

@@ -23,12 +23,12 @@ from asgiref.sync import async_to_sync
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import LLMError, parse_json
+from mindsearch.clients.llm import parse_json
 from research.event_text import choice_phrase, phrase
 from research.models import CacheEntry, Topic
 from research.pipeline import timeparse
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import ask, image_labels_block, load_prompt
+from research.pipeline.prompting import Asking, image_labels_block
 from research.pipeline.question_domain import categories_for, classify_by_keywords, looks_like_small_talk
 from research.pipeline.stage import Outcome, StageName
 
@@ -101,27 +101,21 @@ def classify(ctx: RunContext) -> Route:
 # --- classification ---------------------------------------------------------------------------------
 
 
+CLASSIFY = Asking(
+    "route",
+    CacheEntry.Kind.SEARCH_QUERIES,
+    gettext_noop("The LLM could not classify the question (%(error)s); classified by keywords."),
+    max_tokens=60,
+)
+
+
 def _classify(ctx: RunContext, period: timeparse.Period | None) -> Route:
     fallback = Route(classify_by_keywords(ctx.question, period), True, False)
-    if not ctx.llm_enabled:
-        return fallback
-    try:
-        answer = async_to_sync(ask)(
-            ctx,
-            STAGE,
-            load_prompt("route"),
-            f'Запрос: "{ctx.asked}"' + image_labels_block(ctx),
-            kind=CacheEntry.Kind.SEARCH_QUERIES,
-            max_tokens=60,
-        )
-        return parse_route(parse_json(answer), fallback)
-    except LLMError as exc:
-        ctx.fell_back(
-            STAGE,
-            gettext_noop("The LLM could not classify the question (%(error)s); classified by keywords."),
-            exc,
-        )
-        return fallback
+    request = f'Запрос: "{ctx.asked}"' + image_labels_block(ctx)
+    route = async_to_sync(CLASSIFY.answer)(
+        ctx, STAGE, request, lambda text: parse_route(parse_json(text), fallback)
+    )
+    return fallback if route is None else route
 
 
 def parse_route(answer: object, fallback: Route) -> Route:

@@ -14,11 +14,11 @@ from asgiref.sync import async_to_sync
 from django.db.models import F
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import LLMError, parse_json
+from mindsearch.clients.llm import parse_json
 from research.models import CacheEntry, Hit, HitScore, Scores
 from research.pipeline import extractive, rerank
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import ask, data_block, image_labels_block, load_prompt
+from research.pipeline.prompting import Asking, data_block, image_labels_block
 from research.pipeline.replies import default_scores, match_scores
 from research.pipeline.stage import Outcome, StageName
 
@@ -113,25 +113,21 @@ async def score_batch(
 
     Shared by hit and summary scoring: the seed uses the same prompt and criteria for both.
     """
-    if ctx.llm_enabled:
-        try:
-            request = _scoring_request(ctx.asked, direction, items) + image_labels_block(ctx)
-            answer = await ask(
-                ctx, stage, load_prompt("score"), request, kind=_cache_kind(stage), private=private
-            )
-            matched = match_scores([title for title, _ in items], parse_json(answer))
-        except LLMError as exc:
-            await db(ctx.fell_back)(
-                stage, gettext_noop("LLM scoring failed (%(error)s); scored by keywords instead."), exc
-            )
-        else:
-            return [m or default_scores() for m in matched], [_origin(m) for m in matched]
+    request = _scoring_request(ctx.asked, direction, items) + image_labels_block(ctx)
+    titles = [title for title, _ in items]
+    matched = await _scoring(stage).answer(
+        ctx, stage, request, lambda text: match_scores(titles, parse_json(text)), private=private
+    )
+    if matched is not None:
+        return [m or default_scores() for m in matched], [_origin(m) for m in matched]
     fallback = extractive.score_texts(ctx.question, direction, items)
     return fallback, [Scores.Origin.FALLBACK] * len(items)
 
 
-def _cache_kind(stage: str) -> str:
-    return CacheEntry.Kind.RANKED_RESULTS if stage == STAGE else CacheEntry.Kind.RANKED_SUMMARIES
+def _scoring(stage: str) -> Asking:
+    """Scoring hits (this stage) or summaries: the same prompt, answers cached apart."""
+    kind = CacheEntry.Kind.RANKED_RESULTS if stage == STAGE else CacheEntry.Kind.RANKED_SUMMARIES
+    return Asking("score", kind, gettext_noop("LLM scoring failed (%(error)s); scored by keywords instead."))
 
 
 def _origin(matched: dict[str, float] | None) -> str:

@@ -13,11 +13,10 @@ import asyncio
 from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import LLMError
 from research.models import CacheEntry, Document, Scores, Summary
 from research.pipeline import extractive, passages
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import ask, data_block, load_prompt
+from research.pipeline.prompting import Asking, data_block
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SUMMARISE
@@ -58,20 +57,18 @@ def _save(document: Document, text: str, origin: str) -> int:
     return Summary.objects.filter(document__topic_id=document.topic_id).count()
 
 
+SUMMARY = Asking(
+    "summarise",
+    CacheEntry.Kind.SUMMARIES,
+    gettext_noop("LLM summary failed (%(error)s); using an extractive summary."),
+)
+
+
 async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
     excerpt = await db(passages.document_excerpt)(document, ctx.question, MAX_INPUT_CHARS)
-    if ctx.llm_enabled:
-        request = f"Текст для summary:\n{data_block(excerpt)}"
-        private = document.fetched_via == Document.FetchedVia.PRIVATE
-        try:
-            text = await ask(
-                ctx, STAGE, load_prompt("summarise"), request, kind=CacheEntry.Kind.SUMMARIES, private=private
-            )
-        except LLMError as exc:
-            await db(ctx.fell_back)(
-                STAGE, gettext_noop("LLM summary failed (%(error)s); using an extractive summary."), exc
-            )
-        else:
-            if text.strip():
-                return text.strip(), Scores.Origin.LLM
+    request = f"Текст для summary:\n{data_block(excerpt)}"
+    private = document.fetched_via == Document.FetchedVia.PRIVATE
+    text = await SUMMARY.answer(ctx, STAGE, request, str.strip, private=private)
+    if text:
+        return text, Scores.Origin.LLM
     return extractive.extractive_summary(excerpt, ctx.question), Scores.Origin.FALLBACK
