@@ -189,11 +189,15 @@ _ABBREVIATIONS = frozenset(
     )
 )
 _POSITION_BONUS = 0.25
+_TITLE_WORDS = 12
 
 
 def extractive_summary(text: str, question: str, max_sentences: int = 5) -> str:
-    """The sentences of `text` most about `question`, in their original order."""
-    sentences = _sentences_in(text)
+    """The sentences of `text` most about `question`, in their original order; a title on a
+    line of its own is no sentence to quote, unless the text has nothing else."""
+    blocks = _plain_blocks(text)
+    sentences = [sentence for block in blocks if not _is_title(block) for sentence in _sentences(block)]
+    sentences = sentences or [sentence for block in blocks for sentence in _sentences(block)]
     if len(sentences) < 3:
         return " ".join(sentences)
     weights = _sentence_weights(sentences, tokenize(question))
@@ -210,6 +214,11 @@ def _plain_blocks(markdown: str) -> list[str]:
     text = _substitute(markdown or "", _BLOCK_NOISE)
     text = _substitute("\n".join(_plain_line(line) for line in text.splitlines()), _INLINE_NOISE)
     return [" ".join(block.split()) for block in re.split(r"\n\s*\n", text) if block.strip()]
+
+
+def _is_title(block: str) -> bool:
+    """A short paragraph without a sentence's end ("Energy transition in Germany")."""
+    return block[-1:] not in ".!?…:;\"'»”)]" and len(block.split()) <= _TITLE_WORDS
 
 
 def _substitute(text: str, rules: tuple[tuple[re.Pattern[str], str], ...]) -> str:
@@ -324,14 +333,21 @@ def _conclusion(titles: list[str], russian: bool) -> str:
     if russian:
         noun = _plural_ru(len(titles), "направление", "направления", "направлений")
         return (
-            f"Отчёт охватывает {len(titles)} {noun} исследования{': ' + listed if listed else ''}. "
+            f"Отчёт охватывает {len(titles)} {noun} исследования{_listing(listed)} "
             "Он составлен из дословных выдержек без обобщения, поэтому выводы стоит сверить с источниками."
         )
     noun = "direction" if len(titles) == 1 else "directions"
     return (
-        f"The report covers {len(titles)} research {noun}{': ' + listed if listed else ''}. "
+        f"The report covers {len(titles)} research {noun}{_listing(listed)} "
         "It quotes the sources verbatim without synthesis, so check conclusions against them."
     )
+
+
+def _listing(listed: str) -> str:
+    """ ": a; b." after "covers N directions", without a second full stop after "…?"."""
+    if not listed:
+        return "."
+    return f": {listed}" + ("" if listed[-1] in ".!?…" else ".")
 
 
 def _source_list(sources: list[tuple[int, str, str]]) -> str:

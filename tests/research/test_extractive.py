@@ -263,6 +263,18 @@ def test_summary_of_a_short_text_is_the_cleaned_text() -> None:
     )
 
 
+def test_a_title_on_a_line_of_its_own_is_not_quoted_as_a_sentence() -> None:
+    """A plain-text document's first line ran into its first sentence: "…в Германии Доля…"."""
+    text = (
+        "Энергетический переход в Германии\n\n"
+        "Доля возобновляемых источников в Германии выросла с 30 процентов в 2015 году до 50 в 2023 году. "
+        "Угольная генерация сократилась."
+    )
+    summary = extractive_summary(text, "доля возобновляемой энергии в Германии", max_sentences=3)
+    assert summary.startswith("Доля возобновляемых источников")
+    assert extractive_summary("Only a title here\n\nAnother title", "title") == "Only a title here Another title"
+
+
 def test_summary_without_any_match_prefers_the_lead() -> None:
     text = "First point here. Second point here. Third point here. Fourth point here."
     assert extractive_summary(text, "квантовые компьютеры", max_sentences=2) == (
@@ -373,6 +385,14 @@ def test_report_in_english() -> None:
     headings = re.findall(r"^## .*$", report, re.MULTILINE)
     assert headings == ["## Introduction", "## Definition", "## Conclusion", "## Sources"]
     assert "assembled from 1 source without a language model" in report
+
+
+def test_the_conclusion_lists_a_question_title_without_a_second_stop() -> None:
+    title = "Как изменилась доля возобновляемой энергии с 2015 года?"
+    report = extractive_report(title, [(title, [(1, ARTICLE)])], SOURCES[:1])
+    assert f"исследования: {title} Он составлен" in report
+    english = extractive_report("What is MoT?", [("Definition", [(1, ARTICLE)])], SOURCES[:1])
+    assert "1 research direction: Definition. It quotes" in english
 
 
 def test_report_section_without_usable_text_says_so() -> None:
