@@ -112,3 +112,35 @@ def test_restore_refuses_what_is_not_a_backup(tmp_path: Path) -> None:
     done = processes.manage("restore", str(bogus), env=embedded_env(tmp_path / "data"), timeout=300)
     assert done.returncode != 0
     assert "not a MindSearch backup" in done.stderr
+
+
+@pytest.mark.parametrize("data_filter", [True, False], ids=["python-3.11.4+", "python-3.11.0-3"])
+def test_a_restore_takes_plain_files_only_with_or_without_tarfiles_data_filter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_filter: bool
+) -> None:
+    """Debian 12's Python 3.11.2 has no tarfile.data_filter: restore crashed there (a laptop run)."""
+    import io
+    import tarfile
+
+    from mindsearch import backup
+
+    if not data_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    plain = tmp_path / "plain.tar"
+    with tarfile.open(plain, "w") as archive:
+        content = tarfile.TarInfo("media/notes.txt")
+        content.size = 5
+        archive.addfile(content, io.BytesIO(b"notes"))
+    with tarfile.open(plain) as archive:
+        backup._extract(archive, tmp_path / "work", plain)
+    assert (tmp_path / "work" / "media" / "notes.txt").read_text() == "notes"
+    for hostile in ("../outside.txt", "link"):
+        path = tmp_path / f"hostile-{len(hostile)}.tar"
+        with tarfile.open(path, "w") as archive:
+            member = tarfile.TarInfo(hostile)
+            if hostile == "link":
+                member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            archive.addfile(member, io.BytesIO(b""))
+        with tarfile.open(path) as archive, pytest.raises((backup.BackupError, tarfile.FilterError)):
+            backup._extract(archive, tmp_path / f"work-{len(hostile)}", path)
+    assert not (tmp_path / "outside.txt").exists()
