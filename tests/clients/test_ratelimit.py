@@ -21,8 +21,6 @@ from mindsearch.models import RateLimitGrant
 from tests.support.fakes import FakeService, Response
 from tests.support.processes import ROOT, process_env
 
-REDIS_TEST_URL = "redis://127.0.0.1:6379/14"
-
 
 def most_in_any_window(times: list[float], window: float) -> int:
     """The largest number of times inside any half-open window [t, t + window)."""
@@ -162,16 +160,22 @@ def test_convenience_functions_read_the_settings(settings) -> None:
 
 
 @pytest.fixture
-def redis_db14():
-    client = redis.Redis.from_url(REDIS_TEST_URL)
+def redis_url(redis_base: str) -> str:
+    """Database 14 of the tests' Redis (the machine's, a private one, or a skip by name)."""
+    return f"{redis_base}/14"
+
+
+@pytest.fixture
+def redis_db14(redis_url: str):
+    client = redis.Redis.from_url(redis_url)
     client.flushdb()
     yield client
     client.flushdb()
     client.close()
 
 
-def test_redis_spreads_concurrent_callers(settings, redis_db14) -> None:
-    settings.REDIS_URL = REDIS_TEST_URL
+def test_redis_spreads_concurrent_callers(settings, redis_db14, redis_url: str) -> None:
+    settings.REDIS_URL = redis_url
     name = f"test-{uuid.uuid4().hex}"
     started = time.monotonic()
     times = asyncio.run(_acquire_many(name, 7, 3, 0.5))
@@ -222,8 +226,10 @@ def test_postgres_one_users_backlog_delays_another_by_one_turn_at_most() -> None
     assert_newcomer_served_within_one_turn(outcome, 10)
 
 
-def test_redis_one_users_backlog_delays_another_by_one_turn_at_most(settings, redis_db14) -> None:
-    settings.REDIS_URL = REDIS_TEST_URL
+def test_redis_one_users_backlog_delays_another_by_one_turn_at_most(
+    settings, redis_db14, redis_url: str
+) -> None:
+    settings.REDIS_URL = redis_url
     outcome = asyncio.run(_backlog_then_newcomer(f"test-{uuid.uuid4().hex}", 10, 20, 0.35))
     assert_newcomer_served_within_one_turn(outcome, 10)
 
@@ -406,7 +412,7 @@ def test_two_busy_workers_at_the_seeds_limits_never_exceed_them_at_the_receiver(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_processes_share_the_redis_limit(redis_db14) -> None:
-    env = process_env(DJANGO_SETTINGS_MODULE="mindsearch.settings", REDIS_URL=REDIS_TEST_URL)
+def test_two_processes_share_the_redis_limit(redis_db14, redis_url: str) -> None:
+    env = process_env(DJANGO_SETTINGS_MODULE="mindsearch.settings", REDIS_URL=redis_url)
     assert_limit_held(*run_two_workers(env, 6), 12)
     assert not RateLimitGrant.objects.exists()
