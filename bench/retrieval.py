@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -363,65 +363,59 @@ def timed(work: Callable[[], object]) -> float:
 # --- Quality -------------------------------------------------------------------------------------
 
 
+@dataclass
+class Case:
+    """One question asked of a collection: what search.above_floor needs besides the ranking."""
+
+    dense: Ranked
+    keyword: Ranked
+    language: str
+    vector: list[float]
+    similarity: dict[int, float | None]  # raw cosine; the floor judges it against the background
+    shared: set[int]  # the chunks sharing a word with the question
+
+
 def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str, str]) -> dict[str, Any]:
     from retrieval import search
-    from retrieval.chunking import language_of
-    from retrieval.embeddings import embed_queries
 
     names = chunk_documents(owner)
     languages = chunk_languages(owner)
     ids, matrix = chunk_matrix(owner)
-    vectors = dict(zip(queries, embed_queries(list(queries.values())), strict=True))
-    query_languages = {query_id: language_of(text) for query_id, text in queries.items()}
-    runs: dict[str, Run] = {"dense": {}, "keyword": {}}
-    for query_id, text in queries.items():
-        runs["dense"][query_id] = search.nearest_chunks(owner.pk, vectors[query_id], EVALUATION_DEPTH)
-        runs["keyword"][query_id] = search.bm25_chunks(owner.pk, text, EVALUATION_DEPTH)
-    # Raw cosine similarities; the floor (search.passing) judges them against the background.
-    similarity = {
-        query_id: dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True))
-        for query_id, vector in vectors.items()
+    cases = asked(owner, {**queries, **absent}, ids, matrix)
+    runs: dict[str, Run] = {
+        "dense": {query_id: cases[query_id].dense for query_id in queries},
+        "keyword": {query_id: cases[query_id].keyword for query_id in queries},
     }
-    shared = {query_id: search.sharing_a_word(owner.pk, text) for query_id, text in queries.items()}
 
-    def passed(query_id: str, floor: Any) -> set[int]:
-        return search.passing(
-            similarity[query_id],
-            languages,
-            query_languages[query_id],
-            vectors[query_id],
-            shared[query_id],
-            floor,
+    def kept(query_id: str, ranked: Ranked, floors: tuple[Any, Any]) -> Ranked:
+        """The product's rule (search.above_floor) with these floors: relevance, then passage."""
+        case = cases[query_id]
+        return search.above_floor(
+            ranked, case.similarity, languages, case.language, case.vector, case.shared, floors
         )
 
-    def opens(query_id: str, ranked: Ranked, floor: Any) -> bool:
-        """Whether one of the ranked chunks (a leg's candidates, as in hybrid_search) reaches `floor`."""
-        return bool(passed(query_id, floor) & {chunk_id for chunk_id, _ in ranked})
-
-    def fused(fusion: Callable[[str, Ranked, Ranked], Ranked]) -> Run:
+    def fused(fusion: Callable[[str, Ranked, Ranked], Ranked], questions: Iterable[str] = queries) -> Run:
         # As hybrid_search does by default: each leg brings HYBRID_CANDIDATES chunks.
         return {
-            q: fusion(q, runs["dense"][q][:HYBRID_CANDIDATES], runs["keyword"][q][:HYBRID_CANDIDATES])
-            for q in queries
+            q: fusion(q, cases[q].dense[:HYBRID_CANDIDATES], cases[q].keyword[:HYBRID_CANDIDATES])
+            for q in questions
         }
 
     def ranked_ids(ranked: Ranked) -> list[int]:
         return [chunk_id for chunk_id, _ in ranked]
 
-    def by_language(dense_weight: float, offset: float) -> Run:
+    def by_language(dense_weight: float, offset: float, questions: Iterable[str] = queries) -> Run:
         return fused(
             lambda q, d, k: search.fuse_by_language(
-                d, k, languages, query_languages[q], dense_weight, search.OTHER_LANGUAGE_WEIGHT, offset
-            )
+                d, k, languages, cases[q].language, dense_weight, search.OTHER_LANGUAGE_WEIGHT, offset
+            ),
+            questions,
         )
 
-    floor = search.relevance_floor()
+    configured = (search.relevance_floor(), search.passage_floor())
     hybrid = by_language(search.DENSE_WEIGHT, search.OTHER_LANGUAGE_OFFSET)
-    # As search.above_floor: nothing unless a ranked chunk reaches the floor, then the passage floor.
-    hybrid_floored = {
-        q: floored(ranked, passed(q, search.passage_floor()) if opens(q, ranked, floor) else set())
-        for q, ranked in hybrid.items()
-    }
+    hybrid_floored = {q: kept(q, ranked, configured) for q, ranked in hybrid.items()}
+    absent_hybrid = by_language(search.DENSE_WEIGHT, search.OTHER_LANGUAGE_OFFSET, absent)
     convex = fused(lambda q, d, k: search.fuse(d, k, search.DENSE_WEIGHT))
     doc_languages = document_languages(names, languages)
     quality = {
@@ -433,7 +427,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
             "dense_weight": search.DENSE_WEIGHT,
             "other_language_weight": search.OTHER_LANGUAGE_WEIGHT,
             "other_language_offset": search.OTHER_LANGUAGE_OFFSET,
-            "floor": str(floor),
+            "floor": str(configured[0]),
             "passage_floor": str(search.passage_floor()),
             "ndcg@10_without_floor": metrics(hybrid, names, qrels)["ndcg@10"],
         },
@@ -472,87 +466,76 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
         "quality": quality,
         "relevant_in_top10_by_language": per_language,
         "fusion": fusion,
-        "floor": calibrate_floor(owner, hybrid, passed, names, qrels, absent, ids, matrix, languages),
+        "floor": calibrate_floor(hybrid, absent_hybrid, kept, names, qrels),
         "chunks": len(names),
     }
 
 
-def floored(ranked: Ranked, kept: set[int]) -> Ranked:
-    return [(chunk_id, score) for chunk_id, score in ranked if chunk_id in kept]
-
-
-def calibrate_floor(
-    owner: Any,
-    hybrid: Run,
-    passed: Callable[[str, Any], set[int]],
-    names: dict[int, str],
-    qrels: Qrels,
-    absent: dict[str, str],
-    ids: list[int],
-    matrix: np.ndarray,
-    languages: dict[int, str],
-) -> dict[str, Any]:
-    """Per floor: the share of queries with a relevant document in the hybrid top 10 that still
-    have one there once the floor has dropped what it drops, the hybrid nDCG@10, and the share
-    of absent queries (another collection's) that get no passage at all (no chunk of this
-    collection reaches the floor)."""
+def asked(owner: Any, texts: dict[str, str], ids: list[int], matrix: np.ndarray) -> dict[str, Case]:
+    """Each question's legs and what the floor reads, as hybrid_search computes them."""
     from retrieval import search
     from retrieval.chunking import language_of
     from retrieval.embeddings import embed_queries
+
+    cases = {}
+    for (key, text), vector in zip(texts.items(), embed_queries(list(texts.values())), strict=True):
+        cosine = matrix @ np.asarray(vector, dtype=np.float32)
+        cases[key] = Case(
+            dense=search.nearest_chunks(owner.pk, vector, EVALUATION_DEPTH),
+            keyword=search.bm25_chunks(owner.pk, text, EVALUATION_DEPTH),
+            language=language_of(text),
+            vector=vector,
+            similarity=dict(zip(ids, cosine.tolist(), strict=True)),
+            shared=search.sharing_a_word(owner.pk, text),
+        )
+    return cases
+
+
+def calibrate_floor(
+    hybrid: Run,
+    absent: Run,
+    kept: Callable[[str, Ranked, tuple[Any, Any]], Ranked],
+    names: dict[int, str],
+    qrels: Qrels,
+) -> dict[str, Any]:
+    """Per pair of floors (relevance, then passage; one floor is both): the share of queries
+    with a relevant document in the hybrid top 10 that still have one there once the floors have
+    dropped what they drop, the hybrid nDCG@10, and the share of absent queries (another
+    collection's, with their own hybrid rankings) told nothing — search.above_floor's rule."""
+    from retrieval import search
 
     answerable = [
         query_id
         for query_id, ranked in hybrid.items()
         if set(best_per_document(ranked, names)[:10]) & qrels[query_id].keys()
     ]
-    absent_vectors = embed_queries(list(absent.values()))
-    absent_cases = [
-        (
-            dict(zip(ids, (matrix @ np.asarray(vector, dtype=np.float32)).tolist(), strict=True)),
-            language_of(text),
-            vector,
-            search.sharing_a_word(owner.pk, text),
-        )
-        for text, vector in zip(absent.values(), absent_vectors, strict=True)
-    ]
 
-    def measured(floor: Any) -> dict[str, float]:
-        run = {q: floored(ranked, passed(q, floor)) for q, ranked in hybrid.items()}
-        return scored(run, floor)
-
-    def gated(floor: Any, lenient: Any) -> dict[str, float]:
-        # The floor decides whether anything matches; when something does, the lenient one trims.
-        run = {
-            q: floored(ranked, passed(q, lenient)) if passed(q, floor) & {c for c, _ in ranked} else []
-            for q, ranked in hybrid.items()
-        }
-        return scored(run, floor)
-
-    def scored(run: Run, floor: Any) -> dict[str, float]:
-        kept = [bool(set(best_per_document(run[q], names)[:10]) & qrels[q].keys()) for q in answerable]
-        nothing = [
-            not search.passing(similarity, languages, language, vector, shared, floor)
-            for similarity, language, vector, shared in absent_cases
+    def measured(floor: Any, passage: Any = None) -> dict[str, float]:
+        floors = (floor, floor if passage is None else passage)
+        run = {q: kept(q, ranked, floors) for q, ranked in hybrid.items()}
+        kept_relevant = [
+            bool(set(best_per_document(run[q], names)[:10]) & qrels[q].keys()) for q in answerable
         ]
+        nothing = [not kept(q, ranked, floors) for q, ranked in absent.items()]
         return {
-            "relevant_kept": rnd(sum(kept) / max(len(kept), 1), 4),
+            "relevant_kept": rnd(sum(kept_relevant) / max(len(kept_relevant), 1), 4),
             "absent_answered_nothing": rnd(sum(nothing) / max(len(nothing), 1), 4),
             "hybrid_ndcg@10": metrics(run, names, qrels)["ndcg@10"],
         }
 
     return {
         "queries_with_a_relevant_document_in_top10": len(answerable),
-        "absent_queries": len(absent_cases),
+        "absent_queries": len(absent),
         "configured": {
             "floor": str(search.relevance_floor()),
             "passage_floor": str(search.passage_floor()),
-            **gated(search.relevance_floor(), search.passage_floor()),
+            **measured(search.relevance_floor(), search.passage_floor()),
         },
         "by_standing": {f"{z:.2f}": measured(search.Floor(z, z + 0.5, z - 0.5)) for z in FLOOR_STANDINGS},
         "by_cosine_floor": {f"{value:.2f}": measured(value) for value in COSINE_FLOORS},
         "by_floor": {str(values): measured(search.Floor(*values)) for values in FLOORS},
         "gated": {
-            f"{strict} then {lenient}": gated(search.Floor(*strict), search.Floor(*lenient))
+            f"{strict} then {lenient}": measured(search.Floor(*strict), search.Floor(*lenient))
             for strict in GATES
             for lenient in PASSAGE_FLOORS
         },

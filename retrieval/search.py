@@ -287,15 +287,18 @@ def above_floor(
     query_language: str,
     vector: Sequence[float],
     shared: set[int],
+    floors: tuple[Floor | float | None, Floor | float | None] | None = None,
 ) -> Ranked:
     """The ranked chunks worth showing: none when no candidate reaches the relevance floor (the
-    documents do not hold what was asked), else those that reach the passage floor."""
-    floor = relevance_floor()
+    documents do not hold what was asked), else those that reach the passage floor. `floors` is
+    (relevance, passage), by default relevance_floor() and passage_floor(); bench/retrieval.py
+    measures others through this same rule."""
+    floor, passage = floors or (relevance_floor(), passage_floor())
     if floor is None:
         return ranked
     considered = {chunk_id: similarity[chunk_id] for chunk_id, _ in ranked if chunk_id in similarity}
     if passing(considered, languages, query_language, vector, shared, floor):
-        kept = passing(considered, languages, query_language, vector, shared, passage_floor())
+        kept = passing(considered, languages, query_language, vector, shared, passage)
     else:
         kept = set()
     return [(chunk_id, score) for chunk_id, score in ranked if chunk_id not in similarity or chunk_id in kept]
