@@ -141,6 +141,7 @@ def test_a_restore_takes_plain_files_only_with_or_without_tarfiles_data_filter(
             if hostile == "link":
                 member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
             archive.addfile(member, io.BytesIO(b""))
-        with tarfile.open(path) as archive, pytest.raises((backup.BackupError, tarfile.FilterError)):
+        refused = (backup.BackupError, getattr(tarfile, "FilterError", backup.BackupError))  # 3.11.4+
+        with tarfile.open(path) as archive, pytest.raises(refused):
             backup._extract(archive, tmp_path / f"work-{len(hostile)}", path)
     assert not (tmp_path / "outside.txt").exists()
