@@ -104,11 +104,16 @@ def _database_is_empty() -> bool:
         return cursor.fetchone()[0] == 0
 
 
-def _extract(archive: tarfile.TarFile, work: Path, source: Path) -> None:
+def _extract(
+    archive: tarfile.TarFile, work: Path, source: Path, data_filter: bool = hasattr(tarfile, "data_filter")
+) -> None:
     """Only files and folders inside `work`: no absolute paths, links out or devices. Python
     3.11.4 and later check this themselves (the "data" filter); 3.11.0–3.11.3 lack it."""
-    if hasattr(tarfile, "data_filter"):
-        archive.extractall(work, filter="data")
+    if data_filter:
+        try:
+            archive.extractall(work, filter="data")
+        except tarfile.TarError as refused:  # FilterError: a path or link out, a device
+            raise BackupError(f"{source} is not a MindSearch backup ({refused})") from refused
         return
     for member in archive.getmembers():
         target = (work / member.name).resolve()
