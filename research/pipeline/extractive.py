@@ -193,11 +193,12 @@ _TITLE_WORDS = 12
 
 
 def extractive_summary(text: str, question: str, max_sentences: int = 5) -> str:
-    """The sentences of `text` most about `question`, in their original order; a title on a
-    line of its own is no sentence to quote, unless the text has nothing else."""
+    """The sentences of `text` most about `question`, in their original order; a title on the
+    first line of its own is no sentence to quote."""
     blocks = _plain_blocks(text)
-    sentences = [sentence for block in blocks if not _is_title(block) for sentence in _sentences(block)]
-    sentences = sentences or [sentence for block in blocks for sentence in _sentences(block)]
+    if len(blocks) > 1 and _is_title(blocks[0]):
+        blocks = blocks[1:]
+    sentences = [sentence for block in blocks for sentence in _sentences(block)]
     if len(sentences) < 3:
         return " ".join(sentences)
     weights = _sentence_weights(sentences, tokenize(question))
