@@ -96,7 +96,10 @@ class RunContext:
     def begin(self, stage: str, message: str, pending: int = 1, total: int = 1, /, **args: Any) -> RunEvent:
         """The event that `stage` sets to work on `pending` of its `total` steps, the others done
         before (by a run that stopped, or in an earlier round); a stage of one step by default.
-        `message` is a msgid, `args` its values."""
+        `message` is a msgid, `args` its values (never named `pending` or `total`: those are the
+        counts, given in order)."""
+        if {"pending", "total"} & args.keys():
+            raise TypeError("begin() takes pending and total by position, not as message arguments")
         return self.emit(stage, message, args=args, done=total - pending, total=total)
 
     def finish(

@@ -328,3 +328,13 @@ def test_the_migration_marks_vision_and_domain_done_by_their_old_flags(alice: Us
         (False, False),
         (False, False),
     ]
+
+
+@pytest.mark.django_db
+def test_begin_takes_its_counts_by_position_and_refuses_them_as_message_arguments(alice: User) -> None:
+    topic = Topic.objects.create(owner=alice, question="Counts?")
+    ctx = RunContext(topic=topic, llm_enabled=False, model="")
+    event = ctx.begin(StageName.SEARCH, "Searching %(n)s queries", 2, 5, n=5)
+    assert (event.done, event.total, event.message) == (3, 5, "Searching 5 queries")
+    with pytest.raises(TypeError, match="by position"):
+        ctx.begin(StageName.SEARCH, "Searching %(n)s queries", total=5, n=5)
