@@ -173,20 +173,6 @@ def next_number(known: list[Numbered]) -> int:
 Listener = Callable[[RunEvent], None]
 
 
-def answer_followup(followup_id: int, listeners: list[Listener] | None = None) -> str:
-    """Answer one queued follow-up; its status afterwards ("" when it is gone). Another run of
-    the topic holding the lock leaves it queued for that run to take (`answer_pending`)."""
-    followup = FollowUp.objects.select_related("topic").filter(pk=followup_id).first()
-    if followup is None:
-        return ""
-    with topic_lock(followup.topic_id) as locked:
-        if not locked:
-            return followup.status
-        _answer_locked(followup_id, listeners)
-    followup.refresh_from_db()
-    return followup.status
-
-
 def answer_pending(topic_id: int, listeners: list[Listener] | None = None) -> list[int]:
     """Answer every queued follow-up of a topic in order, while holding its lock; the ids done."""
     done: list[int] = []
