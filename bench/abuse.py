@@ -28,7 +28,6 @@ Prints JSON; exits 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import select
@@ -45,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, setup_django
+from bench.common import ROOT, argument_parser, print_report, setup_django
 
 DATABASE = "mindsearch_bench_abuse"
 CHUNK = 64 * 1024
@@ -64,15 +63,11 @@ def main() -> None:
         report["fair_share"] = fair_share(args)
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ok"] = all(part.get("ok", True) for part in report.values() if isinstance(part, dict))
-    print(json.dumps(report, indent=2))
-    if not report["ok"]:
-        sys.exit(1)
+    print_report(report, ok=report["ok"])
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--megabytes", type=int, default=100)
     parser.add_argument("--subqueries", type=int, default=600)

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, setup_django
+from bench.common import ROOT, argument_parser, setup_django
 from bench.retrieval import (
     SCALE_OWNERS,
     SCIFACT,
@@ -137,9 +137,7 @@ def quantisation_only(vectors: np.ndarray, query_vectors: list[list[float]], res
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--queries", type=int, default=200, help="SciFact queries to search with")
     parser.add_argument("--reuse", action="store_true", help="keep the vectors and indexes of a previous run")
     return parser.parse_args()

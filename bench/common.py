@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def argument_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser: its module docstring, line breaks kept, is the --help text."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def print_report(report: dict[str, Any], *, ok: bool) -> None:
+    """Print the report as JSON; exit 1 when it missed its target, so a script can tell."""
+    print(json.dumps(report, indent=2))
+    if not ok:
+        sys.exit(1)
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser, *, searxng_rpm: float, searxng_help: str) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import argument_parser  # noqa: E402
 from retrieval.parsing import ParseError, parse, sniff_kind  # noqa: E402
 
 DEFAULT_FOLDER = ROOT / "tests" / "data" / "documents"
@@ -89,9 +90,7 @@ def main() -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--folder", type=Path, default=DEFAULT_FOLDER, help="files with NAME.txt known texts")
     parser.add_argument(
         "--ocr", choices=["on", "off"], default="on", help="off: run as if tesseract were missing"

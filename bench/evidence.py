@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import add_limit_arguments, limit_settings, setup_django
+from bench.common import add_limit_arguments, argument_parser, limit_settings, setup_django
 
 MODES = ("quick", "deep", "no_llm")
 # The order questions run in: the first three (the default run) cover relevant pages on one host,
@@ -123,9 +123,7 @@ def main() -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--questions", type=int, default=DEFAULT_QUESTIONS, help="the first N questions of ORDER (0: all 11)"
     )

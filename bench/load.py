@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import re
@@ -36,7 +35,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, add_limit_arguments, limit_settings, setup_django
+from bench.common import (
+    ROOT,
+    add_limit_arguments,
+    argument_parser,
+    limit_settings,
+    print_report,
+    setup_django,
+)
 from bench.web import session_cookie, summary
 
 DATABASE = "mindsearch_bench_load"
@@ -66,15 +72,11 @@ def main() -> None:
         "load_average_at_start": load_at_start,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
-    print(json.dumps(report, indent=2))
-    if not report["ok"]:
-        sys.exit(1)
+    print_report(report, ok=report["ok"])
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--users", type=int, default=5)
     add_limit_arguments(

@@ -26,15 +26,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import setup_django
+from bench.common import argument_parser, setup_django
 
 DATABASE = "mindsearch_bench_pages"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=200)
     args = parser.parse_args()

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import add_limit_arguments, limit_settings, setup_django
+from bench.common import add_limit_arguments, argument_parser, limit_settings, setup_django
 
 LATENCY = {"llm": 1.0, "search": 0.3, "reader": 0.8}
 # The realistic profile: how a hosted model writes.
@@ -169,9 +169,7 @@ class Clock:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     add_limit_arguments(
         parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARXNG_RPM (seed default 10; a self-hosted SearXNG)"
     )

@@ -56,7 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, setup_django
+from bench.common import ROOT, argument_parser, setup_django
 
 DATABASE = "mindsearch_bench_retrieval"
 SKIP_TS_RANK = False
@@ -139,9 +139,7 @@ def main() -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--corpus", help="a BEIR corpus.jsonl (instead of SciFact and XQuAD-ru)")
     parser.add_argument("--queries", help="its queries.jsonl (default: beside the corpus)")
     parser.add_argument("--qrels", help="its judgments, BEIR tsv (default: qrels/train.tsv beside it)")

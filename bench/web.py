@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, setup_django
+from bench.common import ROOT, argument_parser, print_report, setup_django
 
 DATABASE = "mindsearch_bench_web"
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -66,15 +66,11 @@ def main() -> None:
         print(json.dumps(redis_websocket(args, user, cookie)))
         return
     report = full_report(args, user, cookie)
-    print(json.dumps(report, indent=2))
-    if not all_delivered_and_ok(report):
-        sys.exit(1)
+    print_report(report, ok=all_delivered_and_ok(report))
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--clients", type=int, default=200, help="concurrent websocket clients")
     parser.add_argument("--events", type=int, default=30, help="events published per run")
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between two events")
