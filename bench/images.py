@@ -3,26 +3,23 @@ sniff, decode, strip metadata, scale to 2048 px, re-encode), for camera-sized JP
 
     nice -n 5 .venv/bin/python bench/images.py
 
-Prints JSON: per size, the input and output bytes and the median and worst of 5 runs."""
+Prints JSON: per size, the input and output bytes and the median and worst of 5 runs.
+research.images imports the models, so Django is set up as for the other benchmarks (on a
+database of its own, which the measurement does not use)."""
 
 from __future__ import annotations
 
 import io
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from PIL import Image
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from django.conf import settings
-
-settings.configure(USE_I18N=False, TOPIC_IMAGE_MAX_BYTES=8 * 1024 * 1024)
-
-from PIL import Image  # noqa: E402
-
-from research import images  # noqa: E402
+from bench.common import argument_parser, print_report, setup_django
 
 SIZES = [(1600, 1200), (4000, 3000), (6000, 4500)]
 RUNS = 5
@@ -44,6 +41,10 @@ def photo(size: tuple[int, int]) -> bytes:
 
 
 def main() -> None:
+    argument_parser(__doc__).parse_args()
+    setup_django("mindsearch_bench_images")
+    from research import images
+
     rows = []
     for size in SIZES:
         data = photo(size)
@@ -62,7 +63,7 @@ def main() -> None:
                 "max_s": round(max(times), 3),
             }
         )
-    print(json.dumps({"runs": RUNS, "results": rows}, indent=1))
+    print_report({"runs": RUNS, "results": rows}, ok=True)
 
 
 if __name__ == "__main__":
