@@ -774,21 +774,25 @@ def nearest_neighbours(base: np.ndarray, count: int) -> np.ndarray:
 def copy_vectors(owner: Any, vectors: np.ndarray) -> None:
     from django.db import connection
 
+    from retrieval.embeddings import model_id
     from retrieval.models import UploadedDocument
 
     document = UploadedDocument.objects.create(
         owner=owner, file="bench/synthetic", original_name="synthetic", sha256="0" * 64, status="ready"
     )
+    # embedding_model and language have no database default (Django fills them): searches
+    # compare a query only with chunks of the configured model, so these carry its name.
+    model = model_id()
     with connection.cursor() as cursor:
         cursor.execute("DROP INDEX IF EXISTS chunk_embedding_hnsw")
         copy_sql = (
-            "COPY retrieval_chunk"
-            " (document_id, owner_id, position, text, char_start, char_end, heading, embedding) FROM STDIN"
+            "COPY retrieval_chunk (document_id, owner_id, position, text, char_start, char_end, heading,"
+            " embedding, embedding_model, language) FROM STDIN"
         )
         with cursor.cursor.copy(copy_sql) as copy:
             for position, vector in enumerate(vectors):
                 literal = "[" + ",".join(f"{value:.6f}" for value in vector) + "]"
-                copy.write_row((document.pk, owner.pk, position, "", 0, 0, "", literal))
+                copy.write_row((document.pk, owner.pk, position, "", 0, 0, "", literal, model, ""))
 
 
 def rebuild_hnsw() -> float:
