@@ -4,16 +4,20 @@ The option RETRIEVAL_BINARY_QUANTIZATION (retrieval/quantized.py) searches an HN
 each embedding's 384 sign bits by Hamming distance, then re-scores `rescore` × k candidates
 with their full-precision vectors. Measured, on a database of its own:
 
-- real embeddings: SciFact's 5,183 abstracts (title + text) embedded with all-MiniLM-L6-v2,
-  as one owner's chunks among 200k others;
+- real embeddings: SciFact's 5,183 abstracts (title + text, from ../shared/benchmarks/scifact as
+  bench/retrieval.py reads them) embedded with the configured model (`model` in the output), as
+  one owner's chunks among 200k others;
 - scale: 200,000 synthetic vectors made from them the way bench/retrieval.py makes its own
   (interpolations between neighbouring embeddings, plus noise), for two owners (180k, 20k);
 
 recall@10 against exact search and query latency p50/p95 for the plain index (ef_search 200,
 as in retrieval/search.py) and for the binary index at several re-scoring factors; index
-sizes and build times. Queries are SciFact's (their embeddings). Prints JSON.
+sizes and build times. Queries are SciFact's, embedded as queries. Prints JSON.
 
-    nice -n 19 .venv/bin/python bench/binary.py [--queries 200] [--reuse]
+    nice -n 19 .venv/bin/python bench/binary.py [--queries 200] [--documents N] [--reuse]
+
+--documents N embeds only the first N abstracts (a short run that goes through every step;
+its figures are not the benchmark's).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ROOT, argument_parser, setup_django
 from bench.retrieval import (
+    BENCHMARKS,
     SCALE_OWNERS,
-    SCIFACT,
     copy_vectors,
     load_corpus,
     load_queries,
@@ -46,6 +50,7 @@ from bench.retrieval import (
 )
 
 DATABASE = "mindsearch_bench_binary"
+SCIFACT = BENCHMARKS / "scifact"
 REAL_OWNER = "bench-binary-scifact"
 RESCORE_SWEEP = (1, 2, 4, 8, 16)
 PLAIN_EF_SEARCH = 200
@@ -57,14 +62,14 @@ def main() -> None:
     reused = open_database(args.reuse)
     from django.contrib.auth.models import User
 
-    from retrieval.embeddings import embed
+    from retrieval.embeddings import embed, embed_queries, model_id
 
     owners = {name: User.objects.get_or_create(username=name)[0] for name in (REAL_OWNER, *SCALE_OWNERS)}
     queries = list(load_queries(SCIFACT / "queries.jsonl").values())[: args.queries]
-    query_vectors = embed(queries)
-    result: dict[str, Any] = {"queries": len(query_vectors), "reused": reused}
+    query_vectors = embed_queries(queries)
+    result: dict[str, Any] = {"model": model_id(), "queries": len(query_vectors), "reused": reused}
     if not reused:
-        result.update(load_vectors(owners, embed))
+        result.update(load_vectors(owners, embed, args.documents))
     for name, user in owners.items():
         vectors = owner_vectors(user)
         label = f"{name} ({len(vectors)} vectors)"
@@ -99,10 +104,10 @@ def existing_database_url(name: str) -> str | None:
     return f"postgres://postgres@{quote(host, safe='')}/{name}" if found else None
 
 
-def load_vectors(owners: dict[str, Any], embed: Any) -> dict[str, Any]:
-    corpus = load_corpus(SCIFACT / "corpus.jsonl")
+def load_vectors(owners: dict[str, Any], embed: Any, documents: int | None) -> dict[str, Any]:
+    corpus = list(load_corpus(SCIFACT / "corpus.jsonl").values())[:documents]
     started = time.perf_counter()
-    real = np.asarray(embed(list(corpus.values())), dtype=np.float32)
+    real = np.asarray(embed(corpus), dtype=np.float32)
     embedding_seconds = time.perf_counter() - started
     copy_vectors(owners[REAL_OWNER], real)
     rng = np.random.default_rng(7)
@@ -139,6 +144,9 @@ def quantisation_only(vectors: np.ndarray, query_vectors: list[list[float]], res
 def parse_args() -> argparse.Namespace:
     parser = argument_parser(__doc__)
     parser.add_argument("--queries", type=int, default=200, help="SciFact queries to search with")
+    parser.add_argument(
+        "--documents", type=int, default=None, help="embed only the first N abstracts (a short run)"
+    )
     parser.add_argument("--reuse", action="store_true", help="keep the vectors and indexes of a previous run")
     return parser.parse_args()
 
