@@ -259,12 +259,12 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
-# --- Outside services (the seed's names) -----------------------------------------------------
+# --- Outside services (the specification's names) -----------------------------------------------------
 AITUNNEL_API_KEY = env_str("AITUNNEL_API_KEY")
 AITUNNEL_MODEL = env_str("AITUNNEL_MODEL")
 AITUNNEL_BASE_URL = env_str("AITUNNEL_BASE_URL") or "https://api.aitunnel.ru/v1/"
 SEARXNG_URL = env_str("SEARXNG_URL")
-# The seed spells SearXNG "SEARCHXNG" in these three names; its spelling still works.
+# The specification spells SearXNG "SEARCHXNG" in these three names; that spelling still works.
 SEARXNG_BASIC_AUTH_LOGIN = env_str(env_name("SEARXNG_BASIC_AUTH_LOGIN", "SEARCHXNG_BASIC_AUTH_LOGIN"))
 SEARXNG_BASIC_AUTH_PASSWORD = env_str(
     env_name("SEARXNG_BASIC_AUTH_PASSWORD", "SEARCHXNG_BASIC_AUTH_PASSWORD")

@@ -56,7 +56,7 @@ class Topic(models.Model):
         YEAR = "year", _("Past year")
 
     class Domain(models.TextChoices):
-        """The seed's seven domains (ISE): they choose query hints and SearXNG categories."""
+        """Seven domains of questions: they choose query hints and SearXNG categories."""
 
         WEATHER = "weather", _("Weather")
         TRANSPORTATION = "transportation", _("Transportation")
@@ -348,7 +348,7 @@ class Hit(models.Model):
 
 
 class Scores(models.Model):
-    """The seed's five 0–10 criteria; the total is their mean."""
+    """Five 0–10 criteria (`CRITERIA`, asked for by prompts/score.txt); the total is their mean."""
 
     class Origin(models.TextChoices):
         LLM = "llm", _("LLM")
@@ -716,7 +716,7 @@ class CacheEntryQuerySet(models.QuerySet["CacheEntry"]):
 
 
 class CacheEntry(models.Model):
-    """The seed's cache folders as rows: one payload per kind and input hash."""
+    """The cache of LLM answers, searches and pages as rows: one payload per kind and input hash."""
 
     class Kind(models.TextChoices):
         SEARCH_QUERIES = "search_queries", _("Search queries")

@@ -1,4 +1,4 @@
-"""A topic as one file (the seed's file manager): export to a zip, import into any account.
+"""A topic as one file: export to a zip, import into any account.
 
 The zip holds `topic.json` — the topic and every row its run produced, each table a list of
 rows whose references are the ids they had at export — and `report.md` for people. Import

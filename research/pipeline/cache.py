@@ -1,4 +1,4 @@
-"""The seed's cache folders as `CacheEntry` rows: get and put by kind and a hash of the inputs.
+"""The LLM, search and reader cache as `CacheEntry` rows: get and put by kind and a hash of the inputs.
 
 Keys include everything that changes the answer (inputs, model, prompt version), so a changed
 prompt or model never serves a stale payload. Payloads derived from a user's private documents

@@ -1,4 +1,4 @@
-"""Deep mode (seed 002): rounds of search that go on while they still find something new.
+"""Deep mode: rounds of search that go on while they still find something new.
 
 After each round the information growth rate is measured: relevant documents new in the round
 over relevant documents known before it ("relevant": summary score of `RESEARCH_MIN_SCORE` or
@@ -87,7 +87,7 @@ def current_round(topic: Topic) -> int:
 
 
 def growth_rate(new: int, known: int) -> float:
-    """Seed 002: new / max(known, 1), so a first round's growth is its count of finds."""
+    """The growth rate: new / max(known, 1), so a first round's growth is its count of finds."""
     return new / max(known, 1)
 
 

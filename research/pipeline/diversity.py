@@ -44,7 +44,7 @@ from research.pipeline.stage import StageName
 from research.pipeline.text import tokenize
 
 STAGE = StageName.ANSWER
-QUICK_SOURCES = 5  # the seed's top 5
+QUICK_SOURCES = 5  # sources of a quick topic's answer
 # Ties are broken by content, not by id: ids follow the order in which concurrent reads
 # finished, and a repeated topic must send the answer stage the very same request.
 ORDER = ("-summary__score__total", "-hit__score__total", "url", "title")

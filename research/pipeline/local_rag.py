@@ -1,5 +1,6 @@
-"""The seed's Router → Local RAG: a question that needs no web search, asked by someone with
-documents, is answered from those documents (`Topic.route` "documents").
+"""Answered from your documents (README, "Answered from your documents"): a question that needs
+no web search, asked by someone with documents, is answered from those documents (`Topic.route`
+"documents").
 
 The route stage sends a question here when it may skip the search (`route.route_taken`); the
 question is searched in the owner's indexed documents as a sub-query's phrasing is

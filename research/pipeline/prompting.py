@@ -1,4 +1,4 @@
-"""The pipeline's way to ask the LLM: seed prompts, the cache, and one `LLMCall` row per ask.
+"""The pipeline's way to ask the LLM: the prompts in prompts/, the cache, and one `LLMCall` row per ask.
 
 Scraped pages and private documents reach the model only inside a data block that the system
 prompt declares to be data, never instructions.
@@ -36,7 +36,7 @@ class Prompt:
 
 @cache
 def load_prompt(name: str) -> Prompt:
-    """A seed prompt plus the untrusted-data rule; the version is a hash of the final text."""
+    """A prompt from prompts/ plus the untrusted-data rule; the version is a hash of the final text."""
     text = (PROMPTS / f"{name}.txt").read_text().strip() + "\n" + (PROMPTS / "untrusted.txt").read_text()
     return Prompt(name=name, text=text, version=hashlib.sha256(text.encode()).hexdigest()[:12])
 
@@ -56,7 +56,7 @@ def image_labels_block(ctx: RunContext) -> str:
 
 
 def image_context_block(ctx: RunContext) -> str:
-    """The seed's "image context" for a text-only model: what the vision model saw, as data
+    """The "image context" for a text-only model: what the vision model saw, as data
     (the text in a picture is untrusted like a web page's)."""
     if not ctx.image_context:
         return ""
@@ -125,7 +125,7 @@ async def ask(
 
 @dataclass(frozen=True)
 class Asking:
-    """How a stage asks one seed prompt, `prompt`: its answers are cached under `kind`; when the
+    """How a stage asks one prompt of prompts/, `prompt`: its answers are cached under `kind`; when the
     LLM fails, the stage goes on another way (the extractive engine, keywords) after the warning
     `failed`, a msgid with %(error)s."""
 

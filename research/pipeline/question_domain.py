@@ -1,8 +1,7 @@
 """What a question is about, as plain knowledge (no stage, no database): its domain by keywords
-(the seed's `_classify_with_keywords`), whether it is small talk, what the domain changes in the
-search (SearXNG categories, a hint added to the first query: the seed's
-`generate_domain_specific_query`), and the names in it that a domain-data provider is asked about
-— a place, a company, a team, a route's two ends.
+(`classify_by_keywords`), whether it is small talk, what the domain changes in the search
+(SearXNG categories, a hint added to the first query: `QUERY_HINTS`), and the names in it that a
+domain-data provider is asked about — a place, a company, a team, a route's two ends.
 
 The route stage (`route.py`) decides the domain, with the LLM or these keywords; the domain stage
 (`domain.py`) asks the provider; queries and search read the hints and categories. All of them
@@ -164,7 +163,7 @@ def classify_by_keywords(question: str, period: timeparse.Period | None = None) 
     train a model" has one weak transport word and stays general; "train tickets to Kazan" or
     "trains … timetable" do not. A word of the near past or future counts once more for a live
     domain already suggested ("rain" + "this weekend"). A span of two or more years is strong
-    evidence of change over time (the seed's "QS ranking 2015–2023").
+    evidence of change over time ("QS ranking 2015–2023").
     """
     text = _normal(question)
     counts = {domain: _evidence(DOMAIN_TERMS[domain], text) for domain in _DOMAIN_ORDER}

@@ -1,6 +1,6 @@
-"""Stage 0: what kind of question this is, and whether it needs a search at all (seed 001).
+"""Stage 0: what kind of question this is, and whether it needs a search at all.
 
-The LLM sorts the question into one of the seed's seven domains and says whether a search is
+The LLM sorts the question into one of seven domains (`Topic.Domain`) and says whether a search is
 needed; when it cannot, keywords decide the domain. The domain adds a hint to the search
 queries and picks SearXNG's categories. The knowledge behind it — the domains' keywords, small
 talk, categories and hints — is `question_domain.py`; this module is the stage. A time phrase in

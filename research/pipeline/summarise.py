@@ -1,4 +1,4 @@
-"""Stage 6: every document read is summarised with the seed's prompt.
+"""Stage 6: every document read is summarised with prompts/summarise.txt.
 
 The run loop's composition of reading and summarising (`read_and_summarise.py`, and the round's
 front, `overlap.py`) hands each document here as soon as it is saved, so summaries are written

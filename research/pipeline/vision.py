@@ -1,11 +1,11 @@
-"""Stage −1: a question's picture, described by the vision model (seed 001's visual retrieval).
+"""Stage −1: a question's picture, described by the vision model.
 
 The picture goes to `VISION_MODEL` on the same OpenAI-compatible endpoint, inline as a data URL
 in an `image_url` content part, under the global LLM limit and the user's budget, cached by the
 image's hash, the model and the prompt version (`CacheEntry` kind "vision", for its owner
 alone: a picture is private). The model's labels, entities and the text it read join the
 question for planning and search (`RunContext.question`); the whole description reaches the
-text model's prompts as an "image context" block (the seed's bridge for text-only models).
+text model's prompts as an "image context" block, so a text-only model can use the picture too.
 
 Without a vision model the picture is kept and shown, and the topic goes on with the text,
 saying so in its log. A failed description is a warning, never the end of the topic.

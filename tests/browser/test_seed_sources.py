@@ -1,7 +1,7 @@
-"""Seed 001 in Chromium: a question asked with a photo shows the picture and the vision model's
-labels on the topic page, and its search queries carry them; a weather question's report cites
-Open-Meteo's forecast first, with the time it was fetched. Real daphne and qcluster, with the
-loopback world, a vision model and Open-Meteo's stand-in behind them."""
+"""A picture and domain data in Chromium: a question asked with a photo shows the picture and
+the vision model's labels on the topic page, and its search queries carry them; a weather
+question's report cites Open-Meteo's forecast first, with the time it was fetched. Real daphne and
+qcluster, with the loopback world, a vision model and Open-Meteo's stand-in behind them."""
 
 from __future__ import annotations
 

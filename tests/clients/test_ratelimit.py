@@ -398,10 +398,10 @@ def test_two_processes_share_the_postgres_limit() -> None:
 
 @pytest.mark.parametrize(("service", "limit"), [("LLM", 2), ("reader", 5)])
 @pytest.mark.django_db(transaction=True)
-def test_two_busy_workers_at_the_seeds_limits_never_exceed_them_at_the_receiver(
+def test_two_busy_workers_at_the_default_limits_never_exceed_them_at_the_receiver(
     service: str, limit: int
 ) -> None:
-    """Two worker processes whose loops are busy, calling for two users at the seed's limits:
+    """Two worker processes whose loops are busy, calling for two users at the default limits:
     every 1-s window at the loopback server holds at most the limit."""
     env = process_env(DJANGO_SETTINGS_MODULE="mindsearch.settings")
     grants, arrivals = run_two_workers(env, 3 * limit, limit, users=("1", "2"), busy=True)

@@ -1,7 +1,7 @@
 """Fault matrix: the database restarts in the middle of a run.
 
 The test gets a PostgreSQL server of its own (the embedded pgserver, in a temporary folder), so
-that stopping it touches nothing else. A real qcluster runs the seed topic on it; while hit
+that stopping it touches nothing else. A real qcluster runs the Mixture of Tokens topic on it; while hit
 scoring is half done the server is stopped, stays down for a few seconds, and starts again.
 The worker's run dies with its connection; the worker's own periodic job finds the silent
 topic and resumes it, and it completes with everything saved before the restart kept.

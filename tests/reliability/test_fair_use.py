@@ -127,7 +127,7 @@ def test_the_cap_is_one_function_for_every_door() -> None:
 def test_one_users_backlog_of_llm_calls_does_not_hold_up_anothers(settings: Any) -> None:
     """The finding: while one user's 600-sub-query topic ran, another user's plan took 28 s
     instead of 1 s — one queue for the global LLM limit. Through the real LLM client, at the
-    seed's 2 calls a second, against a loopback OpenAI-compatible server: user 1 has twelve calls
+    default 2 calls a second, against a loopback OpenAI-compatible server: user 1 has twelve calls
     waiting (six seconds of the limit), user 2 asks once a second later and is answered after at
     most one of user 1's calls more, not after the backlog."""
     import asyncio

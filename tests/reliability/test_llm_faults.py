@@ -1,6 +1,6 @@
 """Fault matrix, LLM rows: every way the OpenAI-compatible endpoint fails, end to end.
 
-Each test researches the seed topic in-process against the loopback world with one fault
+Each test researches the Mixture of Tokens topic in-process against the loopback world with one fault
 injected at the LLM's HTTP boundary, and ends with the topic completed (with the LLM, or by the
 extractive engine when the LLM keeps failing, saying so) and every row it saved kept.
 """

@@ -1,6 +1,6 @@
 """Fault matrix: the worker killed with SIGKILL in the middle of each stage.
 
-A real qcluster runs the seed topic against the loopback world. The services hold every request
+A real qcluster runs the Mixture of Tokens topic against the loopback world. The services hold every request
 of the chosen stage but the first for a few seconds, so the kill lands with part of the stage
 saved and part in flight. A second qcluster then resumes the topic (the worker's own
 `resume_stalled_topics` job re-queues it) and it must complete with no duplicate rows, every

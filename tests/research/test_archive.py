@@ -1,4 +1,4 @@
-"""Export, import and delete of a topic (the seed's file manager): a round trip from alice to bob
+"""Export, import and delete of a topic: a round trip from alice to bob
 keeps every row, hostile archives create nothing, deleting keeps the shared cache, and another
 user's ids are a 404."""
 

@@ -1,4 +1,4 @@
-"""The seed's Router → Local RAG: a question that needs no web search, asked by someone with
+"""Answered from your documents: a question that needs no web search, asked by someone with
 documents, is answered from them — through the real route and answer stages, the scripted LLM
 and the private_loopback services; cited by file name and page like every private source."""
 

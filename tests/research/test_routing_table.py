@@ -4,7 +4,7 @@ It decides a domain only on strong evidence: a wrong domain appends its hint ("s
 "address map location") to every query of the topic, while "general" costs nothing. So the
 measure is the precision of the domains it does pick (≥ 0.9), and the questions with a word of
 another sense ("train" a model, "where is … used", "temperature" of sampling, an IP "address")
-must stay general. The seed's examples are included (QS ranking 2015–2023; share price, P/E and
+must stay general. Examples of each kind are included too (QS ranking 2015–2023; share price, P/E and
 market cap; scores, rankings and NBA).
 
 Besides the table below (written with the rules), two tables written by someone who saw neither

@@ -1,4 +1,4 @@
-"""The loopback world plus what seed 001 adds before the web: a vision-capable model on the LLM
+"""The loopback world plus what comes before the web: a vision-capable model on the LLM
 endpoint and Open-Meteo's geocoding and forecast APIs.
 
 The vision model really looks at the picture it is sent: it decodes the data URL of the

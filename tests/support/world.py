@@ -1,9 +1,10 @@
 """A small loopback internet for end-to-end research runs: LLM, SearXNG, the reader and web pages.
 
-The pages are about Mixture of Tokens (the seed's example). The scripted LLM answers each seed
-prompt the way a real model would, in the real wire format, deterministically: it plans three
-sub-queries, writes Russian and English queries, scores hits (shuffled and re-cased, to exercise
-title matching), summarises and writes a cited report. Used by tests and by bench/.
+The pages are about Mixture of Tokens (the README's example question). The scripted LLM answers
+each prompt of research/pipeline/prompts/ the way a real model would, in the real wire format,
+deterministically: it plans three sub-queries, writes Russian and English queries, scores hits
+(shuffled and re-cased, to exercise title matching), summarises and writes a cited report. Used
+by tests and by bench/.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ PAGES = [
 
 @dataclass
 class ScriptedLLM:
-    """Answers the five seed prompts; counts calls per prompt kind."""
+    """Answers the pipeline's prompts; counts calls per prompt kind."""
 
     pages: list[tuple[str, str, str, int, str]] = field(default_factory=lambda: list(PAGES))
     queries_per_language: int = 2
