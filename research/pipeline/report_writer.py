@@ -17,7 +17,7 @@ Then every sentence that cites a source is checked against the text that was sen
 verdicts are stored as `Citation` rows with the report. An LLM answer whose citations are mostly
 unsupported is asked for once more, with the verdicts; the better of the two answers is kept.
 
-Before that, an LLM answer in another language than the question's (`parsing.report_language`:
+Before that, an LLM answer in another language than the question's (`replies.report_language`:
 the report's own words, by script; quotations, links and citations left out) is asked for once
 more with an explicit instruction; the event log says so, and when the second answer is in the
 wrong language too, the one with more of the question's language is kept and the log says that.
