@@ -321,20 +321,18 @@ def throughput(corpus: dict[str, str], documents: int) -> dict[str, Any]:
     """Ingestion against the bare model on the same texts, alternating (A B A B), same batch size."""
     from django.contrib.auth.models import User
 
-    from retrieval.chunking import chunk
-    from retrieval.embeddings import count_tokens, local_model
-    from retrieval.ingest import embedding_text, index_documents
+    from retrieval.embeddings import encoder
+    from retrieval.ingest import chunk_document, embedding_text, index_documents
+    from retrieval.parsing import ParsedDocument
 
     sample = dict(list(corpus.items())[:documents])
-    texts = [
-        embedding_text(span) for text in sample.values() for span in chunk(text, count_tokens=count_tokens)
-    ]
+    spans = [span for text in sample.values() for span in chunk_document(ParsedDocument(text))]
+    texts = [embedding_text(span) for span in spans]
     owner, _ = User.objects.get_or_create(username="bench-throughput")
     raw, ingested = [], []
     for _ in range(2):
-        raw.append(
-            len(texts) / timed(lambda: local_model().encode(texts, batch_size=64, normalize_embeddings=True))
-        )
+        # The configured model alone, at embed()'s batch size, which index_documents uses.
+        raw.append(len(texts) / timed(lambda: encoder().passages(texts, 32)))
         items = make_uploads(owner, sample)
         ingested.append(len(texts) / timed(lambda items=items: index_documents(items)))
         owner.uploads.all().delete()
