@@ -134,6 +134,10 @@ def _result(item: Any) -> dict[str, Any] | None:
 # --- Asking the sources -----------------------------------------------------------------------------
 
 
+def any_enabled() -> bool:
+    return McpSource.objects.filter(enabled=True).exists()
+
+
 def search(ctx: RunContext, stage: str, save_hit: SaveHit) -> bool:
     """Ask every enabled source for every search query of the topic (saving new hits with
     `save_hit`); whether the topic has hits from MCP sources, of this run or an earlier one."""

@@ -29,7 +29,6 @@ from asgiref.sync import async_to_sync
 from django.db.models import F
 from django.utils.translation import gettext_noop
 
-from mcphub.models import McpSource
 from mindsearch import lifecycle
 from mindsearch.clients import fetch, reader, websearch
 from research.models import Document, Hit, SearchQuery, SubQuery, Topic
@@ -58,7 +57,7 @@ def applies(ctx: RunContext) -> bool:
         return False
     if rerank.is_on() or years.years_asked(topic):
         return False
-    return not McpSource.objects.filter(enabled=True).exists()
+    return not web_search.asks_tool_sources()
 
 
 def run(ctx: RunContext) -> Outcome:

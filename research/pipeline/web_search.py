@@ -55,6 +55,11 @@ THIN_RESULTS = RESULTS_PER_QUERY
 PARTIAL_TTL = timedelta(hours=1)
 
 
+def asks_tool_sources() -> bool:
+    """Whether this stage also asks MCP sources (one is enabled)."""
+    return tool_sources.any_enabled()
+
+
 def run(ctx: RunContext) -> Outcome:
     """The web's hits (SearXNG's and the MCP sources'); the owner's documents were searched by the
     stage before (`private_search`), whose hits decide whether a failed web search is fatal."""
