@@ -15,7 +15,7 @@ DEV := DEBUG=$${DEBUG-1}
 # The machine's pip configuration may list package folders that do not exist; say nothing of them.
 QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: help install run web worker migrate test lint format bench clean
+.PHONY: help install run web worker migrate test lint format clean
 
 help:  ## List the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 12
