@@ -38,6 +38,7 @@ from research.pipeline import (
     read_and_summarise,
     rerank,
     score_hits,
+    scoring,
     summarise,
     web_search,
     years,
@@ -260,7 +261,7 @@ async def _score(ctx: RunContext, subquery: SubQuery, progress: _Progress) -> No
     async def one(batch: list[Hit]) -> None:
         private = batch[0].source == Hit.Source.PRIVATE
         items = [score_hits._item(hit) for hit in batch]
-        scores, origins = await score_hits.score_batch(
+        scores, origins = await scoring.score_batch(
             ctx, score_hits.STAGE, subquery.text, items, private=private
         )
         await db(score_hits._save)(batch, scores, origins)

@@ -6,25 +6,19 @@ score; a batch whose call fails is scored by the extractive engine instead.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db.models import F
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import parse_json
-from research.models import CacheEntry, Hit, HitScore, Scores
-from research.pipeline import extractive, rerank
+from research.models import Hit, HitScore
+from research.pipeline import rerank
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import Asking, data_block, image_labels_block
-from research.pipeline.replies import default_scores, match_scores
+from research.pipeline.scoring import in_batches, score_all, score_batch
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SCORE_HITS
-BATCH_SIZE = 10
-T = TypeVar("T")
 
 
 def run(ctx: RunContext) -> Outcome:
@@ -68,78 +62,12 @@ def _batches(hits: list[Hit]) -> list[list[Hit]]:
     return in_batches(hits, lambda hit: (hit.subquery_id, hit.source))
 
 
-def in_batches(rows: list[T], key: Callable[[T], Hashable]) -> list[list[T]]:
-    """`rows` in batches of at most BATCH_SIZE, each of rows with the same `key`, in order."""
-    groups: dict[Hashable, list[T]] = {}
-    for row in rows:
-        groups.setdefault(key(row), []).append(row)
-    return [group[i : i + BATCH_SIZE] for group in groups.values() for i in range(0, len(group), BATCH_SIZE)]
-
-
-async def score_all(
-    ctx: RunContext,
-    stage: str,
-    batches: list[list[T]],
-    score: Callable[[list[T]], Awaitable[dict[str, Any] | None]],
-    *,
-    message: str,
-    total: int,
-    done: int,
-) -> None:
-    """Every batch scored at once (`score` saves a batch's scores and returns the event's data);
-    each batch answered is announced with the running count (`message`: a msgid with %(count)s)."""
-
-    async def one(batch: list[T]) -> None:
-        nonlocal done
-        data = await score(batch)
-        done += len(batch)
-        await db(ctx.emit)(stage, message, args={"count": len(batch)}, done=done, total=total, data=data)
-
-    await asyncio.gather(*(one(batch) for batch in batches))
-
-
 async def _score(ctx: RunContext, batch: list[Hit]) -> dict[str, Any]:
     private = batch[0].source == Hit.Source.PRIVATE
     items = [_item(hit) for hit in batch]
     scores, origins = await score_batch(ctx, STAGE, batch[0].subquery.text, items, private=private)
     await db(_save)(batch, scores, origins)
     return _scored(batch, scores)
-
-
-async def score_batch(
-    ctx: RunContext, stage: str, direction: str, items: list[tuple[str, str]], *, private: bool = False
-) -> tuple[list[dict[str, float]], list[str]]:
-    """Five criteria per (title, text) item, and where each came from (llm or fallback).
-
-    Shared by hit and summary scoring: the seed uses the same prompt and criteria for both.
-    """
-    request = _scoring_request(ctx.asked, direction, items) + image_labels_block(ctx)
-    titles = [title for title, _ in items]
-    matched = await _scoring(stage).answer(
-        ctx, stage, request, lambda text: match_scores(titles, parse_json(text)), private=private
-    )
-    if matched is not None:
-        return [m or default_scores() for m in matched], [_origin(m) for m in matched]
-    fallback = extractive.score_texts(ctx.question, direction, items)
-    return fallback, [Scores.Origin.FALLBACK] * len(items)
-
-
-def _scoring(stage: str) -> Asking:
-    """Scoring hits (this stage) or summaries: the same prompt, answers cached apart."""
-    kind = CacheEntry.Kind.RANKED_RESULTS if stage == STAGE else CacheEntry.Kind.RANKED_SUMMARIES
-    return Asking("score", kind, gettext_noop("LLM scoring failed (%(error)s); scored by keywords instead."))
-
-
-def _origin(matched: dict[str, float] | None) -> str:
-    return Scores.Origin.LLM if matched is not None else Scores.Origin.FALLBACK
-
-
-def _scoring_request(question: str, direction: str, items: list[tuple[str, str]]) -> str:
-    listing = "\n\n".join(f"{i}. Заголовок: {title}\n{text}" for i, (title, text) in enumerate(items, 1))
-    return (
-        f"Исходный запрос: {question}\nТекущее направление поиска: {direction}\n\n"
-        f"Результаты для оценки ({len(items)}):\n{data_block(listing)}"
-    )
 
 
 def _item(hit: Hit) -> tuple[str, str]:

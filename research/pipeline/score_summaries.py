@@ -8,7 +8,7 @@ from django.utils.translation import gettext_noop
 
 from research.models import Document, Summary, SummaryScore
 from research.pipeline.context import RunContext, db
-from research.pipeline.score_hits import in_batches, score_all, score_batch
+from research.pipeline.scoring import in_batches, score_all, score_batch
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SCORE_SUMMARIES

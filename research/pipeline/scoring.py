@@ -1,0 +1,94 @@
+"""Scoring on five 0–10 criteria (`Scores`), shared by the stages that score — hits
+(`score_hits.py`), summaries (`score_summaries.py`) and the overlapped round (`overlap.py`) — and
+no stage itself.
+
+Rows are scored in batches of ten, one LLM call per batch; answers are matched back by title. An
+item the LLM skipped gets the default score; a batch whose call fails is scored by the extractive
+engine instead. Hits and summaries are asked with one prompt; their answers are cached apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
+
+from django.utils.translation import gettext_noop
+
+from mindsearch.clients.llm import parse_json
+from research.models import CacheEntry, Scores
+from research.pipeline import extractive
+from research.pipeline.context import RunContext, db
+from research.pipeline.prompting import Asking, data_block, image_labels_block
+from research.pipeline.replies import default_scores, match_scores
+from research.pipeline.stage import StageName
+
+BATCH_SIZE = 10
+T = TypeVar("T")
+
+
+def in_batches(rows: list[T], key: Callable[[T], Hashable]) -> list[list[T]]:
+    """`rows` in batches of at most BATCH_SIZE, each of rows with the same `key`, in order."""
+    groups: dict[Hashable, list[T]] = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return [group[i : i + BATCH_SIZE] for group in groups.values() for i in range(0, len(group), BATCH_SIZE)]
+
+
+async def score_all(
+    ctx: RunContext,
+    stage: str,
+    batches: list[list[T]],
+    score: Callable[[list[T]], Awaitable[dict[str, Any] | None]],
+    *,
+    message: str,
+    total: int,
+    done: int,
+) -> None:
+    """Every batch scored at once (`score` saves a batch's scores and returns the event's data);
+    each batch answered is announced with the running count (`message`: a msgid with %(count)s)."""
+
+    async def one(batch: list[T]) -> None:
+        nonlocal done
+        data = await score(batch)
+        done += len(batch)
+        await db(ctx.emit)(stage, message, args={"count": len(batch)}, done=done, total=total, data=data)
+
+    await asyncio.gather(*(one(batch) for batch in batches))
+
+
+async def score_batch(
+    ctx: RunContext, stage: str, direction: str, items: list[tuple[str, str]], *, private: bool = False
+) -> tuple[list[dict[str, float]], list[str]]:
+    """Five criteria per (title, text) item, and where each came from (llm or fallback).
+
+    Shared by hit and summary scoring: both use prompts/score.txt and the same criteria.
+    """
+    request = _scoring_request(ctx.asked, direction, items) + image_labels_block(ctx)
+    titles = [title for title, _ in items]
+    matched = await _scoring(stage).answer(
+        ctx, stage, request, lambda text: match_scores(titles, parse_json(text)), private=private
+    )
+    if matched is not None:
+        return [m or default_scores() for m in matched], [_origin(m) for m in matched]
+    fallback = extractive.score_texts(ctx.question, direction, items)
+    return fallback, [Scores.Origin.FALLBACK] * len(items)
+
+
+def _scoring(stage: str) -> Asking:
+    """Scoring hits or summaries: the same prompt, answers cached apart."""
+    hits = stage == StageName.SCORE_HITS
+    kind = CacheEntry.Kind.RANKED_RESULTS if hits else CacheEntry.Kind.RANKED_SUMMARIES
+    return Asking("score", kind, gettext_noop("LLM scoring failed (%(error)s); scored by keywords instead."))
+
+
+def _origin(matched: dict[str, float] | None) -> str:
+    return Scores.Origin.LLM if matched is not None else Scores.Origin.FALLBACK
+
+
+def _scoring_request(question: str, direction: str, items: list[tuple[str, str]]) -> str:
+    listing = "\n\n".join(f"{i}. Заголовок: {title}\n{text}" for i, (title, text) in enumerate(items, 1))
+    return (
+        f"Исходный запрос: {question}\nТекущее направление поиска: {direction}\n\n"
+        f"Результаты для оценки ({len(items)}):\n{data_block(listing)}"
+    )
