@@ -57,7 +57,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         self.topic_id = topic_id
-        self.feed = watchers.watch(topic_id)
+        self.watched = watchers.watch(topic_id)
         self.group = topic_group(topic_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -67,7 +67,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
-            watchers.unwatch(self.feed)
+            watchers.unwatch(self.watched)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -80,7 +80,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels closes stale database connections before every message; for the group's
         run events (one per event per socket) that is a trip to the shared database thread each,
-        and they need none: the feed reads the database once for all sockets (and
+        and they need none: `TopicWatchers` reads the database once for all sockets (and
         database_sync_to_async closes stale connections around each of its reads). 200 sockets
         made 200 trips per event, 25-40 ms queued ahead of its delivery on 2 cores;
         tests/research/test_channel_overrides.py fails when Channels stops making them."""
@@ -97,7 +97,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         """The report card with the text written so far; `version` None: only when a draft exists."""
         language = self._language()
         if version:
-            html = await self.feed.shared(
+            html = await self.watched.shared(
                 "draft",
                 (version, language),
                 lambda: _report_card(self.topic_id, language, only_with_draft=False),
@@ -116,7 +116,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
             return
         language = self._language()
         key = (followup_id, version, language)
-        html = await self.feed.shared(
+        html = await self.watched.shared(
             "followup", key, lambda: _followup_card(self.topic_id, followup_id, language)
         )
         if html:
@@ -143,15 +143,15 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
 
     async def _send_since(self, since: int, upto: int | None = None) -> None:
         # Reading rows (not messages) keeps order and fills any gap left by lost messages.
-        events = await self.feed.events_after(since, upto)
+        events = await self.watched.events_after(since, upto)
         if not events:
             return
         self.last_seq = events[-1].seq
         language = self._language()
         stages = {event.stage for event in events}
-        panels = await self.feed.panels(self.last_seq, stages, language)
+        panels = await self.watched.panels(self.last_seq, stages, language)
         # One frame per batch: writing frames is most of a socket's cost per event.
-        await self.send(text_data=self.feed.lines(events, language) + panels)
+        await self.send(text_data=self.watched.lines(events, language) + panels)
 
     def _language(self) -> str:
         """The page's language, chosen as LocaleMiddleware chose it: the switch's cookie first,

@@ -50,7 +50,7 @@ class TopicWatchers:
 
     async def events_after(self, since: int, upto: int | None = None) -> list[RunEvent]:
         """Events after `since`; with `upto` (the newest seq announced) the database is only read
-        when this feed has not seen that event yet."""
+        when these watchers have not seen that event yet."""
         async with self.lock:
             if not self.events or since < self.events[0].seq - 1:
                 # Older history than is kept (a client coming back after long): read it afresh.
@@ -94,15 +94,15 @@ _watched: dict[int, TopicWatchers] = {}
 
 
 def watch(topic_id: int) -> TopicWatchers:
-    feed = _watched.setdefault(topic_id, TopicWatchers(topic_id))
-    feed.watchers += 1
-    return feed
+    watched = _watched.setdefault(topic_id, TopicWatchers(topic_id))
+    watched.watchers += 1
+    return watched
 
 
-def unwatch(feed: TopicWatchers) -> None:
-    feed.watchers -= 1
-    if feed.watchers <= 0:
-        _watched.pop(feed.topic_id, None)
+def unwatch(watched: TopicWatchers) -> None:
+    watched.watchers -= 1
+    if watched.watchers <= 0:
+        _watched.pop(watched.topic_id, None)
 
 
 @database_sync_to_async

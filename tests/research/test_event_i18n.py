@@ -84,9 +84,9 @@ def test_a_broken_translation_falls_back_to_the_english_line(
 def test_live_lines_are_rendered_in_each_watcher_s_language(alice: User) -> None:
     topic = awaiting(alice)
     event = record_event(topic, "done", "The report is ready", args={})
-    feed = TopicWatchers(topic.pk)
-    assert "Отчёт готов" in feed.lines([event], "ru")
-    assert "The report is ready" in feed.lines([event], "en")
+    watched = TopicWatchers(topic.pk)
+    assert "Отчёт готов" in watched.lines([event], "ru")
+    assert "The report is ready" in watched.lines([event], "en")
 
 
 def test_a_whole_run_translates_every_line_it_writes(
