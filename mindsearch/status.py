@@ -2,8 +2,11 @@
 
 The outside services are asked at most once a minute (`STATUS_CACHE_SECONDS`; the result is
 kept per language in Django's cache, shared by every web process), so viewing the page cannot
-be turned into a stream of outbound requests. Staff see every detail; other users see each
-component's state only — service addresses, versions, host names and paths are the operator's.
+be turned into a stream of outbound requests. Each service is asked through its client in
+`mindsearch/clients/` (with the client's own address, key and timeout code, and for nobody under
+its global limit where the probe spends a request); this module only says what the answer
+means. Staff see every detail; other users see each component's state only — service
+addresses, versions, host names and paths are the operator's.
 """
 
 from __future__ import annotations
@@ -13,9 +16,7 @@ import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urljoin
 
-import httpx
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -26,7 +27,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django_q.status import Stat
 
-from mindsearch.clients import reader
+from mindsearch.clients import llm, reader, websearch
 
 OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
 
@@ -82,7 +83,7 @@ def check_worker() -> Check:
 def check_embeddings() -> Check:
     name = _("Embedding model")
     if settings.EMBEDDING_BACKEND == "openai":
-        if not settings.AITUNNEL_API_KEY and settings.AITUNNEL_BASE_URL == "https://api.aitunnel.ru/v1/":
+        if not llm.endpoint_configured():
             return Check(name, ERROR, _("EMBEDDING_BACKEND=openai but no LLM endpoint is configured"))
         via = {"model": settings.EMBEDDING_MODEL, "url": f"{settings.AITUNNEL_BASE_URL}embeddings"}
         return Check(name, OK, _("%(model)s via %(url)s") % via)
@@ -104,63 +105,53 @@ def check_embeddings() -> Check:
     return Check(name, OK, _("multilingual-e5-small (4-bit), local (384 dimensions)"), str(model_file))
 
 
-def llm_configured() -> bool:
-    """An API key, or a base URL of one's own (Ollama, vLLM and llama.cpp need no key)."""
-    return bool(settings.AITUNNEL_API_KEY) or settings.AITUNNEL_BASE_URL != "https://api.aitunnel.ru/v1/"
-
-
-async def check_llm(client: httpx.AsyncClient) -> Check:
+async def check_llm() -> Check:
     name = _("LLM endpoint")
-    if not llm_configured():
+    if not llm.endpoint_configured():
         return Check(name, OFF, _("Not configured"), _("Set AITUNNEL_API_KEY and AITUNNEL_MODEL in .env."))
-    headers = {"Authorization": f"Bearer {settings.AITUNNEL_API_KEY}"} if settings.AITUNNEL_API_KEY else {}
-    url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
-    response, error = await _get(client, url, headers=headers)
-    if error:
-        return Check(name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {error}")
-    if response.status_code in (401, 403):
-        return Check(name, ERROR, _("The API key was rejected"), f"HTTP {response.status_code}")
+    try:
+        answer = await llm.list_models(settings.STATUS_CHECK_TIMEOUT)
+    except llm.LLMUnreachable as exc:
+        return Check(name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {_unreachable(exc)}")
+    if answer.status in (401, 403):
+        return Check(name, ERROR, _("The API key was rejected"), f"HTTP {answer.status}")
     if not settings.AITUNNEL_MODEL:
         return Check(name, WARN, _("Reachable, but AITUNNEL_MODEL is not set"), settings.AITUNNEL_BASE_URL)
-    if response.status_code != 200:
+    if answer.status != 200:
         # Some compatible servers have no /models; reaching them at all is what we can tell.
         return Check(
             name,
             WARN,
-            _("Reachable; /models answered HTTP %d") % response.status_code,
+            _("Reachable; /models answered HTTP %d") % answer.status,
             settings.AITUNNEL_MODEL,
         )
-    try:
-        listed = {item.get("id") for item in response.json().get("data", [])}
-    except (ValueError, AttributeError):
-        listed = set()
-    if listed and settings.AITUNNEL_MODEL not in listed:
+    if answer.models and settings.AITUNNEL_MODEL not in answer.models:
         return Check(name, WARN, _("Model %s is not listed by the endpoint") % settings.AITUNNEL_MODEL)
     return Check(name, OK, settings.AITUNNEL_MODEL, settings.AITUNNEL_BASE_URL)
 
 
-async def check_searxng(client: httpx.AsyncClient) -> Check:
+async def check_searxng() -> Check:
     name = "SearXNG"
-    if not settings.SEARXNG_URL:
+    if not websearch.is_configured():
         return Check(
             name, OFF, _("Not configured"), _("Set SEARXNG_URL; web search is unavailable until then.")
         )
-    auth = None
-    if settings.SEARXNG_BASIC_AUTH_LOGIN:
-        auth = (settings.SEARXNG_BASIC_AUTH_LOGIN, settings.SEARXNG_BASIC_AUTH_PASSWORD)
-    url = urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "config")
-    response, error = await _get(client, url, auth=auth)
-    if error:
-        return Check(name, ERROR, _("Not reachable"), f"{settings.SEARXNG_URL}: {error}")
-    if response.status_code == 401:
-        return Check(name, ERROR, _("Basic auth was rejected"), _("Check SEARXNG_BASIC_AUTH_LOGIN/PASSWORD."))
-    if response.status_code != 200:
-        return Check(name, ERROR, _("Answered HTTP %d") % response.status_code, settings.SEARXNG_URL)
     try:
-        engines = [e for e in response.json().get("engines", []) if isinstance(e, dict) and e.get("enabled")]
-    except (ValueError, AttributeError):
+        config = await websearch.read_config(settings.STATUS_CHECK_TIMEOUT)
+    except websearch.NotReachable as exc:
+        return Check(name, ERROR, _("Not reachable"), f"{settings.SEARXNG_URL}: {_unreachable(exc)}")
+    if config.status == 401:
+        return Check(name, ERROR, _("Basic auth was rejected"), _("Check SEARXNG_BASIC_AUTH_LOGIN/PASSWORD."))
+    if config.status != 200:
+        return Check(name, ERROR, _("Answered HTTP %d") % config.status, settings.SEARXNG_URL)
+    if not config.is_json:
         return Check(name, ERROR, _("Answered, but not with SearXNG's JSON"), settings.SEARXNG_URL)
-    return _searxng_engines(name, engines)
+    return _searxng_engines(name, config.engines or [])
+
+
+def _unreachable(exc: llm.LLMUnreachable | websearch.NotReachable) -> str:
+    """Why a service did not answer, as the page says it."""
+    return _("timed out") if exc.timed_out else str(exc)
 
 
 def _searxng_engines(name: str, engines: list[dict]) -> Check:
@@ -253,23 +244,8 @@ async def _round_trip(layer: object) -> None:
         receiving.cancel()
 
 
-async def _get(client: httpx.AsyncClient, url: str, **kwargs: object) -> tuple[httpx.Response | None, str]:
-    try:
-        return await client.get(url, **kwargs), ""
-    except httpx.TimeoutException:
-        return None, _("timed out")
-    except httpx.HTTPError as exc:
-        return None, str(exc) or type(exc).__name__
-
-
 async def _outside_checks() -> list[Check]:
-    timeout = httpx.Timeout(settings.STATUS_CHECK_TIMEOUT)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
-        return list(
-            await asyncio.gather(
-                check_channel_layer(), check_llm(client), check_searxng(client), check_reader()
-            )
-        )
+    return list(await asyncio.gather(check_channel_layer(), check_llm(), check_searxng(), check_reader()))
 
 
 def run_checks() -> list[Check]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
-from urllib.parse import urljoin
 
-import httpx
 from django.conf import settings
 from django.utils.functional import Promise as StrPromise
 from django.utils.translation import gettext as _
@@ -22,7 +20,7 @@ from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, th
 from mindsearch.status import ERROR, OFF, OK, WARN, Check
 
 
-async def check_vision(client: httpx.AsyncClient) -> Check:
+async def check_vision() -> Check:
     name = _("Vision model (questions with a picture)")
     if not settings.VISION_MODEL:
         return Check(
@@ -33,23 +31,11 @@ async def check_vision(client: httpx.AsyncClient) -> Check:
         )
     if not llm.is_configured():
         return Check(name, ERROR, _("VISION_MODEL is set, but no LLM endpoint is configured"))
-    headers = {"Authorization": f"Bearer {settings.AITUNNEL_API_KEY}"} if settings.AITUNNEL_API_KEY else {}
-    url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
     try:
-        response = await client.get(url, headers=headers)
-    except httpx.HTTPError as exc:
-        return Check(
-            name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {exc or type(exc).__name__}"
-        )
-    try:
-        listed = (
-            {item.get("id") for item in response.json().get("data", [])}
-            if response.status_code == 200
-            else set()
-        )
-    except (ValueError, AttributeError):
-        listed = set()
-    if listed and settings.VISION_MODEL not in listed:
+        answer = await llm.list_models(settings.STATUS_CHECK_TIMEOUT)
+    except llm.LLMUnreachable as exc:
+        return Check(name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {exc}")
+    if answer.models and settings.VISION_MODEL not in answer.models:
         return Check(name, WARN, _("Model %s is not listed by the endpoint") % settings.VISION_MODEL)
     return Check(name, OK, settings.VISION_MODEL, settings.AITUNNEL_BASE_URL)
 
@@ -169,5 +155,4 @@ PROVIDERS = (
 
 
 async def service_checks() -> list[Check]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(settings.STATUS_CHECK_TIMEOUT)) as client:
-        return [await check_vision(client)] + [await provider.check() for provider in PROVIDERS]
+    return [await check_vision()] + [await provider.check() for provider in PROVIDERS]

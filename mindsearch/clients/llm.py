@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import httpx2
@@ -84,10 +85,19 @@ class Completion:
     attempts: int
 
 
+def endpoint_configured() -> bool:
+    """An API key, or an endpoint of one's own (Ollama, vLLM and llama.cpp need no key)."""
+    return bool(settings.AITUNNEL_API_KEY) or settings.AITUNNEL_BASE_URL != DEFAULT_BASE_URL
+
+
 def is_configured() -> bool:
     """A model, and an API key or an endpoint of one's own (local servers need no key)."""
-    endpoint = bool(settings.AITUNNEL_API_KEY) or settings.AITUNNEL_BASE_URL != DEFAULT_BASE_URL
-    return endpoint and bool(settings.AITUNNEL_MODEL)
+    return endpoint_configured() and bool(settings.AITUNNEL_MODEL)
+
+
+def _auth_headers() -> dict[str, str]:
+    """The endpoint's Bearer header, none without a key (local servers need none)."""
+    return {"Authorization": f"Bearer {settings.AITUNNEL_API_KEY}"} if settings.AITUNNEL_API_KEY else {}
 
 
 TextListener = Callable[[str], Awaitable[None]]
@@ -320,9 +330,8 @@ async def embed(texts: list[str], *, model: str, user: int | None = None) -> lis
     timeouts and dropped connections are retried like a completion's (Retry-After honoured);
     a rejected key or a refused request is not. LLMError says what went wrong."""
     url = settings.AITUNNEL_BASE_URL.rstrip("/") + "/embeddings"
-    headers = {"Authorization": f"Bearer {settings.AITUNNEL_API_KEY}"} if settings.AITUNNEL_API_KEY else {}
     timeout = httpx.Timeout(EMBEDDINGS_TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS)
-    async with httpx.AsyncClient(timeout=timeout, headers=headers, verify=_tls_context()) as client:
+    async with httpx.AsyncClient(timeout=timeout, headers=_auth_headers(), verify=_tls_context()) as client:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             await ratelimit.acquire_llm(user=user)
             try:
@@ -361,6 +370,56 @@ def _embeddings_of(response: httpx.Response, expected: int) -> list[list[float]]
     if len(vectors) != expected:
         raise LLMBadAnswer(f"the embedding endpoint returned {len(vectors)} vectors for {expected} texts")
     return vectors
+
+
+# --- the endpoint's model list: what the status page asks --------------------------------------------
+
+
+class LLMUnreachable(LLMError):
+    """The endpoint did not answer at all; `timed_out` when it was too slow rather than absent."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True)
+class ModelList:
+    """What the endpoint's /models answered: its HTTP status, and the model ids it lists (empty
+    unless it answered 200 with OpenAI's list; some compatible servers have no /models)."""
+
+    status: int
+    models: frozenset[Any]
+
+
+async def list_models(timeout: float) -> ModelList:
+    """The endpoint's GET /models, asked once (no retries: a status check tells what it finds)
+    for nobody under the LLM's global limit, with the key the completions send. LLMUnreachable
+    when nothing answered within `timeout` seconds; any HTTP answer is returned as it is."""
+    await ratelimit.acquire_llm(user=None)
+    url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
+    try:
+        async with httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout),
+            headers=_auth_headers(),
+            verify=_tls_context(),
+            follow_redirects=True,
+        ) as client:
+            response = await client.get(url)
+    except httpx.TimeoutException as exc:
+        raise LLMUnreachable(str(exc) or type(exc).__name__, timed_out=True) from None
+    except httpx.HTTPError as exc:
+        raise LLMUnreachable(str(exc) or type(exc).__name__) from exc
+    listed = _model_ids(response) if response.status_code == 200 else frozenset()
+    return ModelList(response.status_code, listed)
+
+
+def _model_ids(response: httpx.Response) -> frozenset[Any]:
+    """The ids of OpenAI's {"data": [{"id": ...}, ...]}; none when the answer is not that."""
+    try:
+        return frozenset(item.get("id") for item in response.json().get("data", []))
+    except (ValueError, AttributeError, TypeError):
+        return frozenset()
 
 
 # --- Tolerant JSON -----------------------------------------------------------------------------

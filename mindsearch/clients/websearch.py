@@ -165,18 +165,63 @@ async def _engines() -> list[dict[str, Any]] | None:
     known = _configs.get(url)
     if known is not None and time.monotonic() - known[0] < CONFIG_TTL_SECONDS:
         return known[1]
-    engines: list[dict[str, Any]] | None = None
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS, auth=_auth()) as client:
-            response = await client.get(urljoin(url.rstrip("/") + "/", "config"))
-        if response.status_code == 200:
-            listed = response.json().get("engines")
-            if isinstance(listed, list):
-                engines = [e for e in listed if isinstance(e, dict) and e.get("enabled")]
-    except (httpx.HTTPError, ValueError, AttributeError):
-        engines = None
+        config = await _read_config(TIMEOUT_SECONDS)
+    except NotReachable:
+        config = None
+    engines = config.engines if config is not None and config.status == 200 else None
     _configs[url] = (time.monotonic(), engines)
     return engines
+
+
+class NotReachable(SearchError):
+    """SearXNG did not answer at all; `timed_out` when it was too slow rather than absent."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """What SearXNG's /config answered: its HTTP status; whether the body is a JSON object
+    (`is_json`, as SearXNG's is); and the enabled engines it lists (None when it has no list)."""
+
+    status: int
+    is_json: bool = False
+    engines: list[dict[str, Any]] | None = None
+
+
+async def read_config(timeout: float) -> InstanceConfig:
+    """The instance's /config, asked once for nobody under the search limit, with the basic
+    auth the searches send (for the status page). NotReachable when nothing answered within
+    `timeout` seconds; any HTTP answer is returned as it is."""
+    await ratelimit.acquire_search(user=None)
+    return await _read_config(timeout)
+
+
+async def _read_config(timeout: float) -> InstanceConfig:
+    url = urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "config")
+    try:
+        async with httpx.AsyncClient(timeout=timeout, auth=_auth(), follow_redirects=True) as client:
+            response = await client.get(url)
+    except httpx.TimeoutException as exc:
+        raise NotReachable(str(exc) or type(exc).__name__, timed_out=True) from None
+    except httpx.HTTPError as exc:
+        raise NotReachable(str(exc) or type(exc).__name__) from exc
+    if response.status_code != 200:
+        return InstanceConfig(response.status_code)
+    try:
+        payload = response.json()
+    except ValueError:
+        return InstanceConfig(response.status_code)
+    if not isinstance(payload, dict):
+        return InstanceConfig(response.status_code)
+    listed = payload.get("engines")
+    if not isinstance(listed, list):
+        return InstanceConfig(response.status_code, is_json=True)
+    enabled = [e for e in listed if isinstance(e, dict) and e.get("enabled")]
+    return InstanceConfig(response.status_code, is_json=True, engines=enabled)
 
 
 def _raise_for_status(status: int) -> None:

@@ -11,7 +11,7 @@ import pytest
 from mindsearch.clients import llm
 from mindsearch.clients.llm import LLMAuthError, LLMBadAnswer, LLMError, LLMNotConfigured, parse_json
 from mindsearch.models import RateLimitGrant
-from tests.support.fakes import FakeService, Fault, estimate_tokens, openai_chat
+from tests.support.fakes import FakeService, Fault, Response, estimate_tokens, openai_chat, openai_models
 from tests.support.processes import free_port
 
 CHAT = "/v1/chat/completions"
@@ -308,3 +308,48 @@ def test_parse_json_prefers_the_fenced_block_over_prose() -> None:
 
 def test_parse_json_takes_the_first_of_several_values() -> None:
     assert parse_json('{"first": 1}\n{"second": 2}') == {"first": 1}
+
+
+# --- the model list (the status page's probe) ----------------------------------------------------
+
+
+def test_list_models_sends_the_key_and_reads_the_ids(settings) -> None:
+    with FakeService({("GET", "/v1/models"): openai_models("test-model", "test-vision")}) as service:
+        settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
+        answer = asyncio.run(llm.list_models(2.0))
+        settings.AITUNNEL_API_KEY = "wrong-key"
+        rejected = asyncio.run(llm.list_models(2.0))
+        assert service.requests[0].headers["authorization"] == "Bearer test-key"
+    assert answer == llm.ModelList(200, frozenset({"test-model", "test-vision"}))
+    assert rejected == llm.ModelList(401, frozenset())
+
+
+def test_list_models_of_a_server_without_the_list(settings) -> None:
+    with FakeService({("GET", "/v1/models"): lambda request: Response(200, "<html>")}) as service:
+        settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
+        assert asyncio.run(llm.list_models(2.0)) == llm.ModelList(200, frozenset())
+    with FakeService() as service:  # no /models at all
+        settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
+        assert asyncio.run(llm.list_models(2.0)).status == 404
+
+
+def test_list_models_says_when_nothing_answered(settings) -> None:
+    settings.AITUNNEL_BASE_URL = f"http://127.0.0.1:{free_port()}/v1/"
+    with pytest.raises(llm.LLMUnreachable) as refused:
+        asyncio.run(llm.list_models(2.0))
+    assert not refused.value.timed_out
+    with FakeService({("GET", "/v1/models"): openai_models("test-model")}) as service:
+        settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
+        service.inject(Fault.hang(2.0))
+        with pytest.raises(llm.LLMUnreachable) as slow:
+            asyncio.run(llm.list_models(0.3))
+    assert slow.value.timed_out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_list_models_takes_a_rate_limit_slot(settings) -> None:
+    settings.LIMIT_AITUNNEL_RPS = 100
+    with FakeService({("GET", "/v1/models"): openai_models("test-model")}) as service:
+        settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
+        asyncio.run(llm.list_models(2.0))
+    assert RateLimitGrant.objects.filter(name="llm").count() == 1

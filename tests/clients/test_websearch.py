@@ -10,7 +10,7 @@ import pytest
 from mindsearch.clients import websearch
 from mindsearch.clients.websearch import SearchError
 from mindsearch.models import RateLimitGrant
-from tests.support.fakes import FakeService, Fault, Response, searxng_search
+from tests.support.fakes import FakeService, Fault, Response, searxng_config, searxng_search
 from tests.support.processes import free_port
 
 RESULTS = [
@@ -225,3 +225,44 @@ def test_fake_fills_searxng_fields() -> None:
     assert isinstance(payload, Response)
     item = payload.body["results"][0]
     assert {"url", "title", "content", "engine", "engines", "score", "category"} <= item.keys()
+
+
+# --- the instance's /config (the status page's probe; the time filter's engines) ----------------
+
+
+def test_read_config_lists_the_enabled_engines_with_basic_auth(settings) -> None:
+    routes = {("GET", "/config"): searxng_config("duckduckgo", "arxiv", timed=("arxiv",))}
+    with FakeService(routes) as service:
+        settings.SEARXNG_URL = service.url
+        settings.SEARXNG_BASIC_AUTH_LOGIN, settings.SEARXNG_BASIC_AUTH_PASSWORD = "searcher", "s3cret"
+        config = asyncio.run(websearch.read_config(2.0))
+        assert service.requests[0].headers["authorization"].startswith("Basic ")
+    assert config.status == 200 and config.is_json
+    assert [(e["name"], e["time_range_support"]) for e in config.engines or []] == [
+        ("duckduckgo", False),
+        ("arxiv", True),
+    ]
+
+
+def test_read_config_of_something_else(settings) -> None:
+    routes = {("GET", "/config"): lambda request: Response(200, "<html>")}
+    with FakeService(routes) as service:
+        settings.SEARXNG_URL = service.url
+        assert asyncio.run(websearch.read_config(2.0)) == websearch.InstanceConfig(200)
+        service.routes[("GET", "/config")] = lambda request: Response(200, {"instance_name": "x"})
+        assert asyncio.run(websearch.read_config(2.0)) == websearch.InstanceConfig(200, is_json=True)
+        service.inject(Fault(401, body="Unauthorized"))
+        assert asyncio.run(websearch.read_config(2.0)).status == 401
+
+
+def test_read_config_says_when_nothing_answered(settings) -> None:
+    settings.SEARXNG_URL = f"http://127.0.0.1:{free_port()}/"
+    with pytest.raises(websearch.NotReachable) as refused:
+        asyncio.run(websearch.read_config(2.0))
+    assert not refused.value.timed_out
+    with FakeService({("GET", "/config"): searxng_config("duckduckgo")}) as service:
+        settings.SEARXNG_URL = service.url
+        service.inject(Fault.hang(2.0))
+        with pytest.raises(websearch.NotReachable) as slow:
+            asyncio.run(websearch.read_config(0.3))
+    assert slow.value.timed_out
