@@ -223,7 +223,9 @@ def _save_subquery(subquery: SubQuery, text: str, position: int) -> None:
     subquery.save(update_fields=["text", "origin", "position"])
 
 
-def approve_plan(topic: Topic) -> None:
+def approve_plan(topic: Topic, *, queue: bool = True) -> None:
+    """Queue the reviewed plan for a worker. The console, which runs the topic in its own
+    process, approves with `queue=False`: the same checks and refusals, no task."""
     with transaction.atomic():
         locked = _lock_reviewable(topic)
         if not locked.subqueries.exists():
@@ -232,7 +234,8 @@ def approve_plan(topic: Topic) -> None:
         _lock_owner(locked.owner)
         check_can_start(locked.owner, exclude=locked)
         locked.set_status(Topic.Status.QUEUED)
-        tasks.enqueue_run(locked)
+        if queue:
+            tasks.enqueue_run(locked)
     topic.status = locked.status
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from io import StringIO
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
-from research.models import Report, Topic
+from research.models import Report, SubQuery, Topic
 from tests.support import processes
 from tests.support.world import TOPIC, world
 
@@ -98,3 +102,67 @@ def test_console_plan_edits_go_through_the_workflow(alice: User, monkeypatch: py
     command._apply(topic, list(topic.subqueries.order_by("position")), "d 2")
     assert topic.subqueries.count() == 2
     assert command.stderr.getvalue()
+
+
+@pytest.mark.parametrize("refusal", ["active topics", "plan size"])
+def test_console_approval_meets_the_pages_refusals(
+    alice: User, settings: Any, monkeypatch: pytest.MonkeyPatch, refusal: str
+) -> None:
+    """The reviewed plan is approved through the workflow: over a limit the console says why,
+    exits non-zero and runs nothing; the plan stays for review."""
+    from research.management.commands import research as console
+
+    settings.RESEARCH_MAX_ACTIVE_TOPICS, settings.RESEARCH_MAX_SUBQUERIES = 2, 3
+    count = 4 if refusal == "plan size" else 1
+
+    def planned(topic_id: int, listeners: Any) -> bool:
+        topic = Topic.objects.get(pk=topic_id)
+        SubQuery.objects.bulk_create(
+            SubQuery(topic=topic, text=f"part {n}", position=n) for n in range(count)
+        )
+        topic.set_status(Topic.Status.AWAITING_APPROVAL)
+        if refusal == "active topics":  # two more started on the page while the plan was reviewed
+            for _n in range(2):
+                Topic.objects.create(owner=alice, question="Another", status=Topic.Status.RUNNING)
+        return False
+
+    def not_run(topic_id: int, listeners: Any) -> str:
+        raise AssertionError("a refused plan must not run")
+
+    monkeypatch.setattr(console, "plan_topic", planned)
+    monkeypatch.setattr(console, "run_topic", not_run)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt="": "")  # Enter: approve as planned
+    message = "already have 2 topics" if refusal == "active topics" else "at most 3 sub-queries"
+    with pytest.raises(CommandError, match=f"was not approved: .*{message}"):
+        call_command("research", "How do tides work?", "--user", "alice", stdout=StringIO())
+    topic = Topic.objects.get(owner=alice, question="How do tides work?")
+    assert topic.status == Topic.Status.AWAITING_APPROVAL
+
+
+def test_console_approval_runs_the_plan_in_its_own_process(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_q.models import OrmQ
+
+    from research.management.commands import research as console
+
+    def planned(topic_id: int, listeners: Any) -> bool:
+        topic = Topic.objects.get(pk=topic_id)
+        SubQuery.objects.create(topic=topic, text="one", position=0)
+        topic.set_status(Topic.Status.AWAITING_APPROVAL)
+        return False
+
+    ran: list[str] = []
+
+    def run(topic_id: int, listeners: Any) -> str:
+        ran.append(Topic.objects.get(pk=topic_id).status)
+        raise CommandError("stop here")
+
+    monkeypatch.setattr(console, "plan_topic", planned)
+    monkeypatch.setattr(console, "run_topic", run)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt="": "")
+    with pytest.raises(CommandError, match="stop here"):
+        call_command("research", "How do tides work?", "--user", "alice", stdout=StringIO())
+    assert ran == [Topic.Status.QUEUED] and not OrmQ.objects.exists()  # run here, not by a worker

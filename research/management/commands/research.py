@@ -87,7 +87,7 @@ class Command(BaseCommand):
             if topic.status != Topic.Status.AWAITING_APPROVAL:
                 raise CommandError(topic.error or f"Planning ended with status {topic.status}")
             self._review(topic)
-            topic.set_status(Topic.Status.QUEUED)
+            self._approve(topic)
         status = run_topic(topic.pk, listeners)
         self.stdout.write("")
         topic.refresh_from_db()
@@ -139,6 +139,14 @@ class Command(BaseCommand):
                 self.stderr.write("Add at least one sub-query.")
                 continue
             self._apply(topic, subqueries, choice)
+
+    def _approve(self, topic: Topic) -> None:
+        """Approve the reviewed plan as the page does — under the row lock, within the plan's size
+        and the owner's active topics — to run it here rather than in a worker."""
+        try:
+            workflow.approve_plan(topic, queue=False)
+        except workflow.Refused as refused:
+            raise CommandError(f"The plan of topic #{topic.pk} was not approved: {refused.message}") from None
 
     def _apply(self, topic: Topic, subqueries: list[SubQuery], choice: str) -> None:
         action, _, number = choice.partition(" ")
