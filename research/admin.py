@@ -24,7 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from research import usage
+from research import usage, workflow
 from research.models import (
     CacheEntry,
     Citation,
@@ -390,12 +390,6 @@ def _calls_url(since: Any, *, spent_only: bool, **filters: Any) -> str:
 # --- Topics and their rows ------------------------------------------------------------------------------
 
 
-class SubQueryInline(admin.TabularInline):
-    model = SubQuery
-    extra = 0
-    fields = ("position", "round", "text", "origin")
-
-
 class ReadOnlyInline(admin.TabularInline):
     """Rows a run wrote, shown with their parent: no row is added or edited here, each links to
     its own page. A subclass names its `fields`."""
@@ -407,6 +401,20 @@ class ReadOnlyInline(admin.TabularInline):
         return self.fields or ()
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class SubQueryInline(ReadOnlyInline):
+    """The topic's plan, as approved and as the rounds grew it. Shown, never edited or deleted
+    here: a plan changes only through `research/workflow.py` (the page, the API, the console)."""
+
+    model = SubQuery
+    fields = ("position", "round", "text", "origin")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -427,8 +435,30 @@ class FollowUpAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
 
 
+# What the workflow and the run write: a change here would skip the row lock and the limits, or
+# move a topic under the worker running it.
+TOPIC_RUN_STATE = (
+    "status",
+    "stage",
+    "route",
+    "domain",
+    "period_start",
+    "period_end",
+    "language",
+    "years_checked",
+    "vision_checked",
+    "domain_data_checked",
+    "error",
+    "llm_model",
+    "heartbeat_at",
+)
+
+
 @admin.register(Topic)
 class TopicAdmin(admin.ModelAdmin):
+    """An audit view of a topic's run: its state and plan are read-only, a topic is started on
+    the page, the API or the console, and one deleted here goes through `workflow.delete_topic`."""
+
     list_display = ("question", "owner", "status", "mode", "sources", "domain", "created_at")
     list_filter = ("status", "mode", "sources", "domain")
     search_fields = ("question", "owner__username")
@@ -436,6 +466,7 @@ class TopicAdmin(admin.ModelAdmin):
     raw_id_fields = ("owner",)
     date_hierarchy = "created_at"
     readonly_fields = (
+        *TOPIC_RUN_STATE,
         "usage_summary",
         "last_event_seq",
         "created_at",
@@ -444,6 +475,22 @@ class TopicAdmin(admin.ModelAdmin):
         "finished_at",
     )
     inlines = [SubQueryInline, FollowUpInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # started through the workflow, within the owner's limits
+
+    def delete_model(self, request: HttpRequest, obj: Topic) -> None:
+        workflow.delete_topic(obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Topic]) -> None:
+        for topic in queryset:
+            workflow.delete_topic(topic)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, Any, Any]:
+        """Sub-queries go with their topic, though none may be deleted alone here."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed.discard(SubQuery._meta.verbose_name)
+        return deleted, counts, perms_needed, protected
 
     @admin.display(description=_("LLM usage"))
     def usage_summary(self, topic: Topic) -> str:
@@ -468,10 +515,15 @@ class TopicAdmin(admin.ModelAdmin):
 
 
 @admin.register(SubQuery)
-class SubQueryAdmin(admin.ModelAdmin):
+class SubQueryAdmin(ReadOnlyAdmin):
+    """Sub-queries are a topic's plan: changed only through the workflow, deleted with their topic."""
+
     list_display = ("text", "topic", "round", "position", "origin")
     list_filter = ("origin",)
     raw_id_fields = ("topic",)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(SearchQuery)

@@ -361,7 +361,7 @@ def get_topic(request: HttpRequest, topic_id: int) -> Topic:
 @router.delete("/topics/{topic_id}", response={204: None, **errors(404)}, tags=["topics"])
 def delete_topic(request: HttpRequest, topic_id: int) -> Status:
     """Delete the topic and everything its run produced; a running worker stops at its next step."""
-    _topic(request, topic_id).delete()
+    workflow.delete_topic(_topic(request, topic_id))
     return Status(204, None)
 
 

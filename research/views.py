@@ -324,7 +324,7 @@ def topic_rerun(request: HttpRequest, topic_id: int) -> HttpResponse:
 
 @require_POST
 def topic_delete(request: HttpRequest, topic_id: int) -> HttpResponse:
-    _topic(request, topic_id).delete()  # a running worker stops at its next step
+    workflow.delete_topic(_topic(request, topic_id))  # a running worker stops at its next step
     messages.success(request, _("The topic was deleted."))
     return redirect("home")
 

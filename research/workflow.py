@@ -1,6 +1,7 @@
-"""What a user does to a topic, shared by the pages and the API: start it, edit and approve its
-plan, cancel it, research it again. Views, API operations and commands only parse their input,
-call one step here and answer; none writes a topic's plan or status itself.
+"""What a user does to a topic, shared by the pages, the API, MCP, the console and the admin:
+start it, edit and approve its plan, cancel it, research it again, delete it. Views, API
+operations and commands only parse their input, call one step here and answer; none writes a
+topic's plan or status itself (`tests/research/test_workflow.py` reads the code to hold it).
 
 Each step checks the topic's state under a row lock, so two tabs or a page and a script cannot
 approve a plan twice or edit one the worker already runs. A step that the topic's state does not
@@ -248,6 +249,17 @@ def cancel_topic(topic: Topic) -> bool:
         locked.set_status(Topic.Status.CANCELLED, finished_at=timezone.now())
     topic.status, topic.finished_at = locked.status, locked.finished_at
     return True
+
+
+def delete_topic(topic: Topic) -> None:
+    """Delete a topic with every row its run and its follow-ups wrote (they cascade; its picture
+    is a row too, no file is left behind). Allowed in any state: a worker running it stops at its
+    next step, when it finds the topic gone. Under the row lock, so it waits for a step under way,
+    and a worker cannot add a row to the topic while its rows are deleted."""
+    with transaction.atomic():
+        locked = Topic.objects.select_for_update().filter(pk=topic.pk).first()
+        if locked is not None:  # already deleted (another tab): nothing left to do
+            locked.delete()
 
 
 def rerun_topic(topic: Topic) -> Topic:

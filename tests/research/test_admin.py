@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django_q.models import OrmQ, Schedule, Task
 
-from research.models import CacheCounter, CacheEntry, LLMCall, RunEvent, Topic
+from research.models import CacheCounter, CacheEntry, LLMCall, RunEvent, SubQuery, Topic
 from research.pipeline import cache
 
 pytestmark = pytest.mark.django_db
@@ -318,3 +318,57 @@ def test_every_research_page_of_the_admin_opens(staff_client: Client, alice: Use
     for model in models:
         name = f"admin:research_{model._meta.model_name}_changelist"
         assert staff_client.get(reverse(name)).status_code == 200, name
+
+
+# --- Topics: an audit view of the run -------------------------------------------------------------------
+
+
+def test_a_topics_run_state_and_plan_are_read_only_in_the_admin(staff_client: Client, alice: User) -> None:
+    """Staff see a topic's state and plan; changing them would skip the workflow's row lock and
+    limits, so the admin has no field, inline or page that does."""
+    topic = Topic.objects.create(owner=alice, question="MoT?", status=Topic.Status.RUNNING, stage="read")
+    subquery = SubQuery.objects.create(topic=topic, text="What is it?", position=0)
+    url = reverse("admin:research_topic_change", args=[topic.pk])
+    page = staff_client.get(url)
+    assert "What is it?" in page.content.decode()  # shown
+    form = page.context["adminform"].form
+    for name in ("status", "stage", "route", "years_checked", "vision_checked", "heartbeat_at"):
+        assert name not in form.fields, name
+    inline = next(i for i in page.context["inline_admin_formsets"] if i.opts.model is SubQuery)
+    assert not inline.has_add_permission and not inline.has_change_permission
+    assert not inline.has_delete_permission
+    assert staff_client.get(reverse("admin:research_topic_add")).status_code == 403
+
+    subquery_url = reverse("admin:research_subquery_change", args=[subquery.pk])
+    assert staff_client.get(subquery_url).status_code == 200  # viewable
+    staff_client.post(subquery_url, {"topic": topic.pk, "text": "changed", "position": 0, "round": 1})
+    assert staff_client.get(reverse("admin:research_subquery_add")).status_code == 403
+    delete = reverse("admin:research_subquery_delete", args=[subquery.pk])
+    assert staff_client.post(delete, {"post": "yes"}).status_code == 403
+    changelist = staff_client.get(reverse("admin:research_subquery_changelist"))
+    assert changelist.context["action_form"] is None  # no bulk delete either
+    subquery.refresh_from_db()
+    assert subquery.text == "What is it?"
+
+
+def test_a_topic_deleted_in_the_admin_goes_through_the_workflow(
+    staff_client: Client, alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from research import workflow
+
+    deleted: list[int] = []
+    real = workflow.delete_topic
+    monkeypatch.setattr(workflow, "delete_topic", lambda topic: (deleted.append(topic.pk), real(topic)))
+    one, two = (Topic.objects.create(owner=alice, question=f"Q{n}?", status="completed") for n in (1, 2))
+    for topic in (one, two):
+        SubQuery.objects.create(topic=topic, text="part", position=0)
+    # One from its page (its sub-queries go with it, though none may be deleted alone) …
+    response = staff_client.post(reverse("admin:research_topic_delete", args=[one.pk]), {"post": "yes"})
+    assert response.status_code == 302
+    # … and one by the list's action.
+    staff_client.post(
+        reverse("admin:research_topic_changelist"),
+        {"action": "delete_selected", "_selected_action": [two.pk], "post": "yes"},
+    )
+    assert deleted == [one.pk, two.pk]
+    assert not Topic.objects.exists() and not SubQuery.objects.exists()

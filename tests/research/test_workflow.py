@@ -4,9 +4,11 @@ refused, instead of changing a plan the worker is about to run; a move is one st
 
 from __future__ import annotations
 
+import ast
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -145,3 +147,157 @@ def test_an_edit_makes_the_sub_query_the_users_own_only_when_its_text_changed(al
     workflow.update_subquery(topic, rows[1].pk, "Which products use it?")
     origins = list(topic.subqueries.order_by("position").values_list("origin", flat=True))
     assert origins == [SubQuery.Origin.LLM, SubQuery.Origin.USER, SubQuery.Origin.LLM]
+
+
+@pytest.mark.django_db
+def test_the_console_approves_through_the_step_without_queueing_a_worker(alice: User) -> None:
+    from django_q.models import OrmQ
+
+    topic, _rows = awaiting(alice)
+    workflow.approve_plan(topic, queue=False)
+    topic.refresh_from_db()
+    assert topic.status == Topic.Status.QUEUED and not OrmQ.objects.exists()
+    with pytest.raises(workflow.Refused):  # approved once, as on the page
+        workflow.approve_plan(topic, queue=False)
+
+
+@pytest.mark.django_db
+def test_deleting_a_topic_takes_its_rows_in_any_state(alice: User) -> None:
+    for status in (Topic.Status.AWAITING_APPROVAL, Topic.Status.RUNNING, Topic.Status.COMPLETED):
+        topic, _rows = awaiting(alice)
+        Topic.objects.filter(pk=topic.pk).update(status=status)
+        workflow.delete_topic(topic)
+        assert not Topic.objects.filter(pk=topic.pk).exists()
+        assert not SubQuery.objects.filter(topic_id=topic.pk).exists()
+        workflow.delete_topic(topic)  # a second tab's delete finds nothing left
+
+
+# --- One path: only the workflow and the run write a plan or a status ---------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# Who may write sub-queries or a topic's status besides the user's steps, and why.
+WRITERS_ALLOWED = {
+    "research/workflow.py": "the user's steps: under the topic's row lock, within the limits",
+    "research/pipeline/run.py": "the run loop moves the topic it holds the lock of from stage to stage",
+    "research/pipeline/plan.py": "the plan stage writes the plan the user then reviews",
+    "research/pipeline/deep.py": "a deep round adds the sub-queries of the next round",
+    "research/pipeline/years.py": "the per-year search adds one sub-query per year asked about",
+    "research/pipeline/followup.py": "a follow-up's search runs as a sub-query of its own",
+    "research/tasks.py": "a stopping worker hands its topic back to the queue",
+    "research/archive/": "an import restores a finished topic's rows (plan size checked by the workflow)",
+}
+# Methods that write rows when called on a manager, a queryset or a row.
+WRITE_METHODS = {"create", "bulk_create", "get_or_create", "update_or_create", "update", "bulk_update"}
+ROW_WRITES = {"save", "delete"}
+# Queryset methods a write may be chained after: `topic.subqueries.filter(...).delete()`.
+CHAINED = {"filter", "exclude", "all", "order_by", "select_for_update", "select_related", "only", "defer"}
+
+
+def application_modules() -> list[Path]:
+    """Every module of the project's packages, but the tests, the benchmarks and migrations."""
+    packages = [p.parent for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")]
+    return [f for package in packages for f in package.rglob("*.py") if "migrations" not in f.parts]
+
+
+def _receiver(node: ast.expr) -> ast.expr:
+    """What a chain of queryset methods starts from: `topic.subqueries` of
+    `topic.subqueries.filter(...).exclude(...)`."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CHAINED:
+        node = node.func.value
+    return node
+
+
+def _name(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _manager_of(node: ast.expr, model: str) -> bool:
+    """`node` is `model.objects`."""
+    return isinstance(node, ast.Attribute) and node.attr == "objects" and _name(node.value) == model
+
+
+def _writes_plan_or_status(call: ast.Call) -> bool:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id == "SubQuery"  # a new row, to be saved
+    if not isinstance(func, ast.Attribute):
+        return False
+    receiver = _receiver(func.value)
+    name = _name(receiver)
+    subqueries = name == "subqueries" or _manager_of(receiver, "SubQuery")
+    return (
+        func.attr == "set_status"
+        or (func.attr == "fail" and "topic" in name.lower())
+        or (func.attr in WRITE_METHODS and subqueries)
+        or (func.attr in ROW_WRITES and (subqueries or "subquer" in name.lower()))
+        or (
+            func.attr == "update"
+            and _manager_of(receiver, "Topic")
+            and any(keyword.arg == "status" for keyword in call.keywords)
+        )
+    )
+
+
+def plan_and_status_writes(source: str) -> list[int]:
+    """The lines of `source` that write sub-queries or a topic's status."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and _writes_plan_or_status(node)
+    )
+
+
+def _allowed(relative: str) -> bool:
+    return any(relative == allowed or relative.startswith(allowed) for allowed in WRITERS_ALLOWED)
+
+
+def test_only_the_workflow_and_the_run_write_a_plan_or_a_status() -> None:
+    """Every entry point (page, API, MCP, console, admin) edits a plan and moves a topic through
+    `research.workflow`; a module that writes sub-queries or calls `set_status` itself skips the
+    row lock and the fair-use limits."""
+    found = {}
+    for module in application_modules():
+        relative = module.relative_to(ROOT).as_posix()
+        lines = plan_and_status_writes(module.read_text())
+        if lines and not _allowed(relative):
+            found[relative] = lines
+    assert not found, f"plan or status written outside research/workflow.py: {found}"
+    missing = [allowed for allowed in WRITERS_ALLOWED if not (ROOT / allowed).exists()]
+    assert not missing, f"allowed writers that no longer exist (renamed? update WRITERS_ALLOWED): {missing}"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "topic.set_status(Topic.Status.QUEUED)",
+        "SubQuery.objects.create(topic=topic, text='x')",
+        "SubQuery.objects.bulk_create(rows)",
+        "SubQuery.objects.filter(topic=topic).update(text='x')",
+        "topic.subqueries.create(text='x')",
+        "topic.subqueries.filter(round=1).delete()",
+        "topic.subqueries.all().delete()",
+        "subquery.save(update_fields=['text'])",
+        "self.subquery.delete()",
+        "SubQuery(topic=topic, text='x')",
+        "Topic.objects.filter(pk=1).update(status='queued')",
+        "locked_topic.fail('boom')",
+    ],
+)
+def test_the_guard_sees_every_way_of_writing(line: str) -> None:
+    assert plan_and_status_writes(line) == [1]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "topic.subqueries.filter(round=1).count()",
+        "subquery.search_queries.create(text='x')",
+        "Hit.objects.filter(subquery=subquery).delete()",
+        "Topic.objects.filter(pk=1).update(heartbeat_at=None)",
+        "broker.fail(task_id)",
+    ],
+)
+def test_the_guard_leaves_other_rows_alone(line: str) -> None:
+    assert plan_and_status_writes(line) == []
