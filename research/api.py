@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
+from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
@@ -34,7 +35,6 @@ from research.views import image_response
 
 router = Router()
 
-MAX_PLAN_SUBQUERIES = 20
 MAX_EVENTS = 1000
 # Event numbers are 32-bit in PostgreSQL.
 MAX_INT = 2**31 - 1
@@ -144,7 +144,7 @@ class PlanItemIn(Schema):
 
 class PlanIn(Schema):
     subqueries: list[PlanItemIn] = Field(
-        max_length=MAX_PLAN_SUBQUERIES,
+        max_length=settings.RESEARCH_MAX_SUBQUERIES,  # the workflow's cap, as the server was started
         description="The whole plan in order: listed ids are kept (and edited), new items added, "
         "sub-queries left out deleted.",
     )

@@ -208,6 +208,16 @@ def test_edit_plan_refuses_bad_items(alice_api: ApiClient, alice: User, bob: Use
     assert others.text == SubQuery.objects.get(pk=others.pk).text
 
 
+def test_the_plans_schema_declares_the_workflows_cap() -> None:
+    """One limit: the schema's maxItems is RESEARCH_MAX_SUBQUERIES, not a number of its own."""
+    from django.conf import settings
+
+    from mindsearch.api import api
+
+    plan = api.get_openapi_schema()["components"]["schemas"]["PlanIn"]["properties"]["subqueries"]
+    assert plan["maxItems"] == settings.RESEARCH_MAX_SUBQUERIES
+
+
 def test_approve_plan_queues_the_run_and_locks_the_plan(
     alice_api: ApiClient, alice: User, django_capture_on_commit_callbacks: object
 ) -> None:
