@@ -12,9 +12,10 @@ The contract a tool must meet (README, "MCP"):
   `published_at` (ISO 8601). Results without a usable URL are skipped; a tool error or output
   in another shape is a failure of that source, said in the event log, and the topic goes on.
 
-Every call waits for the source's own global rate limit (mindsearch/clients/ratelimit.py, per
-user as everywhere) and each answer is cached (kind "search results", keyed by the server, the
-tool, its headers' hash and the query), so a topic run again asks nobody.
+The server is asked through mindsearch/clients/mcp.py: every request waits for the source's
+own global rate limit (mindsearch/clients/ratelimit.py, per user as everywhere). Each answer is
+cached (kind "search results", keyed by the server, the tool, its headers' hash and the query),
+so a topic run again asks nobody.
 """
 
 from __future__ import annotations
@@ -23,21 +24,17 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx2
 from asgiref.sync import async_to_sync
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_noop
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from mcphub.models import ENGINE_PREFIX, McpSource
 from mindsearch import lifecycle
-from mindsearch.clients import ratelimit
+from mindsearch.clients import mcp
 from research.models import CacheEntry, Hit, SearchQuery
 from research.pipeline import cache
 from research.pipeline.context import RunContext, db
@@ -172,37 +169,39 @@ async def _ask_all(
 
 
 class _Connection:
-    """One MCP session with a source, opened at the first query the cache cannot answer."""
+    """One MCP session with a source (mindsearch/clients/mcp.py), opened at the first query the
+    cache cannot answer, with the tool that meets the contract picked then."""
 
     def __init__(self, source: McpSource, owner: int | None) -> None:
-        self.source, self.owner = source, owner
-        self.stack = AsyncExitStack()
-        self.client: Client | None = None
+        self.source = source
+        self.session = mcp.Session(_server(source), user=owner)
         self.tool = ""
 
     async def call(self, query: str) -> Any:
-        if self.client is None:
+        if not self.tool:
             await self.connect()
-        assert self.client is not None
-        await self._wait_turn()
-        return await self.client.call_tool(self.tool, {"query": query})
+        return await self.session.call(self.tool, {"query": query})
 
     async def connect(self) -> None:
         """Open the session and pick the search tool (the handshake counts as one request)."""
-        await self._wait_turn()
-        http = httpx2.AsyncClient(
-            headers=dict(self.source.headers or {}), timeout=self.source.timeout_seconds
-        )
-        self.stack.push_async_callback(http.aclose)
-        transport = streamable_http_client(self.source.url, http_client=http)
-        self.client = await self.stack.enter_async_context(
-            Client(transport, read_timeout_seconds=self.source.timeout_seconds, mode="legacy")
-        )
-        self.tool = pick_tool((await self.client.list_tools()).tools, self.source.tool)
+        self.tool = pick_tool(await self.session.open(), self.source.tool)
 
-    async def _wait_turn(self) -> None:
-        source = self.source
-        await ratelimit.acquire(source.rate_limit_name, source.requests_per_minute, 60.0, user=self.owner)
+    async def close(self) -> None:
+        try:
+            await self.session.close()
+        except Exception:
+            log.info("closing the MCP session with %s failed", self.source.name)
+
+
+def _server(source: McpSource) -> mcp.Server:
+    """The source as the client asks it: plain values, under the source's own global limit."""
+    return mcp.Server(
+        url=source.url,
+        rate_limit_name=source.rate_limit_name,
+        requests_per_minute=source.requests_per_minute,
+        timeout_seconds=source.timeout_seconds,
+        headers=dict(source.headers or {}),
+    )
 
 
 def _cache_key(source: McpSource, query: str) -> str:
@@ -248,10 +247,7 @@ async def _ask_source(
             args={"source": source.name, "error": reason},
         )
     finally:
-        try:
-            await connection.stack.aclose()
-        except Exception:
-            log.info("closing the MCP session with %s failed", source.name)
+        await connection.close()
     return answers
 
 
@@ -274,10 +270,7 @@ async def probe(source: McpSource, timeout: float) -> Probe:
     except Exception as error:
         return Probe(source.name, error=_reason(error))
     finally:
-        try:
-            await connection.stack.aclose()
-        except Exception:
-            log.info("closing the MCP session with %s failed", source.name)
+        await connection.close()
 
 
 def _reason(error: BaseException) -> str:
