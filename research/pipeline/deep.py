@@ -32,9 +32,10 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError
 from research.event_text import phrase
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
-from research.pipeline import extractive, passages
+from research.pipeline import passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.prompting import ask, data_block, image_labels_block, load_prompt
+from research.pipeline.question_domain import merge_with_question
 from research.pipeline.replies import parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
 from research.pipeline.text import tokenize
@@ -44,14 +45,12 @@ PROPOSALS_PER_SUBQUERY = 5
 SUMMARIES_PER_SUBQUERY = 5
 # A proposal whose words are mostly those of an asked sub-query asks nothing new.
 DUPLICATE_SHARE = 0.8
-SUBJECT_WORDS = 8
 # Without an LLM, a run of new words is a weaker lead than a name.
 WORDS_WEIGHT = 0.6
 _SCORE = re.compile(
     r"\s*[|;]?\s*(?:оценка|score|relevance|релевантность)\s*[:：=]\s*(\d+(?:[.,]\d+)?)\s*(?:/\s*10)?\s*$",
     re.I,
 )
-_CLAUSE_END = re.compile(r"[,;:?!.]|\s(?:и|а также|в том числе|включая|and|including|as well as)\s", re.I)
 _NAME = re.compile(r"[A-ZА-ЯЁ][\w\-]*(?:\s+(?:of\s+|de\s+|и\s+)?[A-ZА-ЯЁ0-9][\w\-]*)*")
 
 
@@ -331,22 +330,6 @@ def choose(proposals: list[Proposal], asked: list[str], limit: int) -> list[Prop
             chosen.append(proposal)
             taken.append(tokens)
     return chosen
-
-
-def question_subject(question: str) -> str:
-    """What the question is about: its first clause without the request words, a few words long."""
-    cleaned = (extractive.keyword_subqueries(question, limit=1) or [question])[0]
-    subject = _CLAUSE_END.split(cleaned, maxsplit=1)[0].strip()
-    subject = re.sub(r"^(?:the|a|an)\s+", "", subject, flags=re.IGNORECASE)
-    return " ".join(subject.split()[:SUBJECT_WORDS])
-
-
-def merge_with_question(text: str, question: str) -> str:
-    """The proposal, with the question's subject added when the proposal does not name it."""
-    subject = question_subject(question)
-    if not subject or set(tokenize(subject)) <= set(tokenize(text)):
-        return text
-    return f"{text} — {subject}"
 
 
 # --- for the topic page ----------------------------------------------------------------------------

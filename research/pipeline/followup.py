@@ -3,11 +3,11 @@
 A follow-up is answered from the topic's sources first: the sources numbered so far (the
 report's, then those earlier follow-ups added) are ranked by how well their passages match the
 question. A new search is made only when the question needs one: when those passages do not
-hold most of the question's words and the route stage's classification (`route.classify`: the
-LLM, or keywords without one) does not say it needs no search. The search is the run's own path
-for one sub-query — queries, search, scored hits, pages read, summarised and scored — and the
-best pages it brings are numbered after the topic's sources so far, so every `[n]` in the thread
-means one source everywhere on the page and in exports.
+hold most of the question's words and the route stage's classification (`classifier.classify`:
+the LLM, or keywords without one) does not say it needs no search. The search is the run's own
+path for one sub-query — queries, search, scored hits, pages read, summarised and scored, driven
+by the run loop (`run.drive`) — and the best pages it brings are numbered after the topic's
+sources so far, so every `[n]` in the thread means one source everywhere on the page and in exports.
 
 The answer is streamed like the report (the text so far on the `FollowUp` row, announced with a
 `followup.draft` message at most every DRAFT_INTERVAL_SECONDS) and its citations are checked as
@@ -37,18 +37,16 @@ from research import progress
 from research.models import Document, FollowUp, Report, RunEvent, SubQuery, Topic
 from research.pipeline import (
     citecheck,
-    deep,
+    classifier,
     extractive,
     passages,
     question_domain,
     report_writer,
-    route,
-    years,
 )
 from research.pipeline.context import Cancelled, RunContext, StageError
 from research.pipeline.prompting import data_block, image_context_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
-from research.pipeline.run import ROUND_STAGES, topic_lock
+from research.pipeline.run import ROUND_STAGES, drive, topic_lock
 from research.pipeline.stage import Stage, StageName
 from research.pipeline.text import BM25, tokenize
 
@@ -72,7 +70,7 @@ EARLIER_ANSWER_CHARS = 1_500
 SECTION_CONTEXT_CHARS = 1_500
 # The run's own path for one sub-query (`run.ROUND_STAGES`), without the per-year search, which
 # would add sub-queries of the topic's period: a follow-up searches its own question only.
-SEARCH_STAGES: tuple[Stage, ...] = tuple(stage for stage in ROUND_STAGES if stage is not years)
+SEARCH_STAGES: tuple[Stage, ...] = tuple(stage for stage in ROUND_STAGES if stage.STAGE != StageName.YEARS)
 
 
 @dataclass
@@ -363,7 +361,7 @@ def _needs_search(ctx: FollowUpContext, followup: FollowUp, query: str, excerpts
             share=percent,
         )
         return False
-    decided = route.classify(ctx)
+    decided = classifier.classify(ctx)
     if excerpts and decided.by_llm and not decided.needs_search:
         _tell(
             ctx,
@@ -390,16 +388,14 @@ def _search(ctx: FollowUpContext, followup: FollowUp, numbered: set[int]) -> lis
     subquery = followup.subquery
     if subquery is None:
         number = (topic.subqueries.aggregate(last=Max("round"))["last"] or 1) + 1
-        text = deep.merge_with_question(followup.question, topic.question)
+        text = question_domain.merge_with_question(followup.question, topic.question)
         subquery = SubQuery.objects.create(
             topic=topic, text=text, position=0, origin=SubQuery.Origin.FOLLOWUP, round=number
         )
         followup.subquery, followup.searched = subquery, True
         followup.save(update_fields=["subquery", "searched"])
     try:
-        for stage in SEARCH_STAGES:
-            ctx.check_cancelled()
-            stage.run(ctx)
+        drive(ctx, SEARCH_STAGES, show=False)
     except StageError as exc:
         _warn(
             ctx,

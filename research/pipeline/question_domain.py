@@ -1,7 +1,9 @@
 """What a question is about, as plain knowledge (no stage, no database): its domain by keywords
 (`classify_by_keywords`), whether it is small talk, what the domain changes in the search
 (SearXNG categories, a hint added to the first query: `QUERY_HINTS`), and the names in it that a
-domain-data provider is asked about — a place, a company, a team, a route's two ends.
+domain-data provider is asked about — a place, a company, a team, a route's two ends; and its
+subject (`question_subject`), which a deep round's sub-queries and a follow-up's search are tied
+to (`merge_with_question`).
 
 The route stage (`route.py`) decides the domain, with the LLM or these keywords; the domain stage
 (`domain.py`) asks the provider; queries and search read the hints and categories. All of them
@@ -14,7 +16,8 @@ import re
 from dataclasses import dataclass
 
 from research.models import Topic
-from research.pipeline import timeparse
+from research.pipeline import extractive, timeparse
+from research.pipeline.text import tokenize
 
 Domain = Topic.Domain
 
@@ -460,3 +463,26 @@ def nominative_guesses(name: str) -> list[str]:
                 guesses += [" ".join([*words[:-1], stem + r]) for r in replacements]
                 break
     return list(dict.fromkeys(guesses))[:3]
+
+
+# --- what a question is about: its subject ------------------------------------------------------
+
+SUBJECT_WORDS = 8
+_CLAUSE_END = re.compile(r"[,;:?!.]|\s(?:и|а также|в том числе|включая|and|including|as well as)\s", re.I)
+
+
+def question_subject(question: str) -> str:
+    """What the question is about: its first clause without the request words, a few words long."""
+    cleaned = (extractive.keyword_subqueries(question, limit=1) or [question])[0]
+    subject = _CLAUSE_END.split(cleaned, maxsplit=1)[0].strip()
+    subject = re.sub(r"^(?:the|a|an)\s+", "", subject, flags=re.IGNORECASE)
+    return " ".join(subject.split()[:SUBJECT_WORDS])
+
+
+def merge_with_question(text: str, question: str) -> str:
+    """`text` (a deep round's proposal, a follow-up's question), with the question's subject added
+    when `text` does not name it, so a bare name still searches the topic."""
+    subject = question_subject(question)
+    if not subject or set(tokenize(subject)) <= set(tokenize(text)):
+        return text
+    return f"{text} — {subject}"

@@ -3,7 +3,8 @@
 The LLM sorts the question into one of seven domains (`Topic.Domain`) and says whether a search is
 needed; when it cannot, keywords decide the domain. The domain adds a hint to the search
 queries and picks SearXNG's categories. The knowledge behind it — the domains' keywords, small
-talk, categories and hints — is `question_domain.py`; this module is the stage. A time phrase in
+talk, categories and hints — is `question_domain.py`, the asking (which a follow-up's question
+goes through too) is `classifier.py`; this module is the stage. A time phrase in
 the question becomes the topic's `time_range` (unless the user chose one) and the period its
 private documents are filtered to.
 
@@ -16,20 +17,17 @@ writes the route line then, `announce_search`). Everything else is searched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import date, timedelta
 
-from asgiref.sync import async_to_sync
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import parse_json
 from research.event_text import choice_phrase, phrase
-from research.models import CacheEntry, Topic
+from research.models import Topic
 from research.pipeline import timeparse
+from research.pipeline.classifier import Route, llm_or_keywords
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import Asking, image_labels_block
-from research.pipeline.question_domain import categories_for, classify_by_keywords, looks_like_small_talk
+from research.pipeline.question_domain import categories_for, looks_like_small_talk
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.ROUTE
@@ -38,13 +36,6 @@ Domain = Topic.Domain
 # research tool wants research, whatever a classifier thinks.
 MAX_WORDS_WITHOUT_SEARCH = 30
 _WINDOW_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
-
-
-@dataclass(frozen=True)
-class Route:
-    domain: str
-    needs_search: bool
-    by_llm: bool
 
 
 def run(ctx: RunContext) -> Outcome:
@@ -58,7 +49,7 @@ def run(ctx: RunContext) -> Outcome:
     route = (
         Route(Domain.GENERAL, False, False)
         if looks_like_small_talk(topic.question)
-        else _classify(ctx, period)
+        else llm_or_keywords(ctx, period)
     )
     taken = route_taken(topic, route)
     _save_route(topic, route, taken, period, today)
@@ -87,47 +78,6 @@ def route_taken(topic: Topic, route: Route) -> Topic.Route:
     if looks_like_small_talk(topic.question):
         return Topic.Route.DIRECT
     return Topic.Route.DOCUMENTS
-
-
-def classify(ctx: RunContext) -> Route:
-    """The domain and whether a search is needed for `ctx.question` (a follow-up's too), read as
-    the route stage reads a topic's question: small talk needs none; the LLM, or keywords."""
-    if looks_like_small_talk(ctx.question):
-        return Route(Domain.GENERAL, False, False)
-    today = timezone.localdate(ctx.topic.created_at)
-    return _classify(ctx, timeparse.parse_period(ctx.question, today))
-
-
-# --- classification ---------------------------------------------------------------------------------
-
-
-CLASSIFY = Asking(
-    "route",
-    CacheEntry.Kind.SEARCH_QUERIES,
-    gettext_noop("The LLM could not classify the question (%(error)s); classified by keywords."),
-    max_tokens=60,
-)
-
-
-def _classify(ctx: RunContext, period: timeparse.Period | None) -> Route:
-    fallback = Route(classify_by_keywords(ctx.question, period), True, False)
-    request = f'Запрос: "{ctx.asked}"' + image_labels_block(ctx)
-    route = async_to_sync(CLASSIFY.answer)(
-        ctx, STAGE, request, lambda text: parse_route(parse_json(text), fallback)
-    )
-    return fallback if route is None else route
-
-
-def parse_route(answer: object, fallback: Route) -> Route:
-    """The LLM's {"domain": …, "needs_search": …}; what it left out or got wrong comes from keywords."""
-    if not isinstance(answer, dict):
-        return fallback
-    domain = str(answer.get("domain", "")).strip().lower().replace("-", "_").replace(" ", "_")
-    needs = answer.get("needs_search", True)
-    if isinstance(needs, str):
-        needs = needs.strip().lower() not in ("false", "no", "нет", "0")
-    known = domain in Domain.values
-    return Route(domain if known else fallback.domain, bool(needs), by_llm=known)
 
 
 def _may_skip_search(topic: Topic, route: Route) -> bool:

@@ -17,7 +17,7 @@ the rounds found little new; the report is then written from all of them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from django.db import connection
@@ -174,15 +174,22 @@ def _round(ctx: RunContext) -> None:
     if overlap.applies(ctx):  # queries, search and scoring per sub-query, overlapped
         _stage(ctx, overlap)
         stages = tuple(stage for stage in ROUND_STAGES if stage not in overlap.COVERS)
+    drive(ctx, stages)
+
+
+def drive(ctx: RunContext, stages: Iterable[Stage], *, show: bool = True) -> None:
+    """Each of `stages` in turn, their outcomes read as a round reads them. A follow-up's search
+    (`followup.py`) is driven here too, with `show=False`: its topic is finished, and its stage
+    stays the one shown."""
     for stage in stages:
-        if _stage(ctx, stage) is Outcome.SEARCH_AGAIN:  # years added sub-queries of their own
-            _stage(ctx, private_search)
-            _stage(ctx, web_search)
+        if _stage(ctx, stage, show=show) is Outcome.SEARCH_AGAIN:  # years added sub-queries
+            _stage(ctx, private_search, show=show)
+            _stage(ctx, web_search, show=show)
 
 
-def _stage(ctx: RunContext, stage: Stage) -> Outcome:
+def _stage(ctx: RunContext, stage: Stage, *, show: bool = True) -> Outcome:
     ctx.check_cancelled()
-    if ctx.topic.stage != stage.STAGE:
+    if show and ctx.topic.stage != stage.STAGE:
         ctx.topic.set_status(ctx.topic.status, stage=stage.STAGE)
     return stage.run(ctx)
 

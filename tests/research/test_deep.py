@@ -18,9 +18,9 @@ from research.pipeline.deep import (
     Proposal,
     choose,
     growth_rate,
-    merge_with_question,
     parse_proposals,
 )
+from research.pipeline.question_domain import merge_with_question
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stage import Outcome
 from tests.support.deep_world import FACTS, FIRST_ROUND_FACTS, QUESTION, DeepWorld, deep_world, facts_in

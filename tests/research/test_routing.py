@@ -12,13 +12,13 @@ from django.core.files.base import ContentFile
 from django.utils import timezone
 
 from research.models import Hit, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic
+from research.pipeline.classifier import Route, parse_route
 from research.pipeline.question_domain import (
     categories_for,
     classify_by_keywords,
     enhance_queries,
     looks_like_small_talk,
 )
-from research.pipeline.route import Route, parse_route
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.timeparse import parse_period
 from research.presenters import STAGES, stage_progress

@@ -103,29 +103,55 @@ COMPOSERS = {"overlap", "read_and_summarise"}  # explicit compositions of stages
 # domain stage saved, `Topic.domain_documents`.
 
 
+def pipeline_imports(source: str) -> set[str]:
+    """The modules of research/pipeline/ that `source` (a module of it) imports, in any form:
+    `from research.pipeline import x`, `from research.pipeline.x import y`, `import
+    research.pipeline.x` and their relative spellings."""
+    package = "research.pipeline"
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith(package + ".")}
+        elif isinstance(node, ast.ImportFrom):
+            base = f"{package}.{node.module or ''}".rstrip(".") if node.level == 1 else node.module or ""
+            if base == package:
+                found |= {f"{package}.{alias.name}" for alias in node.names}
+            elif base.startswith(package + "."):
+                found.add(base)
+    return {name.split(".")[2] for name in found}
+
+
+def test_pipeline_imports_sees_every_import_form() -> None:
+    source = """
+from research.pipeline import deep as d, text
+from research.pipeline.score_hits import score_batch
+from research.pipeline.route.inner import x
+import research.pipeline.years
+import research.pipeline.plan as planning
+from . import queries
+from .read import run
+from research.models import Topic
+"""
+    expected = {"deep", "text", "score_hits", "route", "years", "plan", "queries", "read"}
+    assert pipeline_imports(source) == expected
+
+
 def test_no_stage_calls_into_another_stages_work() -> None:
-    """Reading does not summarise, routing does not answer: the piping of one stage's rows into
-    another's work is the run loop's, or a composer's (overlap.py, read_and_summarise.py)."""
+    """Reading does not summarise, routing does not answer, a follow-up does not call the route
+    stage's classifier: a stage module, or any module that speaks as a stage (its own `STAGE`:
+    the follow-ups, the diversity pick, the report writer), imports no stage module. The piping of
+    one stage's rows into another's work is the run loop's, or a composer's (overlap.py,
+    read_and_summarise.py); what two stages share lives in a module that is no stage."""
     modules = {module.__name__.rsplit(".", 1)[-1]: module for module in pipeline_modules()}
     stages = {name for name, module in modules.items() if isinstance(module, Stage)}
-    used = {}
-    for name in sorted(stages - COMPOSERS):
-        tree = ast.parse(inspect.getsource(modules[name]))
-        imported = {
-            alias.asname or alias.name
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module == "research.pipeline"
-            for alias in node.names
-            if alias.name in stages
-        }
-        attributes = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute)]
-        used[name] = {
-            (node.value.id, node.attr)
-            for node in attributes
-            if isinstance(node.value, ast.Name) and node.value.id in imported
-        }
-    assert "summarise" not in {other for other, _ in used["read"]}
-    assert {name: sorted(pairs) for name, pairs in used.items() if pairs} == {}
+    speakers = {name for name, module in modules.items() if hasattr(module, "STAGE")}
+    assert {"followup", "diversity", "report_writer"} <= speakers - stages
+    used = {
+        name: sorted((pipeline_imports(inspect.getsource(modules[name])) & stages) - {name})
+        for name in speakers - COMPOSERS
+    }
+    assert "summarise" not in used["read"]
+    assert {name: others for name, others in used.items() if others} == {}
 
 
 def years_world(loopback: World) -> None:
