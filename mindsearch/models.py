@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any, Self
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -129,7 +130,7 @@ class ApiToken(RevocableToken):
         return self.name
 
     @classmethod
-    def issue(cls, owner: Any, name: str, expires_in: timedelta | None = None) -> tuple[ApiToken, str]:
+    def issue(cls, owner: User, name: str, expires_in: timedelta | None = None) -> tuple[ApiToken, str]:
         """Create a token; the plain value is returned once and never stored."""
         token, stored = cls.new_secret(expires_in)
         return cls.objects.create(owner=owner, name=name, **stored), token

@@ -28,6 +28,7 @@ from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 
+from mindsearch.querysets import AnyUser
 from research import presenters, watchers
 from research.models import FollowUp, ReportDraft, Topic
 from research.progress import topic_group
@@ -169,7 +170,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         return settings.LANGUAGE_CODE
 
     @database_sync_to_async
-    def _owns(self, user: Any, topic_id: int) -> bool:
+    def _owns(self, user: AnyUser, topic_id: int) -> bool:
         return Topic.objects.for_user(user).filter(pk=topic_id).exists()
 
 

@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.utils import translation
 from django.utils.translation import gettext as _
@@ -44,7 +45,7 @@ def _path(job_id: str) -> Path:
     return _folder() / f"{job_id}.zip"
 
 
-def start(upload: IO[bytes], owner: Any) -> str:
+def start(upload: IO[bytes], owner: User) -> str:
     """Store the upload and queue its import; returns the job's id."""
     job_id = uuid.uuid4().hex
     path = _path(job_id)
@@ -59,7 +60,7 @@ def start(upload: IO[bytes], owner: Any) -> str:
     return job_id
 
 
-def status(job_id: str, owner: Any) -> dict[str, Any] | None:
+def status(job_id: str, owner: User) -> dict[str, Any] | None:
     """The job as its owner sees it; None for an unknown id or someone else's."""
     job = cache.get(_key(job_id))
     if not isinstance(job, dict) or job.get("owner") != owner.pk:

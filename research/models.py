@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch.models import HashedTokenQuerySet, RevocableToken
-from mindsearch.querysets import OwnedQuerySet
+from mindsearch.querysets import AnyUser, OwnedQuerySet
 from research import event_text
 
 
@@ -709,7 +709,7 @@ class CacheEntryQuerySet(models.QuerySet["CacheEntry"]):
     def expired(self) -> CacheEntryQuerySet:
         return self.filter(expires_at__lte=timezone.now())
 
-    def visible_to(self, user: Any) -> CacheEntryQuerySet:
+    def visible_to(self, user: AnyUser) -> CacheEntryQuerySet:
         """Shared web data plus what was derived from this user's private documents."""
         owner_id = getattr(user, "pk", None) if getattr(user, "is_authenticated", False) else None
         return self.filter(Q(owner__isnull=True) | Q(owner_id=owner_id))

@@ -43,6 +43,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
+from mindsearch.querysets import AnyUser
 from retrieval import quantized
 from retrieval.chunking import language_of
 from retrieval.embeddings import embed, embed_query, model_id
@@ -117,34 +118,36 @@ class Passage:
 
 
 def dense_search(
-    user: Any, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
+    user: AnyUser, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
 ) -> list[Passage]:
     """The user's chunks nearest to the query's embedding, above the relevance floor;
     score = cosine similarity."""
-    if not _has_owner(user) or not query.strip():
+    owner_id = _owner_id(user)
+    if owner_id is None or not query.strip():
         return []
     vector = embed_query(query)
-    dense = nearest_chunks(user.pk, vector, max(k, candidates))
+    dense = nearest_chunks(owner_id, vector, max(k, candidates))
     similarity: dict[int, float | None] = dict(dense)
     ids = {chunk_id for chunk_id, _ in dense}
     languages = chunk_languages(ids)
-    shared = sharing_a_word(user.pk, query, ids)
+    shared = sharing_a_word(owner_id, query, ids)
     dense = above_floor(dense, similarity, languages, language_of(query), vector, shared)
     return _passages(user, _select(dense, k, mmr), dense=dense, similarity=similarity)
 
 
 def keyword_search(
-    user: Any, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
+    user: AnyUser, query: str, *, k: int = 10, mmr: float | None = None, candidates: int = 100
 ) -> list[Passage]:
     """The user's chunks ranked by BM25 for the query's words; score = BM25."""
-    if not _has_owner(user) or not query.strip():
+    owner_id = _owner_id(user)
+    if owner_id is None or not query.strip():
         return []
-    keyword = bm25_chunks(user.pk, query, max(k, candidates))
+    keyword = bm25_chunks(owner_id, query, max(k, candidates))
     return _passages(user, _select(keyword, k, mmr), keyword=keyword)
 
 
 def hybrid_search(
-    user: Any,
+    user: AnyUser,
     query: str,
     *,
     k: int = 10,
@@ -159,16 +162,17 @@ def hybrid_search(
     `published` (first day, last day; either may be None) drops the chunks of documents
     published outside that period; a document without a date is kept, its date being unknown.
     """
-    if not _has_owner(user) or not query.strip():
+    owner_id = _owner_id(user)
+    if owner_id is None or not query.strip():
         return []
     vector = embed_query(query)
-    dense = nearest_chunks(user.pk, vector, max(k, candidates))
-    keyword = bm25_chunks(user.pk, query, max(k, candidates))
+    dense = nearest_chunks(owner_id, vector, max(k, candidates))
+    keyword = bm25_chunks(owner_id, query, max(k, candidates))
     ids = {chunk_id for chunk_id, _ in dense} | {chunk_id for chunk_id, _ in keyword}
     languages, query_language = chunk_languages(ids), language_of(query)
     fused = fuse_by_language(dense, keyword, languages, query_language)
     similarity = similarities(vector, dense, [chunk_id for chunk_id, _ in keyword])
-    shared = sharing_a_word(user.pk, query, ids)
+    shared = sharing_a_word(owner_id, query, ids)
     if published is not None:  # first: a passage outside the period cannot open the floor
         fused = published_within(fused, *published)
     fused = above_floor(fused, similarity, languages, query_language, vector, shared)
@@ -365,8 +369,9 @@ def published_within(ranked: Ranked, first: date | None, last: date | None) -> R
     return [(chunk_id, score) for chunk_id, score in ranked if chunk_id not in dropped]
 
 
-def _has_owner(user: Any) -> bool:
-    return bool(getattr(user, "is_authenticated", False))
+def _owner_id(user: AnyUser) -> int | None:
+    """The user's id; None for an anonymous visitor, who owns nothing."""
+    return user.pk if user.is_authenticated else None
 
 
 # --- Dense leg -----------------------------------------------------------------------------------
@@ -646,7 +651,7 @@ def _vectors(chunk_ids: list[int]) -> dict[int, np.ndarray]:
 
 
 def _passages(
-    user: Any,
+    user: AnyUser,
     ranked: Ranked,
     *,
     dense: Ranked | None = None,

@@ -13,6 +13,7 @@ from pathlib import PurePath
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
 from django.db.models import Count, Sum
@@ -39,7 +40,7 @@ class UploadRejected(Exception):
         self.message = message
 
 
-def accept_upload(owner: Any, uploaded_file: UploadedFile) -> tuple[UploadedDocument, bool]:
+def accept_upload(owner: User, uploaded_file: UploadedFile) -> tuple[UploadedDocument, bool]:
     """Store a new document and queue its indexing, or return the owner's copy of the same bytes.
 
     Returns (document, created). Raises UploadRejected with a message for the user.
@@ -125,7 +126,7 @@ def check_type(name: str, uploaded_file: UploadedFile) -> str:
     return kind
 
 
-def check_document_count(owner: Any) -> None:
+def check_document_count(owner: User) -> None:
     if UploadedDocument.objects.for_user(owner).count() >= settings.UPLOAD_MAX_DOCUMENTS:
         raise UploadRejected(
             _(
@@ -136,7 +137,7 @@ def check_document_count(owner: Any) -> None:
         )
 
 
-def check_storage(owner: Any, size: int) -> None:
+def check_storage(owner: User, size: int) -> None:
     """The owner's files together stay within UPLOAD_MAX_STORAGE_BYTES (0 = no limit)."""
     limit = settings.UPLOAD_MAX_STORAGE_BYTES
     if not limit:
@@ -154,7 +155,7 @@ def check_storage(owner: Any, size: int) -> None:
         )
 
 
-def quota(owner: Any) -> dict[str, int]:
+def quota(owner: User) -> dict[str, int]:
     """What the owner keeps against the account's limits (the documents page shows it)."""
     totals = UploadedDocument.objects.for_user(owner).aggregate(count=Count("id"), size=Sum("size_bytes"))
     return {
@@ -209,7 +210,7 @@ def _lock_owner_uploads(owner_id: int) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext('retrieval.upload'), %s::integer)", [owner_id])
 
 
-def _store(owner: Any, uploaded_file: UploadedFile, name: str, kind: str, sha256: str) -> UploadedDocument:
+def _store(owner: User, uploaded_file: UploadedFile, name: str, kind: str, sha256: str) -> UploadedDocument:
     document = UploadedDocument(
         owner=owner,
         original_name=name,

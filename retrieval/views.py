@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.text import Truncator
@@ -46,7 +47,7 @@ def _document(request: HttpRequest, document_id: int) -> UploadedDocument:
 # --- The list ----------------------------------------------------------------------------------------
 
 
-def list_context(user: Any) -> dict[str, Any]:
+def list_context(user: User) -> dict[str, Any]:
     """What the documents card shows, and the version the live refresh compares against."""
     documents = list(UploadedDocument.objects.for_user(user))
     # Translated once, not once per row: get_status_display translates every choice per call.
@@ -106,7 +107,7 @@ def document_upload(request: HttpRequest) -> HttpResponse:
     return redirect("document_list")
 
 
-def upload_files(user: Any, files: list[Any]) -> list[UploadOutcome]:
+def upload_files(user: User, files: list[Any]) -> list[UploadOutcome]:
     if not files:
         return [UploadOutcome("error", _("Choose at least one file to upload."))]
     try:
@@ -116,7 +117,7 @@ def upload_files(user: Any, files: list[Any]) -> list[UploadOutcome]:
     return [upload_one(user, uploaded_file) for uploaded_file in files]
 
 
-def upload_one(user: Any, uploaded_file: Any) -> UploadOutcome:
+def upload_one(user: User, uploaded_file: Any) -> UploadOutcome:
     try:
         document, created = uploads.accept_upload(user, uploaded_file)
     except uploads.UploadRejected as rejected:
@@ -239,7 +240,7 @@ def worth_showing(passages: list[Passage]) -> list[Passage]:
     return [passage for passage in passages if passage.score >= MIN_RELATIVE_SCORE * best]
 
 
-def search_passages(user: Any, query: str) -> tuple[list[Passage], str]:
+def search_passages(user: User, query: str) -> tuple[list[Passage], str]:
     """Hybrid search, or keyword search alone (and why) when the embedding model is unavailable."""
     problem = _embedding_problem()
     if problem is None:

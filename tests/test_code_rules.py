@@ -1,9 +1,10 @@
-"""Rules of the code that docs/ARCHITECTURE.md states, read off the source: which app may import
-which (the few modules that close the circle of app dependencies are named there)."""
+"""Rules of the code, read off the source: which app may import which (docs/ARCHITECTURE.md names
+the few modules that close the circle of app dependencies), and no `Any` for a user or an owner."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,3 +61,27 @@ def test_the_named_modules_still_close_the_circle() -> None:
     for app, paths in CLOSES_THE_CIRCLE.items():
         for relative in paths:
             assert imported_apps(ROOT / relative) - DEPENDS_ON[app] - {app}, relative
+
+
+USER_PARAMETER = re.compile(r"(user|owner)[a-z_]*")
+
+
+def test_no_user_or_owner_is_typed_any() -> None:
+    """A user or owner is `User`, or `mindsearch.querysets.AnyUser` where an anonymous visitor
+    may come (request.user before the login check, a websocket's scope)."""
+    untyped = []
+    for app in APPS:
+        for path in application_modules(app):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                arguments = node.args
+                for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
+                    annotation = argument.annotation
+                    if (
+                        USER_PARAMETER.fullmatch(argument.arg)
+                        and annotation is not None
+                        and "Any" in re.findall(r"\w+", ast.unparse(annotation))
+                    ):
+                        untyped.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({argument.arg})")
+    assert untyped == []

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Any, TypeVar
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.translation import gettext_noop
 
@@ -48,7 +49,7 @@ MAX_HEADING_CHARS = 80
 # --- Whether there is anything to search ---------------------------------------------------------
 
 
-def document_counts(owner: Any) -> tuple[int, int]:
+def document_counts(owner: User) -> tuple[int, int]:
     """The owner's uploads that are ready to search, and those still being indexed."""
     uploads = UploadedDocument.objects.for_user(owner)
     ready = uploads.ready().filter(chunk_count__gt=0).count()
@@ -138,7 +139,7 @@ def phrasings(subquery: SubQuery) -> list[str]:
 
 
 def find_passages(
-    owner: Any,
+    owner: User,
     texts: list[str],
     published: tuple[date | None, date | None] | None = None,
     *,

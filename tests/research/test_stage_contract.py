@@ -7,6 +7,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 from types import ModuleType
 from typing import Any, get_type_hints
 
@@ -54,6 +55,81 @@ def test_every_stage_constant_of_the_pipeline_is_a_stage_name() -> None:
     assert len(named) >= 15  # every stage module, the follow-ups, the citation check
     wrong = {where: value for where, value in named.items() if not isinstance(value, StageName)}
     assert not wrong, f"stage names spelled as plain strings: {wrong}"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = ("mcphub", "mindsearch", "research", "retrieval")
+# Calls whose first argument is a stage: what a stage tells and asks (`RunContext`, `prompting`).
+STAGE_FIRST = {"emit", "begin", "finish", "warn", "ask", "answer", "record"}
+
+
+def stage_literals(source: str) -> list[tuple[int, str]]:
+    """(line, value) of every stage name spelled as a string where a stage is meant: compared
+    with a `stage`, given as `stage=`/`stage__in=`, assigned to a `…STAGE(S)` constant, or the
+    first argument of what takes a stage first (`ctx.emit("search", …)`)."""
+    names = set(StageName.values)
+
+    def literals(node: ast.expr | None) -> list[ast.Constant]:
+        elements: list[ast.expr | None] = [node]
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            elements = list(node.elts)
+        return [e for e in elements if isinstance(e, ast.Constant) and e.value in names]
+
+    def name_of(node: ast.AST) -> str:
+        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+    def is_stage(node: ast.AST) -> bool:
+        return name_of(node).lower().endswith("stage")
+
+    found: list[ast.Constant] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(map(is_stage, [node.left, *node.comparators])):
+            found += [c for side in [node.left, *node.comparators] for c in literals(side)]
+        elif isinstance(node, ast.Call):
+            stages = [k.value for k in node.keywords if (k.arg or "").startswith("stage")]
+            found += [c for value in stages for c in literals(value)]
+            if node.args and name_of(node.func) in STAGE_FIRST:
+                found += literals(node.args[0])
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id.endswith(("STAGE", "STAGES")) for t in targets):
+                found += literals(node.value)
+    return sorted((c.lineno, str(c.value)) for c in found)
+
+
+def test_stage_literals_finds_a_stage_spelled_as_a_string() -> None:
+    source = """
+if event.stage in ("vision", "domain"): pass
+if "deep" == stage: pass
+RunEvent.objects.filter(stage="score_hits", stage__in=["read"])
+ctx.emit("citecheck", "Checked")
+CHECK_STAGE = "citecheck"
+load_prompt("queries"); Asking("plan", kind); data["search"] = 1; status == "done"
+"""
+    assert stage_literals(source) == [
+        (2, "domain"),
+        (2, "vision"),
+        (3, "deep"),
+        (4, "read"),
+        (4, "score_hits"),
+        (5, "citecheck"),
+        (6, "citecheck"),
+    ]
+
+
+def test_the_application_spells_no_stage_name_as_a_string() -> None:
+    """Outside stage.py and the migrations (which keep the values they were written with), a stage
+    is a `StageName` member: a literal "score_hits" is a rename waiting to break silently."""
+    spelled = {}
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if "/migrations/" in relative or relative == "research/pipeline/stage.py":
+                continue
+            found = stage_literals(path.read_text(encoding="utf-8"))
+            if found:
+                spelled[relative] = found
+    assert spelled == {}
 
 
 def test_the_pages_know_every_stage_name_and_only_those() -> None:

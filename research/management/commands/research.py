@@ -17,6 +17,7 @@ from research import images, workflow
 from research.models import RunEvent, SubQuery, Topic
 from research.pipeline.report_writer import SOURCES_HEADING, clean_citations
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stage import StageName
 
 BAR_WIDTH = 30
 
@@ -177,11 +178,12 @@ class Command(BaseCommand):
             self.stdout.write(line, ending="")
             if (event.done or 0) >= event.total:
                 self.stdout.write("")
-                if event.stage in ("vision", "domain"):  # what the picture shows, what data came
+                # What the picture shows, what data came.
+                if event.stage in (StageName.VISION, StageName.DOMAIN):
                     self.stdout.write(event.message)
         elif event.level != RunEvent.Level.INFO:
             self.stdout.write(f"\n{event.level.upper()}: {event.message}")
-        elif event.stage in ("deep", "domain"):  # rounds and their growth; web alone
+        elif event.stage in (StageName.DEEP, StageName.DOMAIN):  # rounds and their growth; web alone
             self.stdout.write(f"\n{event.message}")
         self.stdout.flush()
 
