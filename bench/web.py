@@ -6,6 +6,8 @@ Starts daphne against a database of its own, then:
   with `record_event` (as the worker does); latency = when a client got the event's line −
   when publishing started. Once with the PostgreSQL channel layer, once with Redis (a
   re-run of this script with REDIS_URL set, so daphne and the publisher share the layer);
+  with it, daphne's CPU seconds from the first socket to the last delivery and the LISTEN
+  connections it holds in PostgreSQL;
 - page latency: 1,000 topics, 20 concurrent clients requesting the topic list and topic pages
   back to back (the target); the same load on a static file and a signed-in 404 (the floor
   that daphne and Django's middleware set on this machine); and 20 clients that each wait
@@ -16,6 +18,10 @@ not answer 200 (the JSON says which).
 
     .venv/bin/python bench/web.py [--clients 200] [--events 30] [--interval 0.2] [--requests 400]
         [--concurrency 20] [--topics 1000] [--think 1.0] [--web-processes 1] [--no-warm-up]
+        [--layer postgres|redis]
+
+--layer runs only the websocket delivery, with that channel layer (no pages, no other layer):
+the quick way to compare two versions of the live-progress code.
 
 Before the measured sockets one socket connects and leaves, as on a server already in use;
 --no-warm-up shows what a cold daphne does when every page reconnects at once.
@@ -57,13 +63,15 @@ def main() -> None:
     args = parse_args()
     if args.layer == "redis":
         os.environ["REDIS_URL"] = REDIS_URL
+    elif args.layer == "postgres":
+        os.environ.pop("REDIS_URL", None)
     # Sessions are signed with the key: this process makes them, daphne checks them.
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     setup_django(DATABASE)
     user = bench_user()
     cookie = session_cookie(user)
-    if args.layer == "redis":
-        print(json.dumps(redis_websocket(args, user, cookie)))
+    if args.layer:
+        print(json.dumps(websocket_only(args, user, cookie)))
         return
     report = full_report(args, user, cookie)
     print_report(report, ok=all_delivered_and_ok(report))
@@ -84,7 +92,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--no-warm-up", dest="warm_up", action="store_false", help="open all websockets on a cold daphne"
     )
-    parser.add_argument("--layer", choices=("postgres", "redis"), default="postgres", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--layer", choices=("postgres", "redis"), help="only the websocket delivery, with this channel layer"
+    )
     return parser.parse_args()
 
 
@@ -222,6 +232,7 @@ async def websocket_delivery(port: int, cookie: str, topic: Any, args: argparse.
         "origin": f"http://127.0.0.1:{port}",
         "open_timeout": 60,
     }
+    cpu_before = daphne_cpu_seconds()
     if args.warm_up:
         await warm_up(url, options)
     started = time.perf_counter()
@@ -238,12 +249,40 @@ async def websocket_delivery(port: int, cookie: str, topic: Any, args: argparse.
         await asyncio.sleep(1.0)  # each consumer subscribes to its channel just after the handshake
         published, publish_ms = await publish_events(topic, args.events, args.interval)
         await wait_for_delivery(watchers, set(published), timeout=30)
+        cpu_seconds = daphne_cpu_seconds() - cpu_before
+        listening = await asyncio.to_thread(listen_connections)
     finally:
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
         for task in tasks:
             task.cancel()
     report = delivery_report(watchers, published, publish_ms, args)
-    return {**report, "connect_seconds": round(connect_seconds, 2), "connect_errors": dict(errors)}
+    return {
+        **report,
+        "connect_seconds": round(connect_seconds, 2),
+        "connect_errors": dict(errors),
+        "daphne_cpu_seconds": round(cpu_seconds, 2),
+        "listen_connections": listening,
+    }
+
+
+def daphne_cpu_seconds() -> float:
+    """CPU time (user + system) so far of the daphne processes this benchmark started."""
+    import psutil
+
+    daphnes = [p for p in psutil.Process().children() if "daphne" in p.cmdline()]
+    return sum(p.cpu_times().user + p.cpu_times().system for p in daphnes)
+
+
+def listen_connections() -> int:
+    """Connections to this benchmark's database waiting in LISTEN: the PostgreSQL channel layer's."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+        )
+        return cursor.fetchone()[0]
 
 
 async def open_socket(url: str, options: dict[str, Any]) -> Any:
@@ -327,13 +366,18 @@ def run_redis_variant(args: argparse.Namespace, timeout: float = 180) -> dict[st
     return json.loads(out)
 
 
-def redis_websocket(args: argparse.Namespace, user: Any, cookie: str) -> dict[str, Any]:
-    flush_redis()
+def websocket_only(args: argparse.Namespace, user: Any, cookie: str) -> dict[str, Any]:
+    """The websocket delivery alone, with the layer --layer names (Redis: db 13, emptied before
+    and after)."""
+    redis = args.layer == "redis"
+    if redis:
+        flush_redis()
     try:
         with daphne() as port:
             return asyncio.run(websocket_delivery(port, cookie, running_topic(user), args))
     finally:
-        flush_redis()
+        if redis:
+            flush_redis()
 
 
 def flush_redis() -> None:
