@@ -20,7 +20,7 @@ def argument_parser(doc: str | None) -> argparse.ArgumentParser:
 
 def print_report(report: dict[str, Any], *, ok: bool) -> None:
     """Print the report as JSON; exit 1 when it missed its target, so a script can tell."""
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2, ensure_ascii=False))
     if not ok:
         sys.exit(1)
 

@@ -12,7 +12,8 @@ in deep mode without an LLM. Prints JSON:
 - rounds used and, per round, its sub-queries, pages read, relevant new and known documents,
   growth rate and why the search stopped;
 - LLM calls per stage, external requests and wall time;
-- checks: deep finds strictly more facts than quick, and stops on its own before the maximum.
+- checks: deep finds strictly more facts than quick, and stops on its own before the maximum;
+  no two of a report's sources share a site. It exits 1 when a check fails.
 
     .venv/bin/python bench/deep.py [--searxng-rpm 60] [--llm-rps 2]
 """
@@ -20,7 +21,6 @@ in deep mode without an LLM. Prints JSON:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import add_limit_arguments, argument_parser, limit_settings, setup_django
+from bench.common import add_limit_arguments, argument_parser, limit_settings, print_report, setup_django
 
 LATENCY = {"llm": 1.0, "search": 0.3, "reader": 0.8}
 
@@ -60,7 +60,8 @@ def main() -> None:
         CacheEntry.objects.all().delete()
         settings.AITUNNEL_API_KEY, settings.AITUNNEL_BASE_URL = "", "https://api.aitunnel.ru/v1/"
         runs["deep_without_llm"] = run_topic(owner, "deep", web)
-    print(json.dumps(report(runs, len(FACTS), limits, settings), indent=2, ensure_ascii=False))
+    result = report(runs, len(FACTS), limits, settings)
+    print_report(result, ok=all(result["checks"].values()))
 
 
 def parse_args() -> argparse.Namespace:
