@@ -267,30 +267,25 @@ def test_years_asks_the_run_loop_to_search_and_its_done_state_is_a_row(alice: Us
     assert Topic.objects.get(pk=topic.pk).years_checked
 
 
-def test_no_stage_runs_another_stage() -> None:
-    """Stages are called by the run loop (or one explicit composition of them, overlap.py), never
-    by each other: a stage module does not call another stage module's `run`."""
-    modules = [importlib.import_module(stage.run.__module__) for stage in run.STAGES]
-    stage_names = {module.__name__.rsplit(".", 1)[-1] for module in modules}
-    composers = COMPOSERS
+def test_only_the_run_loop_runs_a_stage() -> None:
+    """Stages are run by the run loop (`run.py`: `_stage`, and `drive` for a follow-up's search),
+    never by each other nor by a loop of a module's own: no other module of the pipeline calls a
+    `run` — of a stage module by name (`years` calling `search.run`) or of a stage in a list
+    (`for stage in SEARCH_STAGES: stage.run(ctx)`, the follow-ups' old second run loop)."""
     calls = {}
-    for module in modules:
+    for module in pipeline_modules():
         name = module.__name__.rsplit(".", 1)[-1]
-        if name in composers:
+        if name == "run":
             continue
         tree = ast.parse(inspect.getsource(module))
-        called = {
-            node.func.value.id
+        lines = [
+            node.lineno
             for node in ast.walk(tree)
-            if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "run"
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id in stage_names
-        }
-        if called:
-            calls[name] = called
-    assert not calls, f"stages running other stages: {calls}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run"
+        ]
+        if lines:
+            calls[name] = lines
+    assert not calls, f"stages run outside the run loop: {calls}"
 
 
 def test_the_web_search_does_not_search_the_owners_documents() -> None:
