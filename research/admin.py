@@ -435,29 +435,12 @@ class FollowUpAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
 
 
-# What the workflow and the run write: a change here would skip the row lock and the limits, or
-# move a topic under the worker running it.
-TOPIC_RUN_STATE = (
-    "status",
-    "stage",
-    "route",
-    "domain",
-    "period_start",
-    "period_end",
-    "language",
-    "years_checked",
-    "vision_checked",
-    "domain_data_checked",
-    "error",
-    "llm_model",
-    "heartbeat_at",
-)
-
-
 @admin.register(Topic)
-class TopicAdmin(admin.ModelAdmin):
-    """An audit view of a topic's run: its state and plan are read-only, a topic is started on
-    the page, the API or the console, and one deleted here goes through `workflow.delete_topic`."""
+class TopicAdmin(ReadOnlyAdmin):
+    """An audit view of a topic's run: nothing of it is written here. Its question, settings,
+    state and plan belong to the workflow and the run (a change here would skip the row lock and
+    the owner's limits, or move a topic under the worker running it); a topic is started on the
+    page, the API or the console, and one deleted here goes through `workflow.delete_topic`."""
 
     list_display = ("question", "owner", "status", "mode", "sources", "domain", "created_at")
     list_filter = ("status", "mode", "sources", "domain")
@@ -465,19 +448,8 @@ class TopicAdmin(admin.ModelAdmin):
     list_select_related = ("owner",)
     raw_id_fields = ("owner",)
     date_hierarchy = "created_at"
-    readonly_fields = (
-        *TOPIC_RUN_STATE,
-        "usage_summary",
-        "last_event_seq",
-        "created_at",
-        "updated_at",
-        "started_at",
-        "finished_at",
-    )
+    readonly_fields = ("usage_summary", "created_at", "updated_at")
     inlines = [SubQueryInline, FollowUpInline]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # started through the workflow, within the owner's limits
 
     def delete_model(self, request: HttpRequest, obj: Topic) -> None:
         workflow.delete_topic(obj)
