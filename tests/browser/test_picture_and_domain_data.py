@@ -19,7 +19,7 @@ from tests.browser.conftest import wait_for_worker
 from tests.browser.test_citation_preview import signed_in
 from tests.browser.test_journey import PASSWORD, shot
 from tests.support import processes
-from tests.support.domain_world import picture, seed_world
+from tests.support.domain_world import domain_world, picture
 from tests.support.fakes import openai_models, searxng_config
 
 pytestmark = [
@@ -34,7 +34,7 @@ RUN_TIMEOUT = 120_000
 def site() -> Iterator[str]:
     """The browser tests' daphne + qcluster pair, with the visual and domain-data world behind them."""
     cache.clear()
-    with seed_world(llm_latency=0.3) as w:
+    with domain_world(llm_latency=0.3) as w:
         w.llm.routes[("GET", "/v1/models")] = openai_models("test-model", "test-vision")
         w.searxng.routes[("GET", "/config")] = searxng_config("duckduckgo", "wikipedia")
         env = processes.process_env(**w.env())

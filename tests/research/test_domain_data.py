@@ -16,7 +16,7 @@ from research import workflow
 from research.models import CacheEntry, Document, Report, RunEvent, Topic
 from research.pipeline.question_domain import place_candidates
 from research.pipeline.run import plan_topic, run_topic
-from tests.support.domain_world import SeedWorld, loopback_seed_world
+from tests.support.domain_world import DomainWorld, loopback_domain_world
 from tests.support.fakes import Fault
 
 pytestmark = pytest.mark.django_db
@@ -25,8 +25,8 @@ WEATHER = "What will the weather be in Kazan this weekend?"
 
 
 @pytest.fixture
-def seed(settings: Any) -> Iterator[SeedWorld]:
-    with loopback_seed_world(settings) as w:
+def world(settings: Any) -> Iterator[DomainWorld]:
+    with loopback_domain_world(settings) as w:
         yield w
 
 
@@ -39,7 +39,7 @@ def research(owner: User, question: str = WEATHER) -> Topic:
 
 
 def test_a_weather_report_cites_open_meteo_first_with_the_time_it_was_fetched(
-    alice: User, seed: SeedWorld
+    alice: User, world: DomainWorld
 ) -> None:
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
@@ -52,28 +52,28 @@ def test_a_weather_report_cites_open_meteo_first_with_the_time_it_was_fetched(
     first_day = re.search(r"^- 2026-11-24: ([a-z ]+); temperature (-?[\d.]+ °C) to", facts.text, re.M)
     assert first_day, facts.text
     # The geocoder was asked for the place, then the forecast for its coordinates.
-    assert seed.geocoder.requests_to("/v1/search")[0].param("name") == "Kazan"
-    asked = seed.weather.requests_to("/v1/forecast")[0]
+    assert world.geocoder.requests_to("/v1/search")[0].param("name") == "Kazan"
+    asked = world.weather.requests_to("/v1/forecast")[0]
     assert (asked.param("latitude"), asked.param("timezone")) == ("55.7887", "auto")
     report = Report.objects.get(topic=topic)
     first = report.sources[0]
     assert first["document_id"] == facts.pk and first["fetched_via"] == "domain"
-    assert fetched in first["title"] and first["url"].startswith(seed.weather.url)
+    assert fetched in first["title"] and first["url"].startswith(world.weather.url)
     assert f"fetched {fetched}" in report.markdown and "[1]" in report.markdown
     assert f"2026-11-24 will be {first_day.group(1)} [1]" in report.markdown
     # The LLM was told to prefer the pre-context, and it came first.
-    answer = [m for m in seed.script.requests if "pre-context" in str(m[-1]["content"])]
+    answer = [m for m in world.script.requests if "pre-context" in str(m[-1]["content"])]
     assert answer and "[1] Open-Meteo: weather forecast for Kazan" in answer[0][-1]["content"]
     # The web was searched as well: the facts come first, not alone.
-    assert seed.searxng.requests_to("/search") and len(report.sources) > 1
+    assert world.searxng.requests_to("/search") and len(report.sources) > 1
     event = RunEvent.objects.get(topic=topic, stage="domain", done=1)
     assert fetched in event.message and event.data["provider"] == "open-meteo"
 
 
-def test_fetched_data_is_cached_for_a_short_while(alice: User, seed: SeedWorld, settings: Any) -> None:
+def test_fetched_data_is_cached_for_a_short_while(alice: User, world: DomainWorld, settings: Any) -> None:
     research(alice)
     research(alice, "Will it rain in Kazan tomorrow? weather please")
-    assert len(seed.weather.requests_to("/v1/forecast")) == 1
+    assert len(world.weather.requests_to("/v1/forecast")) == 1
     entry = CacheEntry.objects.filter(kind=CacheEntry.Kind.DOMAIN_DATA).order_by("created_at").last()
     assert entry is not None
     assert (entry.expires_at - entry.created_at).total_seconds() == pytest.approx(
@@ -81,17 +81,17 @@ def test_fetched_data_is_cached_for_a_short_while(alice: User, seed: SeedWorld, 
     )
 
 
-def test_a_russian_place_name_in_an_oblique_case_is_found(alice: User, seed: SeedWorld) -> None:
+def test_a_russian_place_name_in_an_oblique_case_is_found(alice: User, world: DomainWorld) -> None:
     assert place_candidates("Какая погода будет в Казани в выходные?")[:2] == ["Казани", "Казан"]
     topic = research(alice, "Какая погода будет в Казани в выходные?")
     facts = Document.objects.get(topic=topic, fetched_via=Document.FetchedVia.DOMAIN)
     assert "Прогноз погоды: Kazan" in facts.text and "данные получены" in facts.title
-    names = [r.param("name") for r in seed.geocoder.requests_to("/v1/search")]
+    names = [r.param("name") for r in world.geocoder.requests_to("/v1/search")]
     assert names == ["Казани", "Казан"]  # the first finds nothing (no `results` key), the stem does
 
 
 def test_without_open_meteo_configured_the_topic_goes_on_with_the_web_and_says_so(
-    alice: User, seed: SeedWorld, settings: Any
+    alice: User, world: DomainWorld, settings: Any
 ) -> None:
     settings.OPEN_METEO_URL = ""
     topic = research(alice)
@@ -99,18 +99,18 @@ def test_without_open_meteo_configured_the_topic_goes_on_with_the_web_and_says_s
     assert not Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.DOMAIN).exists()
     line = RunEvent.objects.get(topic=topic, stage="domain")
     assert "OPEN_METEO_URL" in line.message and "web alone" in line.message
-    assert not seed.weather.requests and not seed.geocoder.requests
+    assert not world.weather.requests and not world.geocoder.requests
 
 
 def test_an_open_meteo_outage_is_retried_then_a_warning(
-    alice: User, seed: SeedWorld, monkeypatch: pytest.MonkeyPatch
+    alice: User, world: DomainWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(retry, "PAUSE_SECONDS", 0.01)
-    seed.weather.inject(Fault(status=503, body={"error": True, "reason": "overloaded"}))
+    world.weather.inject(Fault(status=503, body={"error": True, "reason": "overloaded"}))
     topic = research(alice)  # one 503, then the answer
     assert Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.DOMAIN).exists()
     CacheEntry.objects.all().delete()
-    seed.weather.inject(
+    world.weather.inject(
         *[Fault(status=429, body={"error": True, "reason": "Minutely API request limit exceeded."})] * 2
     )
     topic = research(alice)
@@ -123,15 +123,15 @@ def test_an_open_meteo_outage_is_retried_then_a_warning(
     ).exists()
 
 
-def test_a_place_open_meteo_does_not_know_is_a_warning(alice: User, seed: SeedWorld) -> None:
+def test_a_place_open_meteo_does_not_know_is_a_warning(alice: User, world: DomainWorld) -> None:
     topic = research(alice, "What is the weather like in Atlantis today?")
     assert topic.status == Topic.Status.COMPLETED
     line = RunEvent.objects.get(topic=topic, stage="domain", level=RunEvent.Level.WARNING)
     assert "no place" in line.message
-    assert not seed.weather.requests
+    assert not world.weather.requests
 
 
-def test_the_place_can_come_from_the_picture(alice: User, seed: SeedWorld) -> None:
+def test_the_place_can_come_from_the_picture(alice: User, world: DomainWorld) -> None:
     from research import images, workflow
     from tests.support.domain_world import picture
 
@@ -146,12 +146,12 @@ def test_the_place_can_come_from_the_picture(alice: User, seed: SeedWorld) -> No
 
 
 def test_with_the_cache_scoped_to_users_domain_data_is_not_shared(
-    alice: User, bob: User, seed: SeedWorld, settings: Any
+    alice: User, bob: User, world: DomainWorld, settings: Any
 ) -> None:
     settings.LLM_CACHE_SCOPE = "user"
     research(alice)
     research(bob)
-    assert len(seed.weather.requests_to("/v1/forecast")) == 2
+    assert len(world.weather.requests_to("/v1/forecast")) == 2
 
 
 # --- places: OpenStreetMap Nominatim ----------------------------------------------------------------
@@ -159,14 +159,14 @@ def test_with_the_cache_scoped_to_users_domain_data_is_not_shared(
 PLACE = "Where is the Hermitage and how do I get there from the station?"
 
 
-def test_a_place_question_cites_openstreetmap_first(alice: User, seed: SeedWorld) -> None:
+def test_a_place_question_cites_openstreetmap_first(alice: User, world: DomainWorld) -> None:
     topic = research(alice, PLACE)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert topic.domain == Topic.Domain.LOCATION
     facts = Document.objects.get(topic=topic, fetched_via=Document.FetchedVia.DOMAIN)
     assert facts.title.startswith("OpenStreetMap: State Hermitage Museum (fetched ")
     assert "Opening hours: Tu,Th,Sa,Su 10:30-18:00" in facts.text and "59.93982, 30.31461" in facts.text
-    asked = seed.osm.requests_to("/search")
+    asked = world.osm.requests_to("/search")
     assert asked and asked[0].param("format") == "jsonv2"
     assert asked[0].headers["user-agent"].startswith("MindSearch/")  # the policy: name the application
     report = Report.objects.get(topic=topic)
@@ -175,9 +175,9 @@ def test_a_place_question_cites_openstreetmap_first(alice: User, seed: SeedWorld
 
 
 def test_a_blocked_or_unconfigured_nominatim_leaves_the_web_alone(
-    alice: User, seed: SeedWorld, settings: Any
+    alice: User, world: DomainWorld, settings: Any
 ) -> None:
-    seed.osm.inject(Fault(status=403, body="<html><body><h1>Access blocked</h1></body></html>"))
+    world.osm.inject(Fault(status=403, body="<html><body><h1>Access blocked</h1></body></html>"))
     topic = research(alice, PLACE)
     warning = RunEvent.objects.get(topic=topic, stage="domain", level=RunEvent.Level.WARNING)
     assert "HTTP 403" in warning.message and "web alone" in warning.message

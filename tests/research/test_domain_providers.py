@@ -21,7 +21,7 @@ from research.pipeline.question_domain import (
     route_ends,
 )
 from research.pipeline.run import plan_topic, run_topic
-from tests.support.domain_world import AV_KEY, SeedWorld, loopback_seed_world
+from tests.support.domain_world import AV_KEY, DomainWorld, loopback_domain_world
 from tests.support.fakes import Fault
 
 pytestmark = pytest.mark.django_db
@@ -32,8 +32,8 @@ ROUTE = "маршрут от Москвы до Твери"
 
 
 @pytest.fixture
-def seed(settings: Any) -> Iterator[SeedWorld]:
-    with loopback_seed_world(settings) as w:
+def world(settings: Any) -> Iterator[DomainWorld]:
+    with loopback_domain_world(settings) as w:
         yield w
 
 
@@ -87,7 +87,7 @@ def test_the_route_stage_sends_the_three_kinds_of_question_to_their_providers() 
     assert nominative_guesses("Твери")[:2] == ["Твери", "Тверь"]
 
 
-def test_without_an_llm_keywords_reach_the_provider(alice: User, seed: SeedWorld, settings: Any) -> None:
+def test_without_an_llm_keywords_reach_the_provider(alice: User, world: DomainWorld, settings: Any) -> None:
     settings.AITUNNEL_MODEL = ""  # no LLM: the route's keywords choose, the report is extractive
     topic = research(alice, "Какой курс акций NVIDIA сегодня?")
     assert topic.domain == Topic.Domain.FINANCE
@@ -99,7 +99,7 @@ def test_without_an_llm_keywords_reach_the_provider(alice: User, seed: SeedWorld
 # --- finance: Alpha Vantage -------------------------------------------------------------------------
 
 
-def test_a_finance_question_cites_alpha_vantage_first(alice: User, seed: SeedWorld) -> None:
+def test_a_finance_question_cites_alpha_vantage_first(alice: User, world: DomainWorld) -> None:
     topic = research(alice, FINANCE)
     assert topic.domain == Topic.Domain.FINANCE
     facts = facts_of(topic)
@@ -108,45 +108,45 @@ def test_a_finance_question_cites_alpha_vantage_first(alice: User, seed: SeedWor
     assert "- Change: 2.4800 (1.3864%) since the previous close 178.8800" in facts.text
     assert "- Market capitalisation: 4.42 T" in facts.text and "latest trading day 2026-11-23" in facts.text
     assert "None" not in facts.text and "PEG" not in facts.text  # "None" and "-" are no figures
-    asked = [r.param("function") for r in seed.finance.requests_to("/query")]
+    asked = [r.param("function") for r in world.finance.requests_to("/query")]
     assert asked == ["SYMBOL_SEARCH", "GLOBAL_QUOTE", "OVERVIEW"]
-    assert seed.finance.requests[0].param("keywords") == "NVIDIA"
-    assert all(r.param("apikey") == AV_KEY for r in seed.finance.requests)
+    assert world.finance.requests[0].param("keywords") == "NVIDIA"
+    assert all(r.param("apikey") == AV_KEY for r in world.finance.requests)
     assert AV_KEY not in facts.url and "symbol=NVDA" in facts.url  # the key is never shown
     assert_cited_first(topic, facts, "alpha-vantage")
 
 
 def test_a_russian_company_is_looked_up_by_its_latin_name_and_an_empty_quote_is_said(
-    alice: User, seed: SeedWorld
+    alice: User, world: DomainWorld
 ) -> None:
     topic = research(alice, "Какой курс акций Сбербанка?")
     assert topic.status == Topic.Status.COMPLETED and topic.domain == Topic.Domain.FINANCE
-    assert seed.finance.requests[0].param("keywords") == "Sberbank"
+    assert world.finance.requests[0].param("keywords") == "Sberbank"
     warning = warning_of(topic)
     assert "no quote for SBRCY" in warning and "web alone" in warning  # {"Global Quote": {}}
     assert not Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.DOMAIN).exists()
 
 
 def test_alpha_vantages_limit_answer_is_a_warning_without_the_key_and_nothing_is_cached(
-    alice: User, seed: SeedWorld, settings: Any
+    alice: User, world: DomainWorld, settings: Any
 ) -> None:
-    seed.alpha_vantage.daily_limit = 0  # HTTP 200 {"Information": "… your API key as KEY …"}
+    world.alpha_vantage.daily_limit = 0  # HTTP 200 {"Information": "… your API key as KEY …"}
     topic = research(alice, FINANCE)
     warning = warning_of(topic)
     assert "Alpha Vantage failed" in warning and "25 requests per day" in warning
     assert AV_KEY not in warning and "***" in warning
     assert topic.status == Topic.Status.COMPLETED
-    assert len(seed.finance.requests) == 1  # a limit is not retried
+    assert len(world.finance.requests) == 1  # a limit is not retried
     assert not CacheEntry.objects.filter(kind=CacheEntry.Kind.DOMAIN_DATA).exists()
     topic = research(alice, "Какой курс доллара сегодня?")  # the exchange rate fails the same way
     assert "Alpha Vantage failed" in warning_of(topic) and "25 requests per day" in warning_of(topic)
-    assert topic.status == Topic.Status.COMPLETED and len(seed.finance.requests) == 2
+    assert topic.status == Topic.Status.COMPLETED and len(world.finance.requests) == 2
     settings.ALPHA_VANTAGE_API_KEY = ""
     topic = research(alice, FINANCE + " please")
-    assert "ALPHA_VANTAGE_API_KEY" in warning_of(topic) and len(seed.finance.requests) == 2
+    assert "ALPHA_VANTAGE_API_KEY" in warning_of(topic) and len(world.finance.requests) == 2
 
 
-def test_a_wrong_alpha_vantage_key_is_said(alice: User, seed: SeedWorld, settings: Any) -> None:
+def test_a_wrong_alpha_vantage_key_is_said(alice: User, world: DomainWorld, settings: Any) -> None:
     settings.ALPHA_VANTAGE_API_KEY = "WRONG"
     topic = research(alice, FINANCE)
     assert "apikey is invalid or missing" in warning_of(topic)
@@ -155,7 +155,7 @@ def test_a_wrong_alpha_vantage_key_is_said(alice: User, seed: SeedWorld, setting
 # --- sports: TheSportsDB ----------------------------------------------------------------------------
 
 
-def test_a_sports_question_cites_thesportsdb_first(alice: User, seed: SeedWorld) -> None:
+def test_a_sports_question_cites_thesportsdb_first(alice: User, world: DomainWorld) -> None:
     topic = research(alice, SPORTS)
     assert topic.domain == Topic.Domain.SPORTS
     facts = facts_of(topic)
@@ -167,17 +167,17 @@ def test_a_sports_question_cites_thesportsdb_first(alice: User, seed: SeedWorld)
     )
     assert "- 2026-11-23 16:30 UTC: Arsenal 4:1 Tottenham Hotspur" in facts.text
     assert "- Stadium: Emirates Stadium" in facts.text
-    paths = [r.path for r in seed.sports.requests]
-    assert paths[0] == "/api/v1/json/123/searchteams.php" and seed.sports.requests[0].param("t") == "Arsenal"
+    paths = [r.path for r in world.sports.requests]
+    assert paths[0] == "/api/v1/json/123/searchteams.php" and world.sports.requests[0].param("t") == "Arsenal"
     assert "/api/v1/json/123/eventsnext.php" in paths and "/api/v1/json/123/eventslast.php" in paths
     assert_cited_first(topic, facts, "thesportsdb")
 
 
-def test_a_russian_team_with_nulls_everywhere(alice: User, seed: SeedWorld) -> None:
+def test_a_russian_team_with_nulls_everywhere(alice: User, world: DomainWorld) -> None:
     topic = research(alice, "Когда играет Спартак?")
     facts = facts_of(topic)
     assert "Spartak Moscow" in facts.title and "данные получены" in facts.title
-    assert seed.sports.requests[0].param("t") == "Spartak"
+    assert world.sports.requests[0].param("t") == "Spartak"
     assert "TheSportsDB не знает ближайших матчей" in facts.text  # {"events": null}
     # No time (00:00:00 without a timestamp), no venue, no score, round 0: left out, not "None".
     assert "- 2026-11-22: Spartak Moscow счёт неизвестен Zenit" in facts.text
@@ -185,9 +185,9 @@ def test_a_russian_team_with_nulls_everywhere(alice: User, seed: SeedWorld) -> N
 
 
 def test_thesportsdb_429_is_retried_and_a_wrong_key_said(
-    alice: User, seed: SeedWorld, settings: Any, quick_retries: None
+    alice: User, world: DomainWorld, settings: Any, quick_retries: None
 ) -> None:
-    seed.sports.inject(Fault(status=429, body="<html>Too Many Requests</html>"))
+    world.sports.inject(Fault(status=429, body="<html>Too Many Requests</html>"))
     topic = research(alice, SPORTS)
     assert facts_of(topic)  # one 429, then the answer
     CacheEntry.objects.all().delete()
@@ -197,33 +197,35 @@ def test_thesportsdb_429_is_retried_and_a_wrong_key_said(
     assert topic.status == Topic.Status.COMPLETED
     CacheEntry.objects.all().delete()
     settings.THESPORTSDB_API_KEY = "123"
-    seed.sports.inject(*[Fault(status=429, body="<html>Too Many Requests</html>")] * 2)
+    world.sports.inject(*[Fault(status=429, body="<html>Too Many Requests</html>")] * 2)
     topic = research(alice, SPORTS + " Please.")
     assert "HTTP 429" in warning_of(topic) and "web alone" in warning_of(topic)
 
 
 def test_a_team_thesportsdb_does_not_know_and_no_provider(
-    alice: User, seed: SeedWorld, settings: Any
+    alice: User, world: DomainWorld, settings: Any
 ) -> None:
     topic = research(alice, "When do Atlantis United play next?")
     assert "knows no team" in warning_of(topic)
     settings.THESPORTSDB_URL = ""
-    before = len(seed.sports.requests)
+    before = len(world.sports.requests)
     topic = research(alice, SPORTS)
-    assert "THESPORTSDB_URL" in warning_of(topic) and len(seed.sports.requests) == before
+    assert "THESPORTSDB_URL" in warning_of(topic) and len(world.sports.requests) == before
 
 
 # --- transport: OSRM ----------------------------------------------------------------------------------
 
 
-def test_a_russian_route_question_cites_osrm_with_places_from_nominatim(alice: User, seed: SeedWorld) -> None:
+def test_a_russian_route_question_cites_osrm_with_places_from_nominatim(
+    alice: User, world: DomainWorld
+) -> None:
     topic = research(alice, ROUTE)
     assert topic.domain == Topic.Domain.TRANSPORTATION
     facts = facts_of(topic)
     assert facts.title.startswith("OSRM: маршрут Москва → Тверь (данные получены ")
     # Nominatim knows places in the nominative: the oblique case, then its guess.
-    assert [r.param("q") for r in seed.osm.requests_to("/search")] == ["Москвы", "Москва", "Твери", "Тверь"]
-    asked = seed.router.requests[0]
+    assert [r.param("q") for r in world.osm.requests_to("/search")] == ["Москвы", "Москва", "Твери", "Тверь"]
+    asked = world.router.requests[0]
     assert asked.path == "/route/v1/driving/37.606392,55.625578;35.911648,56.858603"
     assert asked.param("overview") == "false"
     distance = re.search(r"- Расстояние по дорогам: ([\d.]+) км", facts.text)
@@ -237,37 +239,37 @@ def test_a_russian_route_question_cites_osrm_with_places_from_nominatim(alice: U
 
 
 def test_no_route_to_an_island_and_an_invalid_query_are_warnings(
-    alice: User, seed: SeedWorld, quick_retries: None
+    alice: User, world: DomainWorld, quick_retries: None
 ) -> None:
     topic = research(alice, "How long is the drive from Berlin to Helgoland?")
     warning = warning_of(topic)
     assert "OSRM found no route from Berlin to Helgoland" in warning and "NoRoute" in warning
     assert topic.status == Topic.Status.COMPLETED
-    seed.router.inject(Fault(status=400, body={"code": "InvalidQuery", "message": "Query string malformed"}))
+    world.router.inject(Fault(status=400, body={"code": "InvalidQuery", "message": "Query string malformed"}))
     topic = research(alice, "How long is the drive from Berlin to Moscow?")
     assert "InvalidQuery: Query string malformed" in warning_of(topic)
-    seed.router.inject(Fault(status=429, body="Too Many Requests"))
+    world.router.inject(Fault(status=429, body="Too Many Requests"))
     topic = research(alice, "How long is the drive from Moscow to Berlin?")
     assert "Москва → Berlin" in facts_of(topic).title  # one 429, retried
 
 
-def test_a_route_without_two_places_or_without_osrm(alice: User, seed: SeedWorld, settings: Any) -> None:
+def test_a_route_without_two_places_or_without_osrm(alice: User, world: DomainWorld, settings: Any) -> None:
     topic = research(alice, "маршрут от Атлантиды до Твери")
     assert "OpenStreetMap knows no place named Атлантиды" in warning_of(topic)
-    assert not seed.router.requests
+    assert not world.router.requests
     settings.OSRM_URL = ""
     topic = research(alice, ROUTE)
-    assert "OSRM_URL" in warning_of(topic) and not seed.router.requests
+    assert "OSRM_URL" in warning_of(topic) and not world.router.requests
 
 
-def test_an_exchange_rate_question_gets_the_rate_in_either_language(alice: User, seed: SeedWorld) -> None:
+def test_an_exchange_rate_question_gets_the_rate_in_either_language(alice: User, world: DomainWorld) -> None:
     topic = research(alice, "Какой курс доллара сегодня?")
     assert topic.domain == Topic.Domain.FINANCE
     facts = facts_of(topic)
     assert facts.title.startswith("Alpha Vantage: курс USD → RUB (данные получены ")
     assert "- 1 United States Dollar (USD) = 78.50000000 Russian Ruble (RUB)" in facts.text
     assert "курс обновлён 2026-11-24 06:59:01 UTC" in facts.text
-    asked = seed.finance.requests_to("/query")
+    asked = world.finance.requests_to("/query")
     assert [(r.param("function"), r.param("from_currency"), r.param("to_currency")) for r in asked] == [
         ("CURRENCY_EXCHANGE_RATE", "USD", "RUB")
     ]
@@ -277,14 +279,14 @@ def test_an_exchange_rate_question_gets_the_rate_in_either_language(alice: User,
 
 
 def test_a_configured_sports_key_is_sent_but_never_stored_or_shown(
-    alice: User, seed: SeedWorld, settings: Any, monkeypatch: pytest.MonkeyPatch
+    alice: User, world: DomainWorld, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.support import domain_world
 
     monkeypatch.setattr(domain_world, "TSDB_KEYS", ("123", "patreon-secret-42"))
     settings.THESPORTSDB_API_KEY = "patreon-secret-42"
     topic = research(alice, SPORTS)
-    assert seed.sports.requests[0].path == "/api/v1/json/patreon-secret-42/searchteams.php"
+    assert world.sports.requests[0].path == "/api/v1/json/patreon-secret-42/searchteams.php"
     stored = [
         *CacheEntry.objects.values_list("description", flat=True),
         *RunEvent.objects.filter(topic=topic).values_list("message", flat=True),
@@ -296,7 +298,7 @@ def test_a_configured_sports_key_is_sent_but_never_stored_or_shown(
 
 
 def test_a_team_without_an_id_is_said_and_its_keyed_address_never_stored(
-    alice: User, seed: SeedWorld, settings: Any, monkeypatch: pytest.MonkeyPatch
+    alice: User, world: DomainWorld, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """TheSportsDB sends teams whose idTeam is null: no events can be asked for (an empty id
     would share one cache entry between such teams) and no keyed API address may become the
@@ -308,7 +310,7 @@ def test_a_team_without_an_id_is_said_and_its_keyed_address_never_stored(
     monkeypatch.setattr(domain_world, "TSDB_KEYS", ("123", "patreon-secret-42"))
     settings.THESPORTSDB_API_KEY = "patreon-secret-42"
     topic = research(alice, SPORTS)
-    assert [r.path.rsplit("/", 1)[-1] for r in seed.sports.requests] == ["searchteams.php"]
+    assert [r.path.rsplit("/", 1)[-1] for r in world.sports.requests] == ["searchteams.php"]
     assert not Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.DOMAIN).exists()
     stored = [
         *Document.objects.filter(topic=topic).values_list("url", flat=True),

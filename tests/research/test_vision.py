@@ -20,7 +20,7 @@ from PIL import Image
 from research import images, workflow
 from research.models import CacheEntry, LLMCall, RunEvent, SearchQuery, ShareLink, SubQuery, Topic, TopicImage
 from research.pipeline.run import plan_topic, run_topic
-from tests.support.domain_world import VISION_MODEL, SeedWorld, loopback_seed_world, picture
+from tests.support.domain_world import VISION_MODEL, DomainWorld, loopback_domain_world, picture
 from tests.support.world import prompt_kind
 
 pytestmark = pytest.mark.django_db
@@ -30,8 +30,8 @@ QUESTION = "What is this building and when was it built?"
 
 
 @pytest.fixture
-def seed(settings: Any) -> Iterator[SeedWorld]:
-    with loopback_seed_world(settings) as w:
+def world(settings: Any) -> Iterator[DomainWorld]:
+    with loopback_domain_world(settings) as w:
         yield w
 
 
@@ -93,7 +93,7 @@ def test_a_picture_decoded_whole_is_held_to_fewer_pixels_than_a_jpeg() -> None:
 
 
 def test_the_vision_model_describes_the_picture_and_its_labels_join_the_plan(
-    alice: User, seed: SeedWorld
+    alice: User, world: DomainWorld
 ) -> None:
     topic = start(alice, picture(RED, exif_gps=True))
     plan_topic(topic.pk)
@@ -102,11 +102,11 @@ def test_the_vision_model_describes_the_picture_and_its_labels_join_the_plan(
     assert image.labels == ["Eiffel Tower", "Paris", "wrought-iron lattice tower"]
     assert image.text == "TOUR EIFFEL 1889" and image.vision_model == VISION_MODEL
     # The picture went to the vision model as a data URL in an image_url part, without its EXIF.
-    sent = seed.script.seen_images[0]
+    sent = world.script.seen_images[0]
     assert sent.startswith("data:image/jpeg;base64,")
     assert b"SpyCam" not in base64.b64decode(sent.split(",", 1)[1])
     vision_requests = [
-        r for r in seed.llm.requests_to("/v1/chat/completions") if r.json()["model"] == VISION_MODEL
+        r for r in world.llm.requests_to("/v1/chat/completions") if r.json()["model"] == VISION_MODEL
     ]
     assert len(vision_requests) == 1
     # One LLMCall row, under the vision model, in the vision cache kind.
@@ -116,7 +116,7 @@ def test_the_vision_model_describes_the_picture_and_its_labels_join_the_plan(
     # The labels joined the question the planner saw, and so the plan.
     plans = [
         m
-        for m in seed.script.requests
+        for m in world.script.requests
         if "подзапрос" in m[0]["content"].lower() and isinstance(m[-1]["content"], str)
     ]
     assert any(
@@ -128,7 +128,7 @@ def test_the_vision_model_describes_the_picture_and_its_labels_join_the_plan(
     assert "Eiffel Tower" in event.message
 
 
-def test_the_labels_reach_the_search_queries_and_the_report_prompt(alice: User, seed: SeedWorld) -> None:
+def test_the_labels_reach_the_search_queries_and_the_report_prompt(alice: User, world: DomainWorld) -> None:
     topic = start(alice, picture(RED), auto_approve=True)
     assert plan_topic(topic.pk)
     run_topic(topic.pk)
@@ -136,21 +136,21 @@ def test_the_labels_reach_the_search_queries_and_the_report_prompt(alice: User, 
     assert topic.status == Topic.Status.COMPLETED, topic.error
     searched = list(SearchQuery.objects.filter(subquery__topic=topic).values_list("text", flat=True))
     assert any("Eiffel Tower" in text for text in searched)
-    assert any("Eiffel Tower" in r.param("q") for r in seed.searxng.requests_to("/search"))
-    answer = [m for m in seed.script.requests if prompt_kind(str(m[0]["content"])) == "answer"]
+    assert any("Eiffel Tower" in r.param("q") for r in world.searxng.requests_to("/search"))
+    answer = [m for m in world.script.requests if prompt_kind(str(m[0]["content"])) == "answer"]
     assert answer and "Текст на изображении: TOUR EIFFEL 1889" in answer[-1][-1]["content"]
 
 
-def test_the_same_picture_again_is_described_from_the_cache(alice: User, seed: SeedWorld) -> None:
+def test_the_same_picture_again_is_described_from_the_cache(alice: User, world: DomainWorld) -> None:
     plan_topic(start(alice, picture(BLUE)).pk)
     again = start(alice, picture(BLUE), question="Where is this lake?")
     plan_topic(again.pk)
-    assert seed.script.calls["vision"] == 1
+    assert world.script.calls["vision"] == 1
     assert TopicImage.objects.get(topic=again).labels[0] == "Lake Baikal"
     assert LLMCall.objects.get(topic=again, stage="vision").cache_hit
 
 
-def test_researching_again_keeps_the_picture_and_its_labels(alice: User, seed: SeedWorld) -> None:
+def test_researching_again_keeps_the_picture_and_its_labels(alice: User, world: DomainWorld) -> None:
     topic = start(alice, picture(RED), auto_approve=True)
     plan_topic(topic.pk)
     run_topic(topic.pk)
@@ -162,22 +162,22 @@ def test_researching_again_keeps_the_picture_and_its_labels(alice: User, seed: S
     assert image.labels[0] == "Eiffel Tower" and bytes(image.data) == bytes(
         TopicImage.objects.get(topic=topic).data
     )
-    assert seed.script.calls["vision"] == 1  # described once, for the first topic
+    assert world.script.calls["vision"] == 1  # described once, for the first topic
     assert TopicImage.objects.filter(topic=topic).exists()
 
 
 def test_another_users_identical_picture_is_not_served_from_her_cache(
-    alice: User, bob: User, seed: SeedWorld
+    alice: User, bob: User, world: DomainWorld
 ) -> None:
     plan_topic(start(alice, picture(BLUE)).pk)
     plan_topic(start(bob, picture(BLUE)).pk)
-    assert seed.script.calls["vision"] == 2  # a picture is private: its description is too
-    assert seed.script.calls["plan"] == 2  # and so is every answer its labels went into
+    assert world.script.calls["vision"] == 2  # a picture is private: its description is too
+    assert world.script.calls["plan"] == 2  # and so is every answer its labels went into
     assert not CacheEntry.objects.filter(owner__isnull=True, kind=CacheEntry.Kind.SEARCH_QUERIES).exists()
 
 
 def test_without_a_vision_model_the_topic_goes_on_with_the_text(
-    alice: User, seed: SeedWorld, settings: Any
+    alice: User, world: DomainWorld, settings: Any
 ) -> None:
     settings.VISION_MODEL = ""
     topic = start(alice, picture(RED))
@@ -187,13 +187,13 @@ def test_without_a_vision_model_the_topic_goes_on_with_the_text(
     assert TopicImage.objects.get(topic=topic).analysis == TopicImage.Analysis.NO_VISION
     warning = RunEvent.objects.get(topic=topic, stage="vision")
     assert warning.level == RunEvent.Level.WARNING and "VISION_MODEL" in warning.message
-    assert not seed.script.seen_images
+    assert not world.script.seen_images
     # The text model was never sent the picture (it would refuse it, as OpenAI's do).
-    assert all(r.json()["model"] != VISION_MODEL for r in seed.llm.requests)
+    assert all(r.json()["model"] != VISION_MODEL for r in world.llm.requests)
 
 
 def test_a_failing_vision_model_is_a_warning_and_the_plan_is_written(
-    alice: User, seed: SeedWorld, settings: Any
+    alice: User, world: DomainWorld, settings: Any
 ) -> None:
     settings.VISION_MODEL = "no-such-vision-model"
     topic = start(alice, picture(RED))
@@ -210,7 +210,7 @@ def test_a_failing_vision_model_is_a_warning_and_the_plan_is_written(
 
 
 def test_the_start_form_takes_a_picture_and_only_its_owner_sees_it(
-    alice: User, alice_client: Client, bob_client: Client, seed: SeedWorld
+    alice: User, alice_client: Client, bob_client: Client, world: DomainWorld
 ) -> None:
     upload = SimpleUploadedFile("holiday.txt", picture(RED, exif_gps=True), content_type="text/plain")
     response = alice_client.post(
@@ -243,7 +243,7 @@ def test_a_file_that_is_not_a_picture_is_refused_and_nothing_is_saved(
 
 
 def test_a_share_link_shows_the_picture(
-    alice: User, alice_client: Client, client: Client, seed: SeedWorld
+    alice: User, alice_client: Client, client: Client, world: DomainWorld
 ) -> None:
     topic = start(alice, picture(RED), auto_approve=True)
     plan_topic(topic.pk)
@@ -260,7 +260,7 @@ def test_a_share_link_shows_the_picture(
 
 
 def test_the_api_takes_a_picture_as_base64_and_reports_its_labels(
-    alice: User, alice_client: Client, bob_client: Client, seed: SeedWorld
+    alice: User, alice_client: Client, bob_client: Client, world: DomainWorld
 ) -> None:
     body = {
         "question": QUESTION,
@@ -283,7 +283,7 @@ def test_the_api_takes_a_picture_as_base64_and_reports_its_labels(
     assert Topic.objects.count() == 1
 
 
-def test_the_console_takes_a_picture(alice: User, seed: SeedWorld, tmp_path: Any) -> None:
+def test_the_console_takes_a_picture(alice: User, world: DomainWorld, tmp_path: Any) -> None:
     from django.core.management import call_command
     from django.core.management.base import CommandError
 
@@ -302,7 +302,7 @@ def test_the_console_takes_a_picture(alice: User, seed: SeedWorld, tmp_path: Any
 
 
 def test_an_archive_carries_the_picture_and_refuses_one_that_is_not(
-    alice: User, bob: User, seed: SeedWorld
+    alice: User, bob: User, world: DomainWorld
 ) -> None:
     import json
     import zipfile
@@ -328,7 +328,7 @@ def test_an_archive_carries_the_picture_and_refuses_one_that_is_not(
 
 
 def test_the_pictures_labels_reach_every_prompt_only_inside_the_data_block(
-    alice: User, seed: SeedWorld
+    alice: User, world: DomainWorld
 ) -> None:
     """What the vision model read off a picture is untrusted data, like a page: a prompt quotes
     the user's own words as the question, and the labels reach it only inside a data block. (A
@@ -338,7 +338,7 @@ def test_the_pictures_labels_reach_every_prompt_only_inside_the_data_block(
     run_topic(topic.pk)
     prompts = [
         (prompt_kind(str(m[0]["content"])), m[-1]["content"])
-        for m in seed.script.requests
+        for m in world.script.requests
         if isinstance(m[-1]["content"], str)
     ]
     quoting = re.compile(r'^(?:Запрос: "(.*)"|Исходный запрос: (.*)|Сообщение пользователя: (.*))$', re.M)

@@ -155,7 +155,7 @@ def image_parts(messages: list[dict[str, Any]]) -> list[str]:
 
 
 @dataclass
-class SeedScript(ScriptedLLM):
+class DomainScript(ScriptedLLM):
     """The world's scripted model, which also sees pictures (as VISION_MODEL), routes weather
     questions, plans from the question it is given, and writes weather facts into its report."""
 
@@ -229,7 +229,7 @@ class SeedScript(ScriptedLLM):
         )
 
 
-def _refuse_images_for_text_models(script: SeedScript) -> Any:
+def _refuse_images_for_text_models(script: DomainScript) -> Any:
     chat = openai_chat(script, model_ids=(TEXT_MODEL, VISION_MODEL))
 
     def route(request: Request) -> Response:
@@ -806,8 +806,8 @@ def osrm_route(request: Request) -> Response:
 
 
 @dataclass
-class SeedWorld(World):
-    script: SeedScript
+class DomainWorld(World):
+    script: DomainScript
     geocoder: FakeService = None  # type: ignore[assignment]
     weather: FakeService = None  # type: ignore[assignment]
     osm: FakeService = None  # type: ignore[assignment]
@@ -838,10 +838,10 @@ class SeedWorld(World):
 
 
 @contextmanager
-def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
-    """The scripted world (tests/support/world.py) with SeedScript, a vision model and the domain
+def domain_world(*, llm_latency: float = 0.0) -> Iterator[DomainWorld]:
+    """The scripted world (tests/support/world.py) with DomainScript, a vision model and the domain
     providers: Open-Meteo, Nominatim, Alpha Vantage, TheSportsDB and OSRM."""
-    script = SeedScript(pages=list(PAGES))
+    script = DomainScript(pages=list(PAGES))
     with ExitStack() as stack:
         web = stack.enter_context(FakeService())
         for slug, title, _, _, text in PAGES:
@@ -862,7 +862,7 @@ def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
         finance = stack.enter_context(FakeService({("GET", "/query"): alpha_vantage}))
         sports = stack.enter_context(FakeService(fallback=thesportsdb))
         router = stack.enter_context(FakeService(fallback=osrm_route))
-        yield SeedWorld(
+        yield DomainWorld(
             llm=llm,
             searxng=searxng,
             reader=read,
@@ -879,8 +879,8 @@ def seed_world(*, llm_latency: float = 0.0) -> Iterator[SeedWorld]:
 
 
 @contextmanager
-def loopback_seed_world(settings: Any, **options: Any) -> Iterator[SeedWorld]:
-    with seed_world(**options) as w:
+def loopback_domain_world(settings: Any, **options: Any) -> Iterator[DomainWorld]:
+    with domain_world(**options) as w:
         for name, value in w.settings().items():
             setattr(settings, name, value)
         yield w
