@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django_q.status import Stat
 
-from mindsearch.clients import llm, reader, websearch
+from mindsearch.clients import llm, probe, reader, websearch
 
 OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
 
@@ -111,7 +111,7 @@ async def check_llm() -> Check:
         return Check(name, OFF, _("Not configured"), _("Set AITUNNEL_API_KEY and AITUNNEL_MODEL in .env."))
     try:
         answer = await llm.list_models(settings.STATUS_CHECK_TIMEOUT)
-    except llm.LLMUnreachable as exc:
+    except probe.Unreachable as exc:
         return Check(name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {_unreachable(exc)}")
     if answer.status in (401, 403):
         return Check(name, ERROR, _("The API key was rejected"), f"HTTP {answer.status}")
@@ -138,7 +138,7 @@ async def check_searxng() -> Check:
         )
     try:
         config = await websearch.read_config(settings.STATUS_CHECK_TIMEOUT)
-    except websearch.NotReachable as exc:
+    except probe.Unreachable as exc:
         return Check(name, ERROR, _("Not reachable"), f"{settings.SEARXNG_URL}: {_unreachable(exc)}")
     if config.status == 401:
         return Check(name, ERROR, _("Basic auth was rejected"), _("Check SEARXNG_BASIC_AUTH_LOGIN/PASSWORD."))
@@ -149,7 +149,7 @@ async def check_searxng() -> Check:
     return _searxng_engines(name, config.engines or [])
 
 
-def _unreachable(exc: llm.LLMUnreachable | websearch.NotReachable) -> str:
+def _unreachable(exc: probe.Unreachable) -> str:
     """Why a service did not answer, as the page says it."""
     return _("timed out") if exc.timed_out else str(exc)
 

@@ -16,7 +16,7 @@ from django.utils.functional import Promise as StrPromise
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, thesportsdb
+from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, probe, thesportsdb
 from mindsearch.status import ERROR, OFF, OK, WARN, Check
 
 
@@ -33,7 +33,7 @@ async def check_vision() -> Check:
         return Check(name, ERROR, _("VISION_MODEL is set, but no LLM endpoint is configured"))
     try:
         answer = await llm.list_models(settings.STATUS_CHECK_TIMEOUT)
-    except llm.LLMUnreachable as exc:
+    except probe.Unreachable as exc:
         return Check(name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {exc}")
     if answer.models and settings.VISION_MODEL not in answer.models:
         return Check(name, WARN, _("Model %s is not listed by the endpoint") % settings.VISION_MODEL)

@@ -30,7 +30,7 @@ import httpx2
 import openai
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import probe, ratelimit
 
 DEFAULT_BASE_URL = "https://api.aitunnel.ru/v1/"
 # Read at call time, so tests can shorten them.
@@ -375,14 +375,6 @@ def _embeddings_of(response: httpx.Response, expected: int) -> list[list[float]]
 # --- the endpoint's model list: what the status page asks --------------------------------------------
 
 
-class LLMUnreachable(LLMError):
-    """The endpoint did not answer at all; `timed_out` when it was too slow rather than absent."""
-
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.timed_out = timed_out
-
-
 @dataclass(frozen=True)
 class ModelList:
     """What the endpoint's /models answered: its HTTP status, and the model ids it lists (empty
@@ -394,22 +386,12 @@ class ModelList:
 
 async def list_models(timeout: float) -> ModelList:
     """The endpoint's GET /models, asked once (no retries: a status check tells what it finds)
-    for nobody under the LLM's global limit, with the key the completions send. LLMUnreachable
-    when nothing answered within `timeout` seconds; any HTTP answer is returned as it is."""
+    for nobody under the LLM's global limit, with the key the completions send.
+    probe.Unreachable when nothing answered within `timeout` seconds; any HTTP answer is
+    returned as it is."""
     await ratelimit.acquire_llm(user=None)
     url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
-    try:
-        async with httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout),
-            headers=_auth_headers(),
-            verify=_tls_context(),
-            follow_redirects=True,
-        ) as client:
-            response = await client.get(url)
-    except httpx.TimeoutException as exc:
-        raise LLMUnreachable(str(exc) or type(exc).__name__, timed_out=True) from None
-    except httpx.HTTPError as exc:
-        raise LLMUnreachable(str(exc) or type(exc).__name__) from exc
+    response = await probe.get(url, timeout=timeout, headers=_auth_headers(), verify=_tls_context())
     listed = _model_ids(response) if response.status_code == 200 else frozenset()
     return ModelList(response.status_code, listed)
 

@@ -12,7 +12,7 @@ from urllib.parse import urljoin
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import probe, ratelimit
 
 TIMEOUT_SECONDS = 20.0
 ATTEMPTS = 2
@@ -167,19 +167,11 @@ async def _engines() -> list[dict[str, Any]] | None:
         return known[1]
     try:
         config = await _read_config(TIMEOUT_SECONDS)
-    except NotReachable:
+    except probe.Unreachable:
         config = None
     engines = config.engines if config is not None and config.status == 200 else None
     _configs[url] = (time.monotonic(), engines)
     return engines
-
-
-class NotReachable(SearchError):
-    """SearXNG did not answer at all; `timed_out` when it was too slow rather than absent."""
-
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)
@@ -194,21 +186,15 @@ class InstanceConfig:
 
 async def read_config(timeout: float) -> InstanceConfig:
     """The instance's /config, asked once for nobody under the search limit, with the basic
-    auth the searches send (for the status page). NotReachable when nothing answered within
-    `timeout` seconds; any HTTP answer is returned as it is."""
+    auth the searches send (for the status page). probe.Unreachable when nothing answered
+    within `timeout` seconds; any HTTP answer is returned as it is."""
     await ratelimit.acquire_search(user=None)
     return await _read_config(timeout)
 
 
 async def _read_config(timeout: float) -> InstanceConfig:
     url = urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "config")
-    try:
-        async with httpx.AsyncClient(timeout=timeout, auth=_auth(), follow_redirects=True) as client:
-            response = await client.get(url)
-    except httpx.TimeoutException as exc:
-        raise NotReachable(str(exc) or type(exc).__name__, timed_out=True) from None
-    except httpx.HTTPError as exc:
-        raise NotReachable(str(exc) or type(exc).__name__) from exc
+    response = await probe.get(url, timeout=timeout, auth=_auth())
     if response.status_code != 200:
         return InstanceConfig(response.status_code)
     try:
