@@ -14,7 +14,7 @@ from research.pipeline.extractive import (
 from research.pipeline.replies import CRITERIA
 from research.pipeline.text import BM25, tokenize
 
-SEED_QUESTION = "Расскажи об Mixture of Tokens, в том числе где используется и какие есть улучшения"
+EXAMPLE_QUESTION = "Расскажи об Mixture of Tokens, в том числе где используется и какие есть улучшения"
 
 
 # --- tokenize ---------------------------------------------------------------------------
@@ -95,8 +95,8 @@ def test_bm25_handles_empty_input() -> None:
 # --- keyword sub-queries and queries ----------------------------------------------------
 
 
-def test_keyword_subqueries_on_the_seed_example() -> None:
-    subqueries = keyword_subqueries(SEED_QUESTION)
+def test_keyword_subqueries_on_the_readme_example() -> None:
+    subqueries = keyword_subqueries(EXAMPLE_QUESTION)
     assert 1 <= len(subqueries) <= 3
     assert len({query.casefold() for query in subqueries}) == len(subqueries)
     assert all("Mixture of Tokens" in query for query in subqueries)
@@ -107,7 +107,7 @@ def test_keyword_subqueries_on_the_seed_example() -> None:
 
 
 def test_keyword_subqueries_makes_one_per_aspect() -> None:
-    assert keyword_subqueries(SEED_QUESTION) == [
+    assert keyword_subqueries(EXAMPLE_QUESTION) == [
         "Mixture of Tokens, в том числе где используется и какие есть улучшения",
         "Где используется Mixture of Tokens",
         "Какие есть улучшения Mixture of Tokens",
@@ -331,7 +331,7 @@ def citations(report: str) -> set[int]:
 
 def test_report_structure_in_russian() -> None:
     report = extractive_report(
-        SEED_QUESTION,
+        EXAMPLE_QUESTION,
         [
             ("Что такое Mixture of Tokens", [(1, ARTICLE)]),
             ("Улучшения", [(2, "MoT улучшает стабильность обучения.")]),
@@ -340,7 +340,7 @@ def test_report_structure_in_russian() -> None:
     )
     headings = re.findall(r"^#+ .*$", report, re.MULTILINE)
     assert headings == [
-        f"# {SEED_QUESTION}",
+        f"# {EXAMPLE_QUESTION}",
         "## Введение",
         "## Что такое Mixture of Tokens",
         "## Улучшения",

@@ -11,15 +11,15 @@ from research.pipeline.replies import (
     split_by_language,
 )
 
-SEED_PLAN = """
+PLAN_ANSWER = """
 ПОДЗАПРОС: Что такое Mixture of Tokens в машинном обучении?
 ПОДЗАПРОС: Где используется Mixture of Tokens и какие задачи решает?
 ПОДЗАПРОС: Какие есть улучшения Mixture of Tokens и их преимущества?
 """
 
 
-def test_seed_plan_answer_reads_as_three_subqueries() -> None:
-    assert parse_prefixed_lines(SEED_PLAN, "ПОДЗАПРОС:") == [
+def test_a_plan_answer_reads_as_three_subqueries() -> None:
+    assert parse_prefixed_lines(PLAN_ANSWER, "ПОДЗАПРОС:") == [
         "Что такое Mixture of Tokens в машинном обучении?",
         "Где используется Mixture of Tokens и какие задачи решает?",
         "Какие есть улучшения Mixture of Tokens и их преимущества?",
@@ -133,7 +133,7 @@ def scores(*values: float) -> dict[str, float]:
     return dict(zip(CRITERIA, map(float, values), strict=True))
 
 
-def test_seed_format_in_order() -> None:
+def test_the_prompts_format_in_order() -> None:
     answer = [
         {**ru(TITLES[0], 9, 8, 7, 6, 5), "итоговый_рейтинг": 7},
         ru(TITLES[1], 1, 2, 3, 4, 5),
