@@ -1,4 +1,4 @@
-"""Configuration: the seed's variable names work as written, and every name is documented."""
+"""Configuration: the specification's variable names work as written, and every name is documented."""
 
 from __future__ import annotations
 
@@ -48,13 +48,13 @@ def test_design_names_are_all_read() -> None:
 
 @pytest.mark.processes
 @pytest.mark.django_db
-def test_seed_names_work_as_written() -> None:
+def test_the_specifications_names_work_as_written() -> None:
     env = processes.process_env(
         AITUNNEL_API_KEY="sk-seed",
         AITUNNEL_MODEL="gpt-seed",
         AITUNNEL_BASE_URL="http://127.0.0.1:11434/v1/",
         SEARXNG_URL="http://127.0.0.1:8080",
-        SEARCHXNG_BASIC_AUTH_LOGIN="seed-login",  # the seed spells these three so
+        SEARCHXNG_BASIC_AUTH_LOGIN="seed-login",  # the specification spells these three so
         SEARCHXNG_BASIC_AUTH_PASSWORD="seed-password",
         JINA_READER_URL="http://127.0.0.1:9000/",
         JINA_API_KEY="jina-seed",
@@ -87,7 +87,7 @@ def test_seed_names_work_as_written() -> None:
 
 @pytest.mark.processes
 @pytest.mark.django_db
-def test_searxng_spelled_right_wins_over_the_seeds_spelling() -> None:
+def test_searxng_spelled_right_wins_over_the_specifications_spelling() -> None:
     env = processes.process_env(
         SEARXNG_BASIC_AUTH_LOGIN="login",
         SEARCHXNG_BASIC_AUTH_LOGIN="seed-login",
@@ -103,7 +103,7 @@ def test_searxng_spelled_right_wins_over_the_seeds_spelling() -> None:
 
 @pytest.mark.processes
 @pytest.mark.django_db
-def test_defaults_follow_the_seed() -> None:
+def test_defaults_follow_the_specification() -> None:
     env = processes.process_env()
     for name in (
         "LIMIT_SEARXNG_RPM",
