@@ -286,7 +286,7 @@ def ingest_corpus(owner: Any, corpus: dict[str, str], *, reuse: bool) -> dict[st
     for number, batch in enumerate(batches(items, INGEST_BATCH), start=1):
         chunks += index_documents(batch)
         print(
-            f"{owner.username}: {number * INGEST_BATCH} of {len(items)} documents",
+            f"{owner.username}: {min(number * INGEST_BATCH, len(items))} of {len(items)} documents",
             file=sys.stderr,
             flush=True,
         )
