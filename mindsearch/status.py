@@ -3,10 +3,12 @@
 The outside services are asked at most once a minute (`STATUS_CACHE_SECONDS`; the result is
 kept per language in Django's cache, shared by every web process), so viewing the page cannot
 be turned into a stream of outbound requests. Each service is asked through its client in
-`mindsearch/clients/` (with the client's own address, key and timeout code, and for nobody under
-its global limit where the probe spends a request); this module only says what the answer
-means. Staff see every detail; other users see each component's state only — service
-addresses, versions, host names and paths are the operator's.
+`mindsearch/clients/` (with the client's own address, key and timeout code; a probe that costs
+the service work — a rerank, a geocoding — waits for its global limit, while the LLM's model list
+and SearXNG's /config, which cost none, do not queue behind the research calls holding the next
+slots); this module only says what the answer means. Staff see every detail; other users see
+each component's state only — service addresses, versions, host names and paths are the
+operator's.
 """
 
 from __future__ import annotations

@@ -386,10 +386,10 @@ class ModelList:
 
 async def list_models(timeout: float) -> ModelList:
     """The endpoint's GET /models, asked once (no retries: a status check tells what it finds)
-    for nobody under the LLM's global limit, with the key the completions send.
-    probe.Unreachable when nothing answered within `timeout` seconds; any HTTP answer is
-    returned as it is."""
-    await ratelimit.acquire_llm(user=None)
+    with the key the completions send. It takes no slot of the LLM's limit: it costs no tokens,
+    runs at most once a minute (the status page caches its checks), and must answer while
+    research calls hold the next slots. probe.Unreachable when nothing answered within
+    `timeout` seconds; any HTTP answer is returned as it is."""
     url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
     response = await probe.get(url, timeout=timeout, headers=_auth_headers(), verify=_tls_context())
     listed = _model_ids(response) if response.status_code == 200 else frozenset()

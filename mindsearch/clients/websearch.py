@@ -166,7 +166,7 @@ async def _engines() -> list[dict[str, Any]] | None:
     if known is not None and time.monotonic() - known[0] < CONFIG_TTL_SECONDS:
         return known[1]
     try:
-        config = await _read_config(TIMEOUT_SECONDS)
+        config = await read_config(TIMEOUT_SECONDS)
     except probe.Unreachable:
         config = None
     engines = config.engines if config is not None and config.status == 200 else None
@@ -185,14 +185,11 @@ class InstanceConfig:
 
 
 async def read_config(timeout: float) -> InstanceConfig:
-    """The instance's /config, asked once for nobody under the search limit, with the basic
-    auth the searches send (for the status page). probe.Unreachable when nothing answered
-    within `timeout` seconds; any HTTP answer is returned as it is."""
-    await ratelimit.acquire_search(user=None)
-    return await _read_config(timeout)
-
-
-async def _read_config(timeout: float) -> InstanceConfig:
+    """The instance's /config, asked once with the basic auth the searches send (for the status
+    page and the time filter's engines). It takes no slot of the search limit: /config runs no
+    engine, and the status page must answer while searches hold the next slots.
+    probe.Unreachable when nothing answered within `timeout` seconds; any HTTP answer is
+    returned as it is."""
     url = urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "config")
     response = await probe.get(url, timeout=timeout, auth=_auth())
     if response.status_code != 200:

@@ -346,10 +346,14 @@ def test_list_models_says_when_nothing_answered(settings) -> None:
     assert slow.value.timed_out
 
 
-@pytest.mark.django_db(transaction=True)
-def test_list_models_takes_a_rate_limit_slot(settings) -> None:
-    settings.LIMIT_AITUNNEL_RPS = 100
+def test_list_models_does_not_queue_behind_the_rate_limit(settings, monkeypatch) -> None:
+    """One GET a minute at most (the status page caches its checks), which must answer while a
+    long queue of research calls holds the limit's next slots: it takes none."""
+
+    async def queued(**kwargs: object) -> float:
+        raise AssertionError("the probe waited for a rate-limit slot")
+
+    monkeypatch.setattr(llm.ratelimit, "acquire_llm", queued)
     with FakeService({("GET", "/v1/models"): openai_models("test-model")}) as service:
         settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
-        asyncio.run(llm.list_models(2.0))
-    assert RateLimitGrant.objects.filter(name="llm").count() == 1
+        assert asyncio.run(llm.list_models(2.0)).status == 200
