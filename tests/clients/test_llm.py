@@ -344,16 +344,3 @@ def test_list_models_says_when_nothing_answered(settings) -> None:
         with pytest.raises(probe.Unreachable) as slow:
             asyncio.run(llm.list_models(0.3))
     assert slow.value.timed_out
-
-
-def test_list_models_does_not_queue_behind_the_rate_limit(settings, monkeypatch) -> None:
-    """One GET a minute at most (the status page caches its checks), which must answer while a
-    long queue of research calls holds the limit's next slots: it takes none."""
-
-    async def queued(**kwargs: object) -> float:
-        raise AssertionError("the probe waited for a rate-limit slot")
-
-    monkeypatch.setattr(llm.ratelimit, "acquire_llm", queued)
-    with FakeService({("GET", "/v1/models"): openai_models("test-model")}) as service:
-        settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
-        assert asyncio.run(llm.list_models(2.0)).status == 200

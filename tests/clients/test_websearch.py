@@ -255,19 +255,6 @@ def test_read_config_of_something_else(settings) -> None:
         assert asyncio.run(websearch.read_config(2.0)).status == 401
 
 
-def test_read_config_does_not_queue_behind_the_search_limit(settings, monkeypatch) -> None:
-    """/config runs no engine, and the status page must answer while searches hold the next
-    slots (ten a minute by default): it takes none."""
-
-    async def queued(**kwargs: object) -> float:
-        raise AssertionError("the probe waited for a search slot")
-
-    monkeypatch.setattr(websearch.ratelimit, "acquire_search", queued)
-    with FakeService({("GET", "/config"): searxng_config("duckduckgo")}) as service:
-        settings.SEARXNG_URL = service.url
-        assert asyncio.run(websearch.read_config(2.0)).status == 200
-
-
 def test_read_config_says_when_nothing_answered(settings) -> None:
     settings.SEARXNG_URL = f"http://127.0.0.1:{free_port()}/"
     with pytest.raises(probe.Unreachable) as refused:
