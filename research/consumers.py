@@ -82,9 +82,11 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         """Channels closes stale database connections before every message; for the group's
         run events (one per event per socket) that is a trip to the shared database thread each,
         and they need none: `TopicWatchers` reads the database once for all sockets (and
-        database_sync_to_async closes stale connections around each of its reads). 200 sockets
-        made 200 trips per event, 25-40 ms queued ahead of its delivery on 2 cores;
-        tests/research/test_channel_overrides.py fails when Channels stops making them."""
+        database_sync_to_async closes stale connections around each of its reads). Without this,
+        200 sockets make 200 trips per event. `bench/web.py --layer postgres` (README
+        "bench/web.py", 7 runs each way) gave delivery p95 237 ms instead of 108 ms and 2.4 s of
+        daphne CPU instead of 2.0 s. tests/research/test_channel_overrides.py fails when
+        Channels stops making the trips."""
         if message["type"] == "run.event":
             await self.run_event(message)
         else:
