@@ -134,6 +134,23 @@ def test_sites_are_spread_first_and_the_budget_is_still_filled(alice: User, web:
 
 
 @pytest.mark.django_db
+def test_the_deep_benchmarks_site_check_is_the_rule_the_pipeline_follows(alice: User, web: DeepWorld) -> None:
+    """bench/deep.py checked 'no two sources share a site' long after the cap became a
+    preference (a672177), so it failed on a correct run; its check must pass on this one."""
+    from bench.deep import run_topic as bench_run
+    from bench.deep import sites_spread_first
+
+    run = bench_run(alice, "quick", web)
+    sites = (run["report_sources"], run["report_sources_distinct_sites"], run["good_sites_left_out"])
+    assert sites == (5, 4, [])
+    assert sites_spread_first(run)
+    # The second page on 127.0.0.2 is the only one with its fact: filling the fifth place carries it.
+    assert "kestrel-notes" in run["facts_in_report_input"]
+    left_out = {**run, "good_sites_left_out": ["127.0.0.9"]}
+    assert not sites_spread_first(left_out)
+
+
+@pytest.mark.django_db
 def test_a_raised_cap_lets_a_site_in_twice(alice: User, web: DeepWorld, settings: object) -> None:
     settings.RESEARCH_SOURCES_PER_SITE = 2
     hosts = report_hosts(research(alice))
