@@ -499,14 +499,14 @@ class SubQueryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(SearchQuery)
-class SearchQueryAdmin(admin.ModelAdmin):
+class SearchQueryAdmin(ReadOnlyAdmin):
     list_display = ("text", "language", "subquery", "result_count", "searched_at")
     list_filter = ("language",)
     raw_id_fields = ("subquery",)
 
 
 @admin.register(Hit)
-class HitAdmin(admin.ModelAdmin):
+class HitAdmin(ReadOnlyAdmin):
     list_display = ("title", "url", "source", "engine", "topic")
     list_filter = ("source", "engine")
     search_fields = ("title", "url")
@@ -514,14 +514,14 @@ class HitAdmin(admin.ModelAdmin):
 
 
 @admin.register(HitScore)
-class HitScoreAdmin(admin.ModelAdmin):
+class HitScoreAdmin(ReadOnlyAdmin):
     list_display = ("hit", *SCORE_FIELDS, "origin")
     list_filter = ("origin",)
     raw_id_fields = ("hit",)
 
 
 @admin.register(Document)
-class DocumentAdmin(admin.ModelAdmin):
+class DocumentAdmin(ReadOnlyAdmin):
     list_display = ("title", "url", "fetched_via", "topic", "round", "created_at")
     list_filter = ("fetched_via",)
     search_fields = ("title", "url")
@@ -529,13 +529,13 @@ class DocumentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Summary)
-class SummaryAdmin(admin.ModelAdmin):
+class SummaryAdmin(ReadOnlyAdmin):
     list_display = ("document", "origin", "created_at")
     raw_id_fields = ("document",)
 
 
 @admin.register(SummaryScore)
-class SummaryScoreAdmin(admin.ModelAdmin):
+class SummaryScoreAdmin(ReadOnlyAdmin):
     list_display = ("summary", *SCORE_FIELDS, "origin")
     raw_id_fields = ("summary",)
 
@@ -549,7 +549,7 @@ class CitationInline(ReadOnlyInline):
 
 
 @admin.register(Report)
-class ReportAdmin(admin.ModelAdmin):
+class ReportAdmin(ReadOnlyAdmin):
     list_display = ("topic", "model", "citations_supported", "created_at")
     raw_id_fields = ("topic",)
     inlines = [CitationInline]

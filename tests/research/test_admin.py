@@ -14,7 +14,21 @@ from django.urls import reverse
 from django.utils import timezone
 from django_q.models import OrmQ, Schedule, Task
 
-from research.models import CacheCounter, CacheEntry, LLMCall, RunEvent, SubQuery, Topic
+from research.models import (
+    CacheCounter,
+    CacheEntry,
+    Document,
+    Hit,
+    HitScore,
+    LLMCall,
+    Report,
+    RunEvent,
+    SearchQuery,
+    SubQuery,
+    Summary,
+    SummaryScore,
+    Topic,
+)
 from research.pipeline import cache
 
 pytestmark = pytest.mark.django_db
@@ -351,6 +365,51 @@ def test_a_topics_run_state_and_plan_are_read_only_in_the_admin(staff_client: Cl
     assert changelist.context["action_form"] is None  # no bulk delete either
     subquery.refresh_from_db()
     assert subquery.text == "What is it?"
+
+
+RECORDS = ["searchquery", "hit", "hitscore", "document", "summary", "summaryscore", "report"]
+
+
+@pytest.fixture
+def run_records(alice: User) -> dict[str, Any]:
+    """One of each row a run writes, under a topic still running."""
+    topic = Topic.objects.create(owner=alice, question="MoT?", status=Topic.Status.RUNNING, stage="read")
+    subquery = SubQuery.objects.create(topic=topic, text="What is it?", position=0)
+    query = SearchQuery.objects.create(subquery=subquery, text="mixture of tokens", language="en")
+    url = "https://example.org/mot"
+    hit = Hit.objects.create(
+        topic=topic, subquery=subquery, search_query=query, url=url, normalized_url=url, title="MoT"
+    )
+    document = Document.objects.create(
+        topic=topic, hit=hit, title="MoT", url=url, text="Full text", fetched_via="reader"
+    )
+    summary = Summary.objects.create(document=document, text="Tokens are mixed.")
+    scores = dict.fromkeys(HitScore.CRITERIA, 8.0)
+    return {
+        "searchquery": query,
+        "hit": hit,
+        "hitscore": HitScore.objects.create(hit=hit, **scores),
+        "document": document,
+        "summary": summary,
+        "summaryscore": SummaryScore.objects.create(summary=summary, **scores),
+        "report": Report.objects.create(topic=topic, markdown="# MoT\n\nMixed [1].", model="m"),
+    }
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_the_rows_a_run_wrote_are_read_only_in_the_admin(
+    staff_client: Client, run_records: dict[str, Any], name: str
+) -> None:
+    """A worker may be writing these very rows: staff see them and may delete them (as every
+    record of what happened), never add or edit one."""
+    record = run_records[name]
+    url = reverse(f"admin:research_{name}_change", args=[record.pk])
+    page = staff_client.get(url)
+    assert page.status_code == 200 and page.context["has_change_permission"] is False
+    assert staff_client.post(url, {}).status_code == 403
+    assert staff_client.get(reverse(f"admin:research_{name}_add")).status_code == 403
+    delete = reverse(f"admin:research_{name}_delete", args=[record.pk])
+    assert staff_client.get(delete).status_code == 200
 
 
 def test_a_topic_deleted_in_the_admin_goes_through_the_workflow(
