@@ -10,8 +10,8 @@ Two figures, each against a database of its own and real processes:
    answers the 20 got, and the normal page's latency during the flood.
    Targets: under +100 MB; every page answered within 1 s.
 
-2. **Fair share.** One qcluster with two worker processes and the global LLM limit (2/s, the
-   seed's) against a loopback LLM answering in 1 s. User B's new topic is planned (route + plan,
+2. **Fair share.** One qcluster with two worker processes and the global LLM limit (2/s, its
+   default) against a loopback LLM answering in 1 s. User B's new topic is planned (route + plan,
    two LLM calls) once with nothing else running, then again while user A's topic of 600
    sub-queries runs its queries stage (600 LLM calls, five minutes of the limit). A's topic is
    written to the database directly: the sub-query cap (RESEARCH_MAX_SUBQUERIES) refuses such a
@@ -71,7 +71,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--megabytes", type=int, default=100)
     parser.add_argument("--subqueries", type=int, default=600)
-    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (seed default 2)")
+    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (its default: 2)")
     parser.add_argument("--skip-bodies", action="store_true")
     parser.add_argument("--skip-fairness", action="store_true")
     return parser.parse_args()

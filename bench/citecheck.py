@@ -36,7 +36,6 @@ Prints one JSON object. Needs no database.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -50,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT
+from bench.common import ROOT, argument_parser
 
 SCIFACT = ROOT.parent / "shared" / "benchmarks" / "scifact"
 XQUAD = ROOT.parent / "shared" / "benchmarks" / "xquad-ru"
@@ -62,7 +61,7 @@ SUPPORTED_PRECISION = 0.95
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--limit", type=int, default=250, help="claims per kind and split (default 250)")
     parser.add_argument("--no-embeddings", action="store_true", help="words and numbers only")
     args = parser.parse_args()

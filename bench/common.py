@@ -27,8 +27,8 @@ def print_report(report: dict[str, Any], *, ok: bool) -> None:
 
 def add_limit_arguments(parser: argparse.ArgumentParser, *, searxng_rpm: float, searxng_help: str) -> None:
     """The global rate limits a benchmark runs under (LIMIT_* settings)."""
-    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (seed default 2)")
-    parser.add_argument("--reader-rps", type=float, default=5.0, help="LIMIT_JINA_RPS (seed default 5)")
+    parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (its default: 2)")
+    parser.add_argument("--reader-rps", type=float, default=5.0, help="LIMIT_JINA_RPS (its default: 5)")
     parser.add_argument("--searxng-rpm", type=float, default=searxng_rpm, help=searxng_help)
 
 

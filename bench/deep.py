@@ -5,8 +5,8 @@ things (the Merlin ballot scheme, the Osprey protocol) that only a search for th
 finds, and those pages name others again; nine facts in all, one of them on a site that
 already has a page, one deep inside a long page. The same topic runs in quick mode and in deep
 mode (the cache emptied in between, so each pays for its own calls), with LLM, search and
-reader latencies and the seed's rate limits, then, as a check of the engine without a model,
-in deep mode without an LLM. Prints JSON:
+reader latencies and the settings' default rate limits (SearXNG's is --searxng-rpm), then, as
+a check of the engine without a model, in deep mode without an LLM. Prints JSON:
 
 - facts in the documents read and in what the report was written from (the answer's input);
 - rounds used and, per round, its sub-queries, pages read, relevant new and known documents,
@@ -69,7 +69,9 @@ def main() -> None:
 def parse_args() -> argparse.Namespace:
     parser = argument_parser(__doc__)
     add_limit_arguments(
-        parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARXNG_RPM (seed default 10; a self-hosted SearXNG)"
+        parser,
+        searxng_rpm=60.0,
+        searxng_help="LIMIT_SEARXNG_RPM (here 60, as a self-hosted SearXNG allows; its default: 10)",
     )
     return parser.parse_args()
 

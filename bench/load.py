@@ -1,7 +1,7 @@
 """Benchmark: 20 topics from 5 users at once on a cluster of 2 worker processes.
 
 Against a database of its own and the loopback world with real latencies (LLM 1.0 s, search
-0.3 s, reader 0.8 s) and the global limits (LLM 2/s and reader 5/s as the seed sets them,
+0.3 s, reader 0.8 s) and the global limits (LLM 2/s and reader 5/s, the settings' defaults,
 SearXNG --searxng-rpm): two qcluster processes of one worker each (two hosts' worth, sharing the
 ORM broker and the limits) and one daphne with production settings. Each topic asks about its
 own variant of the question, so its searches, pages and summaries are its own and nothing is
@@ -80,7 +80,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--users", type=int, default=5)
     add_limit_arguments(
-        parser, searxng_rpm=30.0, searxng_help="LIMIT_SEARXNG_RPM (seed default 10: a 12-minute run)"
+        parser,
+        searxng_rpm=30.0,
+        searxng_help="LIMIT_SEARXNG_RPM (here 30; its default, 10, makes a 12-minute run)",
     )
     parser.add_argument(
         "--timeout", type=float, default=1500.0, help="seconds before the run counts as stuck"
@@ -91,7 +93,7 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-# --- The world: a variant of the seed topic per research topic --------------------------------------
+# --- The world: a variant of the test world's topic per research topic ----------------------------
 
 
 def variant_of(text: str) -> str:

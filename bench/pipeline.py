@@ -171,7 +171,9 @@ class Clock:
 def parse_args() -> argparse.Namespace:
     parser = argument_parser(__doc__)
     add_limit_arguments(
-        parser, searxng_rpm=60.0, searxng_help="LIMIT_SEARXNG_RPM (seed default 10; a self-hosted SearXNG)"
+        parser,
+        searxng_rpm=60.0,
+        searxng_help="LIMIT_SEARXNG_RPM (here 60, as a self-hosted SearXNG allows; its default: 10)",
     )
     parser.add_argument(
         "--extra-pages", type=int, default=60, help="less relevant pages, to fill result pages"
