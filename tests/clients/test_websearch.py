@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mindsearch.clients import probe, websearch
+from mindsearch.clients import websearch
 from mindsearch.clients.websearch import SearchError
 from mindsearch.models import RateLimitGrant
 from tests.support.fakes import FakeService, Fault, Response, searxng_config, searxng_search
@@ -253,16 +253,3 @@ def test_read_config_of_something_else(settings) -> None:
         assert asyncio.run(websearch.read_config(2.0)) == websearch.InstanceConfig(200, is_json=True)
         service.inject(Fault(401, body="Unauthorized"))
         assert asyncio.run(websearch.read_config(2.0)).status == 401
-
-
-def test_read_config_says_when_nothing_answered(settings) -> None:
-    settings.SEARXNG_URL = f"http://127.0.0.1:{free_port()}/"
-    with pytest.raises(probe.Unreachable) as refused:
-        asyncio.run(websearch.read_config(2.0))
-    assert not refused.value.timed_out
-    with FakeService({("GET", "/config"): searxng_config("duckduckgo")}) as service:
-        settings.SEARXNG_URL = service.url
-        service.inject(Fault.hang(2.0))
-        with pytest.raises(probe.Unreachable) as slow:
-            asyncio.run(websearch.read_config(0.3))
-    assert slow.value.timed_out
