@@ -387,7 +387,8 @@ class ModelList:
 async def list_models(timeout: float) -> ModelList:
     """The endpoint's GET /models, asked once (no retries: a status check tells what it finds)
     with the key the completions send. It takes no slot of the LLM's limit: it costs no tokens,
-    runs at most once a minute (the status page caches its checks), and must answer while
+    runs a few times a minute at most (the status page caches its checks a minute per language,
+    and the vision check asks again), and must answer while
     research calls hold the next slots. probe.Unreachable when nothing answered within
     `timeout` seconds; any HTTP answer is returned as it is."""
     url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
