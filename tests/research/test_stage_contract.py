@@ -214,20 +214,85 @@ from research.models import Topic
 
 def test_no_stage_calls_into_another_stages_work() -> None:
     """Reading does not summarise, routing does not answer, a follow-up does not call the route
-    stage's classifier: a stage module, or any module that speaks as a stage (its own `STAGE`:
-    the follow-ups, the diversity pick, the report writer), imports no stage module. The piping of
-    one stage's rows into another's work is the run loop's, or a composer's (overlap.py,
-    read_and_summarise.py); what two stages share lives in a module that is no stage."""
+    stage's classifier: no module of the pipeline imports a stage module — a stage, a module that
+    speaks as a stage (its own `STAGE`: the follow-ups, the diversity pick, the report writer) or
+    a helper alike — but the run loop (run.py) and the composers (overlap.py,
+    read_and_summarise.py): the piping of one stage's rows into another's work is theirs; what two
+    stages share lives in a module that is no stage."""
     modules = {module.__name__.rsplit(".", 1)[-1]: module for module in pipeline_modules()}
     stages = {name for name, module in modules.items() if isinstance(module, Stage)}
     speakers = {name for name, module in modules.items() if hasattr(module, "STAGE")}
     assert {"followup", "diversity", "report_writer"} <= speakers - stages
     used = {
-        name: sorted((pipeline_imports(inspect.getsource(modules[name])) & stages) - {name})
-        for name in speakers - COMPOSERS
+        name: sorted((pipeline_imports(inspect.getsource(module)) & stages) - {name})
+        for name, module in modules.items()
+        if name not in COMPOSERS | {"run"}
     }
     assert "summarise" not in used["read"]
     assert {name: others for name, others in used.items() if others} == {}
+
+
+# Who may import the run loop or call its `drive` inside the pipeline, besides run.py, and why: a
+# stage that did could run stages of its own (`run.drive(ctx, ...)`), the side door again.
+RUN_COMPOSERS = {"followup": "a follow-up's search is the run loop's round on a sub-query of its own"}
+
+
+def drive_calls(source: str) -> list[int]:
+    """The lines of `source` that call the run loop's `drive` (`drive(...)`, `run.drive(...)`, any
+    receiver) or import it by name (`from research.pipeline.run import drive as d`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else ""
+            )
+            if name == "drive":
+                found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("run"):
+            found += [node.lineno for alias in node.names if alias.name == "drive"]
+    return sorted(found)
+
+
+def test_drive_calls_sees_every_spelling() -> None:
+    source = """
+from research.pipeline.run import drive as go
+from .run import ROUND_STAGES, drive
+run.drive(ctx, SEARCH_STAGES)
+drive(ctx, stages, show=False)
+pipeline.run.drive(ctx, stages)
+go(ctx)
+ctx.drive_home(); test_drive(); drivers.count()
+"""
+    assert drive_calls(source) == [2, 3, 4, 5, 6]
+
+
+def test_only_the_run_loop_and_its_composers_import_it_or_drive_stages() -> None:
+    """A stage importing `research.pipeline.run` to call `run.drive(...)` would run stages of its
+    own: inside the pipeline only run.py and the composers of a run (followup.py) import run.py,
+    and nothing in the application but they calls `drive` (the console and the worker start a run
+    through `plan_topic`/`run_topic`)."""
+    importers = {
+        module.__name__
+        for module in pipeline_modules()
+        if "run" in pipeline_imports(inspect.getsource(module))
+    }
+    assert importers == {f"research.pipeline.{name}" for name in RUN_COMPOSERS}
+    drivers = {}
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            lines = drive_calls(path.read_text(encoding="utf-8"))
+            if lines and relative not in {
+                "research/pipeline/run.py",
+                *(f"research/pipeline/{n}.py" for n in RUN_COMPOSERS),
+            }:
+                drivers[relative] = lines
+    assert drivers == {}
 
 
 def years_world(loopback: World) -> None:
