@@ -257,13 +257,16 @@ def _writes_plan_or_status(call: ast.Call) -> bool:
     )
 
 
-def _sets_status(node: ast.AST) -> bool:
+def _sets_status(node: ast.stmt) -> bool:
     """`x.status = ...` (or `x.status, y = ...`, `x.status: str = ...`) for any `x`."""
-    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+        targets = [node.target]
+    else:
+        return False
     flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
-    return isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and any(
-        isinstance(target, ast.Attribute) and target.attr == "status" for target in flat
-    )
+    return any(isinstance(target, ast.Attribute) and target.attr == "status" for target in flat)
 
 
 def plan_and_status_writes(source: str) -> list[int]:
@@ -271,7 +274,8 @@ def plan_and_status_writes(source: str) -> list[int]:
     return sorted(
         node.lineno
         for node in ast.walk(ast.parse(source))
-        if (isinstance(node, ast.Call) and _writes_plan_or_status(node)) or _sets_status(node)
+        if (isinstance(node, ast.Call) and _writes_plan_or_status(node))
+        or (isinstance(node, ast.stmt) and _sets_status(node))
     )
 
 
