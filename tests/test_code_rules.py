@@ -63,25 +63,70 @@ def test_the_named_modules_still_close_the_circle() -> None:
             assert imported_apps(ROOT / relative) - DEPENDS_ON[app] - {app}, relative
 
 
-USER_PARAMETER = re.compile(r"(user|owner)[a-z_]*")
+USER_NAME = re.compile(r"(?:^|_)(?:user|owner)")  # user, owner_id, _owner, request_user, get_owner
+
+
+def _says_any(annotation: ast.expr | None) -> bool:
+    return annotation is not None and "Any" in re.findall(r"\w+", ast.unparse(annotation))
+
+
+def any_users(source: str) -> list[str]:
+    """Where `source` types a user or an owner `Any`: a parameter, what a function returns, an
+    annotated variable or attribute (`self.owner: Any = ...`) whose name says user or owner."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = node.args
+            found += [
+                f"{node.lineno} {node.name}({argument.arg})"
+                for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+                if USER_NAME.search(argument.arg) and _says_any(argument.annotation)
+            ]
+            if USER_NAME.search(node.name) and _says_any(node.returns):
+                found.append(f"{node.lineno} {node.name}() -> Any")
+        elif isinstance(node, ast.AnnAssign):
+            target = node.target
+            name = (
+                target.attr
+                if isinstance(target, ast.Attribute)
+                else target.id
+                if isinstance(target, ast.Name)
+                else ""
+            )
+            if USER_NAME.search(name) and _says_any(node.annotation):
+                found.append(f"{node.lineno} {name}: Any")
+    return found
+
+
+def test_any_users_sees_parameters_returns_and_annotated_names() -> None:
+    source = """
+def mine(owner: Any, request_user: Any | None, *, user: str, other: Any) -> Any: ...
+def _owner(self, username: str) -> Any: ...
+async def get_user(scope) -> dict[str, Any]: ...
+self.owner: Any = None
+user: Any
+owner_id: int
+count: Any = 0
+def users_of(topic) -> list[User]: ...
+"""
+    assert any_users(source) == [
+        "2 mine(owner)",
+        "2 mine(request_user)",
+        "3 _owner() -> Any",
+        "4 get_user() -> Any",
+        "5 owner: Any",
+        "6 user: Any",
+    ]
 
 
 def test_no_user_or_owner_is_typed_any() -> None:
     """A user or owner is `User`, or `mindsearch.querysets.AnyUser` where an anonymous visitor
-    may come (request.user before the login check, a websocket's scope)."""
-    untyped = []
-    for app in APPS:
-        for path in application_modules(app):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                    continue
-                arguments = node.args
-                for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
-                    annotation = argument.annotation
-                    if (
-                        USER_PARAMETER.fullmatch(argument.arg)
-                        and annotation is not None
-                        and "Any" in re.findall(r"\w+", ast.unparse(annotation))
-                    ):
-                        untyped.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({argument.arg})")
+    may come (request.user before the login check, a websocket's scope): as a parameter, as what a
+    function returns, as an annotated variable or attribute."""
+    untyped = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for app in APPS
+        for path in application_modules(app)
+        for where in any_users(path.read_text())
+    ]
     assert untyped == []

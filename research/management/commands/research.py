@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from research import images, workflow
@@ -108,8 +108,8 @@ class Command(BaseCommand):
         except images.ImageRejected as rejected:
             raise CommandError(f"{path}: {rejected.message}") from None
 
-    def _owner(self, username: str) -> Any:
-        users = get_user_model().objects
+    def _owner(self, username: str) -> User:
+        users = User.objects
         if username:
             owner = users.filter(username=username).first()
             if owner is None:
