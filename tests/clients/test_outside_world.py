@@ -14,8 +14,20 @@ APPS = ("mindsearch", "research", "retrieval", "mcphub")
 CLIENTS = "mindsearch/clients/"
 # Libraries that send requests to other hosts; `mcp` is the SDK's own top level (`Client`, the
 # client sessions), `mcp.client` its transports.
-CALLING_OUT = ("httpx", "httpx2", "openai", "requests", "aiohttp", "urllib3", "urllib.request", "http.client")
+CALLING_OUT = (
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "openai",
+    "requests",
+    "aiohttp",
+    "urllib3",
+    "urllib.request",
+    "http.client",
+)
 MCP_CLIENT = ("mcp", "mcp.client")
+# The SDK's parts that send nothing anywhere: its data types and the server side.
+MCP_STAYING_IN = ("mcp.types", "mcp.server")
 
 
 def application_modules() -> Iterator[Path]:
@@ -25,23 +37,34 @@ def application_modules() -> Iterator[Path]:
                 yield path
 
 
+def _is_or_under(module: str, names: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in names)
+
+
 def calls_out(module: str) -> bool:
     """Whether importing `module` (or a name from it) brings in a way to call another host."""
-    if module in MCP_CLIENT or module.startswith("mcp.client."):
-        return True
-    return any(module == name or module.startswith(name + ".") for name in CALLING_OUT)
+    if _is_or_under(module, MCP_STAYING_IN):
+        return False
+    return module in MCP_CLIENT or module.startswith("mcp.client.") or _is_or_under(module, CALLING_OUT)
 
 
 def outside_imports(source: str) -> list[str]:
     """The modules `source` imports that call out: `import a.b` is `a.b`; `from a import b` is
-    `a`, or `a.b` when only that is one (`from urllib import request`)."""
+    `a`, or `a.b` when only that is one (`from urllib import request`), and nothing when `a.b` is
+    a part that stays in (`from mcp import types`)."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names if calls_out(alias.name))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-            found.extend([module for module in modules if calls_out(module)][:1])
+            module = node.module
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                if _is_or_under(full, MCP_STAYING_IN):
+                    continue
+                name = module if calls_out(module) else full if calls_out(full) else ""
+                if name and name not in found:
+                    found.append(name)
     return found
 
 
@@ -66,6 +89,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from urllib import request
 from http import client
+from mcp import types, ClientSession
+import httpcore
 
 
 def later():
@@ -73,7 +98,8 @@ def later():
 """
     found = set(outside_imports(source))
     assert {"httpx", "urllib.request", "httpx2", "openai", "mcp", "mcp.client.streamable_http"} <= found
-    assert {"urllib.request", "http.client", "requests"} <= found
+    assert {"urllib.request", "http.client", "requests", "httpcore"} <= found
+    assert outside_imports("from mcp import types, ClientSession") == ["mcp"]
 
 
 def test_the_rule_lets_the_own_server_and_plain_modules_be() -> None:
@@ -83,6 +109,8 @@ import urllib.parse
 from urllib.parse import urljoin
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
+from mcp import types
+from mcp import server as mcp_server
 from mindsearch.clients import mcp, llm
 from http import HTTPStatus
 """
@@ -92,6 +120,6 @@ from http import HTTPStatus
 def test_the_clients_do_call_out() -> None:
     """The rule has something to guard: the clients are where those imports live."""
     clients = sorted((ROOT / CLIENTS).glob("*.py"))
-    assert {"httpx", "openai", "mcp"} <= {
+    assert {"httpx", "httpcore", "openai", "mcp"} <= {
         module for path in clients for module in outside_imports(path.read_text())
     }
