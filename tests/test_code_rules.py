@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-APPS = ("mindsearch", "research", "retrieval", "mcphub")
+from django.apps import apps
+
+from tests.support.code import ROOT, application_modules, application_packages
+
+APPS = application_packages()
 
 # Where an app may import an app that depends on it (docs/ARCHITECTURE.md, "What depends on what").
 CLOSES_THE_CIRCLE = {
@@ -26,12 +28,6 @@ CLOSES_THE_CIRCLE = {
 DEPENDS_ON = {"mindsearch": set(), "retrieval": {"mindsearch"}, "research": {"mindsearch", "retrieval"}}
 
 
-def application_modules(app: str) -> Iterator[Path]:
-    for path in sorted((ROOT / app).rglob("*.py")):
-        if "migrations" not in path.parts:
-            yield path
-
-
 def imported_apps(path: Path) -> set[str]:
     """The apps a module imports, at its top or inside a function."""
     found: set[str] = set()
@@ -44,6 +40,16 @@ def imported_apps(path: Path) -> set[str]:
             continue
         found.update(name.split(".")[0] for name in names if name.split(".")[0] in APPS)
     return found
+
+
+def test_the_application_is_the_projects_own_django_apps() -> None:
+    """tests/support/code.py finds the same packages Django runs as the project's own."""
+    own = {
+        config.name.split(".")[0]
+        for config in apps.get_app_configs()
+        if Path(config.path).parent == ROOT  # not the libraries in the .venv inside it
+    }
+    assert set(APPS) == own == {"mindsearch", "research", "retrieval", "mcphub"}
 
 
 def test_apps_import_only_what_they_depend_on_outside_the_named_modules() -> None:

@@ -6,11 +6,9 @@ off the source (at a module's top or inside a function). MindSearch's own MCP se
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-APPS = ("mindsearch", "research", "retrieval", "mcphub")
+from tests.support.code import ROOT, application_modules
+
 CLIENTS = "mindsearch/clients/"
 # Libraries that send requests to other hosts; `mcp` is the SDK's own top level (`Client`, the
 # client sessions), `mcp.client` its transports.
@@ -28,13 +26,6 @@ CALLING_OUT = (
 MCP_CLIENT = ("mcp", "mcp.client")
 # The SDK's parts that send nothing anywhere: its data types and the server side.
 MCP_STAYING_IN = ("mcp.types", "mcp.server")
-
-
-def application_modules() -> Iterator[Path]:
-    for app in APPS:
-        for path in sorted((ROOT / app).rglob("*.py")):
-            if "migrations" not in path.parts:
-                yield path
 
 
 def _is_or_under(module: str, names: tuple[str, ...]) -> bool:

@@ -7,7 +7,6 @@ import ast
 import importlib
 import inspect
 import pkgutil
-from pathlib import Path
 from types import ModuleType
 from typing import Any, get_type_hints
 
@@ -33,6 +32,7 @@ from research.pipeline import (
 )
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, Stage, StageName
+from tests.support.code import ROOT, application_modules
 from tests.support.domain_world import picture
 from tests.support.fakes import Request, searxng_search
 from tests.support.world import PAGES, TOPIC, World, search_pages
@@ -57,8 +57,6 @@ def test_every_stage_constant_of_the_pipeline_is_a_stage_name() -> None:
     assert not wrong, f"stage names spelled as plain strings: {wrong}"
 
 
-ROOT = Path(__file__).resolve().parents[2]
-APPS = ("mcphub", "mindsearch", "research", "retrieval")
 # Calls whose first argument is a stage: what a stage tells and asks (`RunContext`, `prompting`).
 STAGE_FIRST = {"emit", "begin", "finish", "warn", "ask", "answer", "record"}
 
@@ -121,14 +119,13 @@ def test_the_application_spells_no_stage_name_as_a_string() -> None:
     """Outside stage.py and the migrations (which keep the values they were written with), a stage
     is a `StageName` member: a literal "score_hits" is a rename waiting to break silently."""
     spelled = {}
-    for app in APPS:
-        for path in sorted((ROOT / app).rglob("*.py")):
-            relative = path.relative_to(ROOT).as_posix()
-            if "/migrations/" in relative or relative == "research/pipeline/stage.py":
-                continue
-            found = stage_literals(path.read_text(encoding="utf-8"))
-            if found:
-                spelled[relative] = found
+    for path in application_modules():
+        relative = path.relative_to(ROOT).as_posix()
+        if relative == "research/pipeline/stage.py":
+            continue
+        found = stage_literals(path.read_text(encoding="utf-8"))
+        if found:
+            spelled[relative] = found
     assert spelled == {}
 
 
@@ -282,16 +279,13 @@ def test_only_the_run_loop_and_its_composers_import_it_or_drive_stages() -> None
         if "run" in pipeline_imports(inspect.getsource(module))
     }
     assert importers == {f"research.pipeline.{name}" for name in RUN_COMPOSERS}
+    allowed = {"research/pipeline/run.py", *(f"research/pipeline/{name}.py" for name in RUN_COMPOSERS)}
     drivers = {}
-    for app in APPS:
-        for path in sorted((ROOT / app).rglob("*.py")):
-            relative = path.relative_to(ROOT).as_posix()
-            lines = drive_calls(path.read_text(encoding="utf-8"))
-            if lines and relative not in {
-                "research/pipeline/run.py",
-                *(f"research/pipeline/{n}.py" for n in RUN_COMPOSERS),
-            }:
-                drivers[relative] = lines
+    for path in application_modules():
+        relative = path.relative_to(ROOT).as_posix()
+        lines = drive_calls(path.read_text(encoding="utf-8"))
+        if lines and relative not in allowed:
+            drivers[relative] = lines
     assert drivers == {}
 
 

@@ -8,7 +8,6 @@ import ast
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,6 +18,7 @@ from django.urls import reverse
 
 from research import workflow
 from research.models import SubQuery, Topic
+from tests.support.code import ROOT, application_modules
 
 HTMX = {"HX-Request": "true"}
 TEXTS = ["What is it?", "Where is it used?", "How was it improved?"]
@@ -174,7 +174,6 @@ def test_deleting_a_topic_takes_its_rows_in_any_state(alice: User) -> None:
 
 # --- One path: only the workflow and the run write a plan or a status ---------------------------
 
-ROOT = Path(__file__).resolve().parents[2]
 # Who may write sub-queries or a status, or delete a topic, besides the user's steps, and why.
 WRITERS_ALLOWED = {
     "research/workflow.py": "the user's steps: under the topic's row lock, within the limits",
@@ -196,12 +195,6 @@ WRITE_METHODS = {"create", "bulk_create", "get_or_create", "update_or_create", "
 ROW_WRITES = {"save", "delete"}
 # Queryset methods a write may be chained after: `topic.subqueries.filter(...).delete()`.
 CHAINED = {"filter", "exclude", "all", "order_by", "select_for_update", "select_related", "only", "defer"}
-
-
-def application_modules() -> list[Path]:
-    """Every module of the project's packages, but the tests, the benchmarks and migrations."""
-    packages = [p.parent for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")]
-    return [f for package in packages for f in package.rglob("*.py") if "migrations" not in f.parts]
 
 
 def _receiver(node: ast.expr) -> ast.expr:

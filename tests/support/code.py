@@ -1,0 +1,28 @@
+"""The application's own source, for the tests that read rules off it (tests/test_code_rules.py,
+tests/clients/test_outside_world.py, tests/research/test_workflow.py, the stage contract): one
+answer to "which modules are the application"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Top-level packages of the repository that are no part of the application.
+NOT_APPLICATION = ("tests", "bench")
+
+
+def application_packages() -> tuple[str, ...]:
+    """Every first-party package of the repository — the Django project and its apps (mindsearch,
+    research, retrieval, mcphub) — but the tests and the benchmarks."""
+    found = {path.parent.name for path in ROOT.glob("*/__init__.py")}
+    return tuple(sorted(found - set(NOT_APPLICATION)))
+
+
+def application_modules(*packages: str) -> list[Path]:
+    """Every module of `packages` (by default all the application's), migrations left out."""
+    return [
+        path
+        for package in packages or application_packages()
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "migrations" not in path.relative_to(ROOT).parts
+    ]
