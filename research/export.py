@@ -4,7 +4,8 @@ A PDF takes WeasyPrint seconds to a minute to render, and a share link lets anyo
 each is rendered once per version of what it shows (the hash of its HTML, which holds the
 report, its sources and the reader's language), kept under MEDIA_ROOT/pdf/<topic>/, and served
 from there; requests for one that is being rendered wait for that render instead of starting
-their own.
+their own. Deleting the topic removes its folder (`forget_pdfs`, called by
+`workflow.delete_topic`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import io
 import logging
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,9 +95,21 @@ def markdown_response(topic: Topic) -> HttpResponse:
 PDF_LOCK_NAMESPACE = 7_302  # first key of pg_advisory_lock(int, int): "PDF of a topic"
 
 
+def pdf_folder(topic_id: int) -> Path:
+    """Where a topic's rendered PDFs are kept."""
+    return Path(settings.MEDIA_ROOT) / "pdf" / str(topic_id)
+
+
+def forget_pdfs(topic_id: int) -> None:
+    """Remove a deleted topic's rendered PDFs, after a render under way: that render finds the
+    topic gone and keeps nothing."""
+    with _render_lock(topic_id):
+        shutil.rmtree(pdf_folder(topic_id), ignore_errors=True)
+
+
 def report_pdf(topic: Topic) -> bytes:
     html = render_to_string("research/report_pdf.html", topic_context(topic))
-    folder = Path(settings.MEDIA_ROOT) / "pdf" / str(topic.pk)
+    folder = pdf_folder(topic.pk)
     path = folder / f"{hashlib.sha256(html.encode()).hexdigest()[:32]}.pdf"
     if path.is_file():
         return path.read_bytes()
@@ -103,6 +117,8 @@ def report_pdf(topic: Topic) -> bytes:
         if path.is_file():  # rendered by the request this one waited for
             return path.read_bytes()
         pdf = render_pdf(html)
+        if not Topic.objects.filter(pk=topic.pk).exists():  # deleted while it rendered
+            return pdf
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         partial = path.with_suffix(".partial")
         partial.write_bytes(pdf)

@@ -3,11 +3,15 @@ the cache statistics. Database state is checked besides the answers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django_q.models import OrmQ
 
+from research import export
 from research.models import CacheCounter, CacheEntry, RunEvent, ShareLink, SubQuery, Topic
 from research.pipeline import cache
 from tests.api.conftest import ApiClient, awaiting, completed
@@ -107,6 +111,19 @@ def test_delete_topic_removes_it_and_its_rows(alice_api: ApiClient, alice: User)
     assert not Topic.objects.filter(pk=topic.pk).exists()
     assert not SubQuery.objects.filter(topic_id=topic.pk).exists()
     assert alice_api.delete(f"/api/topics/{topic.pk}").status_code == 404
+
+
+def test_delete_topic_removes_its_rendered_pdfs(
+    alice_api: ApiClient, alice: User, settings: Any, tmp_path: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.MEDIA_ROOT = tmp_path
+    topic = completed(alice)
+    folder = export.pdf_folder(topic.pk)  # where report_pdf caches the topic's PDFs
+    folder.mkdir(parents=True)
+    (folder / "0123abcd.pdf").write_bytes(b"%PDF-1.7 a private report")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert alice_api.delete(f"/api/topics/{topic.pk}").status_code == 204
+    assert not folder.exists() and tmp_path.exists()
 
 
 def test_cancel_topic_keeps_what_was_found_and_refuses_a_finished_one(

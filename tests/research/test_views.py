@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -11,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django_q.models import OrmQ
 
+from research import export
 from research.models import (
     Document,
     Hit,
@@ -257,6 +259,36 @@ def test_pdf_export_is_a_pdf(alice_client: Client, alice: User) -> None:
     response = alice_client.get(reverse("report_pdf", args=[topic.pk]))
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
     assert response.content.startswith(b"%PDF-") and len(response.content) > 1000
+
+
+def test_deleting_a_topic_removes_its_rendered_pdf(
+    alice_client: Client, alice: User, media_root: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The PDF cache (MEDIA_ROOT/pdf/<topic>/) goes with the topic: a deleted private report
+    leaves no copy on the disk."""
+    topic = completed(alice)
+    assert alice_client.get(reverse("report_pdf", args=[topic.pk])).status_code == 200
+    folder = export.pdf_folder(topic.pk)
+    assert [path.suffix for path in folder.iterdir()] == [".pdf"]
+    with django_capture_on_commit_callbacks(execute=True):
+        alice_client.post(reverse("topic_delete", args=[topic.pk]))
+    assert not Topic.objects.filter(pk=topic.pk).exists()
+    assert not folder.exists()
+
+
+def test_a_render_that_outlives_its_topic_keeps_nothing(
+    alice: User, media_root: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = completed(alice)
+    render = export.render_pdf
+
+    def deleted_meanwhile(html: str) -> bytes:
+        Topic.objects.filter(pk=topic.pk).delete()  # another request deleted it as this one rendered
+        return render(html)
+
+    monkeypatch.setattr(export, "render_pdf", deleted_meanwhile)
+    assert export.report_pdf(topic).startswith(b"%PDF-")
+    assert not export.pdf_folder(topic.pk).exists()
 
 
 def test_no_report_no_export(alice_client: Client, alice: User) -> None:
