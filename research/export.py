@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.utils.text import slugify
@@ -98,6 +98,13 @@ PDF_LOCK_NAMESPACE = 7_302  # first key of pg_advisory_lock(int, int): "PDF of a
 def pdf_folder(topic_id: int) -> Path:
     """Where a topic's rendered PDFs are kept."""
     return Path(settings.MEDIA_ROOT) / "pdf" / str(topic_id)
+
+
+def forget_pdfs_of_deleted(sender: type[Topic], instance: Topic, **kwargs: Any) -> None:
+    """post_delete of a topic, however it goes — `workflow.delete_topic`, or with its owner's
+    account in the admin (a cascade): its PDFs are removed once the delete is committed."""
+    topic_id = instance.pk
+    transaction.on_commit(lambda: forget_pdfs(topic_id))
 
 
 def forget_pdfs(topic_id: int) -> None:

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from research import export, images, tasks
+from research import images, tasks
 from research.images import PreparedImage
 from research.models import FollowUp, Report, SubQuery, Topic, TopicImage
 from research.pipeline.replies import is_russian
@@ -253,16 +253,15 @@ def cancel_topic(topic: Topic) -> bool:
 
 def delete_topic(topic: Topic) -> None:
     """Delete a topic with every row its run and its follow-ups wrote (they cascade; its picture
-    is a row too), and, once that is committed, the PDFs of its report rendered under MEDIA_ROOT:
-    no file is left behind. Allowed in any state: a worker running it stops at its next step, when
-    it finds the topic gone. Under the row lock, so it waits for a step under way, and a worker
-    cannot add a row to the topic while its rows are deleted."""
-    topic_id = topic.pk
+    is a row too), and, once that is committed, the PDFs of its report rendered under MEDIA_ROOT
+    (`export.forget_pdfs_of_deleted`, on every topic's delete): no file is left behind. Allowed in
+    any state: a worker running it stops at its next step, when it finds the topic gone. Under
+    the row lock, so it waits for a step under way, and a worker cannot add a row to the topic
+    while its rows are deleted."""
     with transaction.atomic():
-        locked = Topic.objects.select_for_update().filter(pk=topic_id).first()
-        if locked is not None:  # already deleted (another tab): only the files may be left
+        locked = Topic.objects.select_for_update().filter(pk=topic.pk).first()
+        if locked is not None:  # else already deleted (another tab), its files with it
             locked.delete()
-        transaction.on_commit(lambda: export.forget_pdfs(topic_id))
 
 
 def rerun_topic(topic: Topic) -> Topic:

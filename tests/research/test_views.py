@@ -276,6 +276,21 @@ def test_deleting_a_topic_removes_its_rendered_pdf(
     assert not folder.exists()
 
 
+def test_an_account_deleted_in_the_admin_leaves_no_pdf_of_its_topics(
+    alice: User, media_root: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The user's topics go with the account (a cascade, not workflow.delete_topic), and so do
+    their rendered reports."""
+    topic = completed(alice)
+    export.report_pdf(topic)
+    folder = export.pdf_folder(topic.pk)
+    assert folder.is_dir()
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.delete()
+    assert not Topic.objects.filter(pk=topic.pk).exists()
+    assert not folder.exists()
+
+
 def test_a_render_that_outlives_its_topic_keeps_nothing(
     alice: User, media_root: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
