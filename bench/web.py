@@ -71,7 +71,8 @@ def main() -> None:
     user = bench_user()
     cookie = session_cookie(user)
     if args.layer:
-        print(json.dumps(websocket_only(args, user, cookie)))
+        section = websocket_only(args, user, cookie)
+        print_report(section, ok=delivered_all(section))
         return
     report = full_report(args, user, cookie)
     print_report(report, ok=all_delivered_and_ok(report))
@@ -120,12 +121,14 @@ def full_report(args: argparse.Namespace, user: Any, cookie: str) -> dict[str, A
     }
 
 
+def delivered_all(section: dict[str, Any]) -> bool:
+    """Every event of one websocket run reached every client."""
+    return section.get("delivered") is not None and section.get("delivered") == section.get("expected")
+
+
 def all_delivered_and_ok(report: dict[str, Any]) -> bool:
     """Every event reached every client and every page answered 200: the run counts at all."""
-    sockets = report["websocket"].values()
-    delivered = all(
-        s.get("delivered") is not None and s.get("delivered") == s.get("expected") for s in sockets
-    )
+    delivered = all(delivered_all(section) for section in report["websocket"].values())
     return delivered and all(page["statuses"].keys() == {"200"} for page in report["pages"].values())
 
 
