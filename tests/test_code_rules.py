@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.apps import apps
 
-from tests.support.code import ROOT, application_modules, application_packages
+from tests.support.code import ROOT, application_modules, application_packages, name_of
 
 APPS = application_packages()
 
@@ -91,14 +91,7 @@ def any_users(source: str) -> list[str]:
             if USER_NAME.search(node.name) and _says_any(node.returns):
                 found.append(f"{node.lineno} {node.name}() -> Any")
         elif isinstance(node, ast.AnnAssign):
-            target = node.target
-            name = (
-                target.attr
-                if isinstance(target, ast.Attribute)
-                else target.id
-                if isinstance(target, ast.Name)
-                else ""
-            )
+            name = name_of(node.target)
             if USER_NAME.search(name) and _says_any(node.annotation):
                 found.append(f"{node.lineno} {name}: Any")
     return found

@@ -32,7 +32,7 @@ from research.pipeline import (
 )
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, Stage, StageName
-from tests.support.code import ROOT, application_modules
+from tests.support.code import ROOT, application_modules, name_of
 from tests.support.domain_world import picture
 from tests.support.fakes import Request, searxng_search
 from tests.support.world import PAGES, TOPIC, World, search_pages
@@ -72,9 +72,6 @@ def stage_literals(source: str) -> list[tuple[int, str]]:
         if isinstance(node, ast.Tuple | ast.List | ast.Set):
             elements = list(node.elts)
         return [e for e in elements if isinstance(e, ast.Constant) and e.value in names]
-
-    def name_of(node: ast.AST) -> str:
-        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
     def is_stage(node: ast.AST) -> bool:
         return name_of(node).lower().endswith("stage")
@@ -240,15 +237,7 @@ def drive_calls(source: str) -> list[int]:
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call):
-            func = node.func
-            name = (
-                func.attr
-                if isinstance(func, ast.Attribute)
-                else func.id
-                if isinstance(func, ast.Name)
-                else ""
-            )
-            if name == "drive":
+            if name_of(node.func) == "drive":
                 found.append(node.lineno)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("run"):
             found += [node.lineno for alias in node.names if alias.name == "drive"]

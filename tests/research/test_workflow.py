@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from research import workflow
 from research.models import SubQuery, Topic
-from tests.support.code import ROOT, application_modules
+from tests.support.code import ROOT, application_modules, name_of
 
 HTMX = {"HX-Request": "true"}
 TEXTS = ["What is it?", "Where is it used?", "How was it improved?"]
@@ -205,15 +205,9 @@ def _receiver(node: ast.expr) -> ast.expr:
     return node
 
 
-def _name(node: ast.expr) -> str:
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else ""
-
-
 def _manager_of(node: ast.expr, model: str) -> bool:
     """`node` is `model.objects`."""
-    return isinstance(node, ast.Attribute) and node.attr == "objects" and _name(node.value) == model
+    return isinstance(node, ast.Attribute) and node.attr == "objects" and name_of(node.value) == model
 
 
 def _is_topic(node: ast.expr) -> bool:
@@ -224,12 +218,12 @@ def _is_topic(node: ast.expr) -> bool:
     topic held in a variable named otherwise goes unseen."""
     while isinstance(node, ast.Call):
         func = node.func
-        if "topic" in _name(func).lower() or any(_name(arg) == "Topic" for arg in node.args):
+        if "topic" in name_of(func).lower() or any(name_of(arg) == "Topic" for arg in node.args):
             return True
         if not isinstance(func, ast.Attribute):
             return False
         node = func.value  # a method on a queryset or a row: look at what it is called on
-    return _manager_of(node, "Topic") or "topic" in _name(node).lower()
+    return _manager_of(node, "Topic") or "topic" in name_of(node).lower()
 
 
 def _writes_plan_or_status(call: ast.Call) -> bool:
@@ -239,7 +233,7 @@ def _writes_plan_or_status(call: ast.Call) -> bool:
     if not isinstance(func, ast.Attribute):
         return False
     receiver = _receiver(func.value)
-    name = _name(receiver)
+    name = name_of(receiver)
     subqueries = name == "subqueries" or _manager_of(receiver, "SubQuery")
     return (
         func.attr in ("set_status", "fail")  # on any receiver

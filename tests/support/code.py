@@ -4,6 +4,7 @@ answer to "which modules are the application"."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,3 +27,10 @@ def application_modules(*packages: str) -> list[Path]:
         for path in sorted((ROOT / package).rglob("*.py"))
         if "migrations" not in path.relative_to(ROOT).parts
     ]
+
+
+def name_of(node: ast.AST | None) -> str:
+    """The name a node is spelled with: `x` of `x` and of `a.b.x`; "" for anything else."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
