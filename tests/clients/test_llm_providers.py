@@ -323,6 +323,22 @@ def test_the_window_the_server_reports(settings, routes) -> None:
         assert asyncio.run(llm.profile()).context_source == "setting"
 
 
+def test_a_limit_above_what_the_model_writes_is_lowered_once(settings) -> None:
+    too_large = {
+        "error": {
+            "message": "max_tokens is too large: 4096. This model supports at most 1024 completion tokens,"
+            " whereas you provided 4096.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "invalid_value",
+        }
+    }
+    with serve(settings) as fake:
+        fake.inject(Fault(400, body=too_large))
+        assert complete().attempts == 2
+        assert fake.requests_to(CHAT)[1].json()["max_tokens"] == 1024
+
+
 # --- cut answers, usage, time ------------------------------------------------------------------------
 
 
