@@ -513,7 +513,7 @@ async def _asked(client: httpx.AsyncClient, call: _Call, endpoint: _Endpoint) ->
         await _learn_answer(call, endpoint, answer)
         if answer.text.strip():
             return answer.completion(call)
-        if not answer.reasoning:
+        if not answer.reasoned:
             raise _Transient("The LLM returned an empty answer", kind=LLMBadAnswer)
         if call.widened:
             raise LLMBadAnswer(

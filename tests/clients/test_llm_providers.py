@@ -193,6 +193,16 @@ def test_a_think_block_the_limit_left_unclosed_is_asked_again_with_a_larger_budg
     assert result.attempts == 2 and second["max_tokens"] > first["max_tokens"]
 
 
+def test_hidden_reasoning_that_spent_the_limit_is_asked_again_with_a_larger_budget(settings) -> None:
+    """OpenAI's reasoning models send no reasoning: only the usage says where the tokens went."""
+    long_thought = Dialect(reasoning="hidden", thinking=lambda messages: "x" * 20_000)  # ~5,000 tokens
+    with serve(settings, long_thought, model="o4-mini") as fake:
+        result = complete(max_tokens=10)
+        first, second = (request.json()["max_completion_tokens"] for request in fake.requests_to(CHAT))
+    assert result.text == ANSWER and result.attempts == 2 and second > first
+    assert result.reasoning_tokens >= 5000
+
+
 def test_a_model_that_only_reasons_is_an_empty_answer_after_one_larger_budget(settings) -> None:
     endless = Dialect(reasoning="reasoning_content", thinking=lambda messages: "hmm " * 40_000)
     with serve(settings, endless) as fake:
