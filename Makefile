@@ -15,7 +15,11 @@ DEV := DEBUG=$${DEBUG-1}
 # The machine's pip configuration may list package folders that do not exist; say nothing of them.
 QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: help install run web worker migrate test lint format clean
+# Test processes side by side (pytest-xdist): `make test WORKERS=1` runs them one after another.
+WORKERS ?= auto
+XDIST := -n $(WORKERS) --dist worksteal
+
+.PHONY: help install run web worker migrate test test-e2e lint format clean
 
 help:  ## List the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 12
@@ -41,9 +45,12 @@ web: migrate  ## The web server alone (daphne)
 worker: migrate  ## The background worker alone (qcluster)
 	$(DEV) $(PY) manage.py qcluster
 
-test: install  ## The whole test suite (Redis tests skip when no redis-server can be had)
+test: install  ## The fast tier: every in-process test, in parallel (Redis tests skip without a redis-server)
+	$(DEV) $(PY) -m pytest $(XDIST) -m "not e2e"
+
+test-e2e: install  ## The slow tier: real daphne/qcluster processes, the browser, a real model server
 	scripts/ensure-chromium
-	$(DEV) $(PY) -m pytest
+	$(DEV) $(PY) -m pytest $(XDIST) -m e2e
 
 # mypy's modules still allowed errors are listed in pyproject.toml; that list only shrinks.
 lint: install  ## ruff, ruff format --check, mypy with django-stubs, and the migrations check

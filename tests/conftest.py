@@ -13,6 +13,18 @@ from django.utils import translation
 from tests.support.world import World, loopback_world
 
 
+# The slow tier (`make test-e2e`): what starts real processes (daphne, qcluster, a model server)
+# or drives the browser. `make test` runs everything else, in parallel, in a few minutes.
+E2E_FOLDERS = ("browser",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = item.path.parent.name
+        if folder in E2E_FOLDERS or item.get_closest_marker("processes") is not None:
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
     """Point the PostgreSQL channel layer at the test database pytest-django created."""
