@@ -20,9 +20,17 @@ Two figures, each against a database of its own and real processes:
    loaded. Target: loaded ≤ 2 × unloaded. This figure depends on the global limiter
    (mindsearch/clients/ratelimit.py); the JSON names the commit it was measured at.
 
+3. **Archives** (issue 26, findings 5 and 8). A 65 KB archive whose `topic.json` unpacks to
+   64 MB of `{}` is read by the worker's code (`research.archive.read_archive`) in a child
+   process: its peak resident memory over the child's idle size, its CPU time and the outcome.
+   Target: refused, under +300 MB. Then an archive with 1,500 LLM calls and events of forged stage
+   names is imported: `/metrics`' lines and the rows one sample of the figures writes, before and
+   after, and the tokens counted as spending. Target: no more lines, rows or tokens.
+
 Prints JSON; exits 1 when a target is missed.
 
     nice -n 10 .venv/bin/python bench/abuse.py [--clients 20] [--megabytes 100] [--subqueries 600]
+        [--skip-bodies] [--skip-fairness] [--skip-archives]
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ def main() -> None:
         report["bodies"] = bodies(args)
     if not args.skip_fairness:
         report["fair_share"] = fair_share(args)
+    if not args.skip_archives:
+        report["archives"] = archives()
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ok"] = all(part.get("ok", True) for part in report.values() if isinstance(part, dict))
     print_report(report, ok=report["ok"])
@@ -74,6 +84,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--llm-rps", type=float, default=2.0, help="LIMIT_AITUNNEL_RPS (its default: 2)")
     parser.add_argument("--skip-bodies", action="store_true")
     parser.add_argument("--skip-fairness", action="store_true")
+    parser.add_argument("--skip-archives", action="store_true")
     return parser.parse_args()
 
 
@@ -291,6 +302,95 @@ def fair_share(args: argparse.Namespace) -> dict[str, Any]:
         "target_ratio_at_most": 2.0,
         "rate_limiter_commit": limiter,
         "ok": ratio <= 2.0,
+    }
+
+
+# --- 3. Archives -----------------------------------------------------------------------------------
+
+READ_IN_CHILD = """
+import io, json, os, resource, sys, time
+import django
+django.setup()
+from research import archive
+content = open(sys.argv[1], "rb").read()
+idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+cpu = time.process_time()
+try:
+    archive.read_archive(io.BytesIO(content))
+    outcome = "accepted"
+except archive.ArchiveError as exc:
+    outcome = "refused: " + str(exc)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+cpu = round(time.process_time() - cpu, 2)
+print(json.dumps({"extra_rss_mb": round((peak - idle) / 1024, 1), "cpu_s": cpu, "outcome": outcome}))
+"""
+
+
+def archives() -> dict[str, Any]:
+    import io
+    import json
+    import tempfile
+    import zipfile
+
+    head = b'{"format": "mindsearch.topic", "version": 1, "run_events": ['
+    body = b"{}," * ((64 * 2**20 - 100) // 3)  # just within the 64 MB an archive may unpack to
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("topic.json", head + body + b"{}]}")
+    with tempfile.NamedTemporaryFile(suffix=".zip") as file:
+        file.write(buffer.getvalue())
+        file.flush()
+        child = subprocess.run(
+            [sys.executable, "-c", READ_IN_CHILD, file.name],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    bomb = {
+        "archive_kb": round(len(buffer.getvalue()) / 1024, 1),
+        "unpacks_to_mb": 64,
+        **json.loads(child.stdout),
+    }
+    bomb["ok"] = bomb["outcome"].startswith("refused") and bomb["extra_rss_mb"] < 300
+    metrics = forged_metrics()
+    return {"empty_objects": bomb, "forged_usage": metrics, "ok": bomb["ok"] and metrics["ok"]}
+
+
+def forged_metrics(stages: int = 1500) -> dict[str, Any]:
+    import json
+
+    from django.contrib.auth.models import User
+
+    from mindsearch import metrics
+    from research import archive, usage
+    from research.models import Topic
+
+    owner = User.objects.get_or_create(username="abuse-importer")[0]
+    donor = Topic.objects.create(owner=owner, question="forged", status=Topic.Status.COMPLETED)
+    data = json.loads(archive.dumps(archive.topic_data(donor)))
+    at = "2026-01-01T00:00:00+00:00"
+    call = {"model": "m", "prompt_tokens": 2_000_000, "created_at": at}
+    data["llm_calls"] = [{**call, "id": n, "stage": f"forged-{n}"} for n in range(stages)]
+    data["run_events"] = [
+        {"id": n, "seq": n + 1, "stage": f"forged-{n}", "message": "x", "created_at": at}
+        for n in range(stages)
+    ]
+
+    def figures() -> tuple[int, int, int]:
+        lines = len(metrics.exposition().decode().splitlines())
+        rows = sum(len(figure.samples) for figure in metrics.figures())
+        return lines, rows, usage.summarise(usage.spent_calls(None)).total_tokens
+
+    before = figures()
+    archive.import_topic(data, owner)
+    after = figures()
+    return {
+        "forged_stages": stages,
+        "metrics_lines_before_after": [before[0], after[0]],
+        "sample_rows_per_minute_before_after": [before[1], after[1]],
+        "spent_tokens_before_after": [before[2], after[2]],
+        "ok": after == before,
     }
 
 

@@ -9,6 +9,11 @@ to prometheus-client, which writes the exposition format.
 /metrics answers only with `Authorization: Bearer <METRICS_TOKEN>`; without METRICS_TOKEN set
 it is off (404). Every worker's watcher records a sample of each figure once a minute (one
 worker does it, whichever comes first), kept METRICS_HISTORY_DAYS, for the admin desk's charts.
+
+The figures describe this service's own work: rows an imported archive brought along (LLM calls
+marked `imported`, the run events of a topic with `archive_bytes`) are another run's record and
+stay out, so an archive can neither inflate the counts nor add a label (a series) per forged
+stage name; the labels are the stages the code writes.
 """
 
 from __future__ import annotations
@@ -72,8 +77,10 @@ def _topics() -> Figure:
 STAGE_SPANS = """
 SELECT stage, count(*), coalesce(sum(extract(epoch FROM last - first)), 0)
 FROM (
-    SELECT topic_id, stage, min(created_at) AS first, max(created_at) AS last
-    FROM research_runevent WHERE stage <> '' GROUP BY topic_id, stage
+    SELECT event.topic_id, event.stage, min(event.created_at) AS first, max(event.created_at) AS last
+    FROM research_runevent AS event JOIN research_topic AS topic ON topic.id = event.topic_id
+    WHERE event.stage <> '' AND topic.archive_bytes = 0
+    GROUP BY event.topic_id, event.stage
 ) AS spans
 GROUP BY stage
 """
@@ -98,7 +105,7 @@ def _llm_calls() -> list[Figure]:
     failures = Figure("mindsearch_llm_failures", "LLM calls that failed.", "counter", ("stage",))
     tokens = Figure("mindsearch_llm_tokens", "LLM tokens used.", "counter", ("stage", "direction"))
     rows = (
-        LLMCall.objects.filter(cache_hit=False)
+        LLMCall.objects.filter(cache_hit=False, imported=False)
         .values("stage")
         .annotate(
             n=Count("id"),

@@ -200,6 +200,15 @@ Q_CLUSTER = {
     "ack_failures": True,
     "label": "Background tasks",
 }
+# The fair queue (mindsearch/fairq.py): heavy jobs (indexing a document, importing an archive,
+# answering follow-ups) run at most FAIR_QUEUE_PER_USER at a time for one account, and all
+# together on at most FAIR_QUEUE_HEAVY_WORKERS workers (default: all but one), so research
+# always has a worker; a job past its caps waits in the queue, looked at again after a pause.
+FAIR_QUEUE_PER_USER = max(1, env_int("FAIR_QUEUE_PER_USER", 1))
+FAIR_QUEUE_HEAVY_WORKERS = max(1, env_int("FAIR_QUEUE_HEAVY_WORKERS", Q_CLUSTER["workers"] - 1))
+FAIR_QUEUE_RETRY_SECONDS = env_float("FAIR_QUEUE_RETRY_SECONDS", 2.0)
+# Topic archives one account may have waiting or being imported at once.
+IMPORT_MAX_PENDING = env_int("IMPORT_MAX_PENDING", 2)
 
 # --- Accounts --------------------------------------------------------------------------------
 LOGIN_URL = "login"
@@ -391,6 +400,8 @@ UPLOAD_MAX_FILES = env_int("UPLOAD_MAX_FILES", 20)
 UPLOAD_MAX_DOCUMENTS = env_int("UPLOAD_MAX_DOCUMENTS", 500)
 # All of one user's files together (0 = no limit); the documents page shows the use.
 UPLOAD_MAX_STORAGE_BYTES = env_int("UPLOAD_MAX_STORAGE_BYTES", 1024 * 1024 * 1024)
+# How many times one document is indexed (its first run and the user's "index again") at most.
+UPLOAD_MAX_INDEX_ATTEMPTS = env_int("UPLOAD_MAX_INDEX_ATTEMPTS", 3)
 # Files above this size stream to a temporary file, not memory (Django's default, spelled out).
 # DATA_UPLOAD_MAX_MEMORY_SIZE counts form fields only, never file contents, so it stays as it is.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440

@@ -110,6 +110,13 @@ class Topic(models.Model):
     )
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     last_event_seq = models.PositiveIntegerField(default=0)
+    archive_bytes = models.PositiveBigIntegerField(
+        default=0,
+        help_text=_(
+            "What the archive this topic was imported from unpacked to (0: researched here);"
+            " it counts against the owner's storage, and its rows stay out of the service figures."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)

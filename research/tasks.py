@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from mindsearch import lifecycle
+from mindsearch import fairq, lifecycle
 from research.models import FollowUp, Topic
 from research.pipeline import cache
 from research.pipeline.followup import answer_pending
@@ -93,7 +93,7 @@ def hand_back_followups(topic_id: int) -> None:
         )
     first = FollowUp.objects.filter(topic_id=topic_id).pending().order_by("position").first()
     if moved and first is not None:
-        async_task("research.tasks.followup", first.pk, task_name=f"hand back follow-up {first.pk}")
+        _queue_followup(first.pk, f"hand back follow-up {first.pk}")
         log.info("worker stopping: follow-ups of topic %s handed back to the queue", topic_id)
 
 
@@ -104,9 +104,13 @@ def followup_heartbeat(topic_id: int) -> AbstractContextManager[None]:
 
 
 def enqueue_followup(followup: FollowUp) -> None:
-    transaction.on_commit(
-        lambda: async_task("research.tasks.followup", followup.pk, task_name=f"follow-up {followup.pk}")
-    )
+    transaction.on_commit(lambda: _queue_followup(followup.pk, f"follow-up {followup.pk}"))
+
+
+def _queue_followup(followup_id: int, name: str) -> None:
+    """Follow-ups go through the fair queue: one account answers one at a time (mindsearch/fairq.py)."""
+    owner_id = FollowUp.objects.filter(pk=followup_id).values_list("topic__owner_id", flat=True).first()
+    fairq.submit(fairq.FOLLOWUPS, owner_id, "research.tasks.followup", followup_id, task_name=name)
 
 
 def resume_stalled_followups() -> list[int]:
@@ -122,7 +126,7 @@ def resume_stalled_followups() -> list[int]:
         if not again.update(status=FollowUp.Status.QUEUED, heartbeat_at=None):
             continue
         log.warning("resuming follow-up %s of topic %s", row.pk, row.topic_id)
-        async_task("research.tasks.followup", row.pk, task_name=f"resume follow-up {row.pk}")
+        _queue_followup(row.pk, f"resume follow-up {row.pk}")
         resumed.append(row.pk)
     return resumed
 

@@ -38,7 +38,11 @@ def topic_import(request: HttpRequest) -> HttpResponse:
         limit = archive.MAX_ARCHIVE_BYTES // 2**20
         messages.error(request, _("The archive is larger than %(mb)d MB.") % {"mb": limit})
         return redirect("home")
-    job_id = imports.start(upload, request.user)
+    try:
+        job_id = imports.start(upload, request.user)
+    except archive.ArchiveError as refused:
+        messages.error(request, _("Nothing was imported: %(reason)s") % {"reason": refused})
+        return redirect("home")
     return redirect("topic_import_status", job_id=job_id)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from retrieval.chunking import HEADING, ChunkSpan, chunk, language_of
@@ -29,6 +30,7 @@ def ingest(upload_id: int) -> None:
     upload = UploadedDocument.objects.filter(pk=upload_id).first()
     if upload is None:  # deleted while it waited in the queue
         return
+    UploadedDocument.objects.filter(pk=upload_id).update(index_attempts=F("index_attempts") + 1)
     try:
         set_status(upload, UploadedDocument.Status.PARSING)
         parsed = parse(_read(upload), filename=upload.original_name)

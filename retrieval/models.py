@@ -73,6 +73,10 @@ class UploadedDocument(models.Model):
     error = models.TextField(blank=True, default="")
     page_count = models.PositiveIntegerField(null=True, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
+    index_attempts = models.PositiveSmallIntegerField(
+        default=0,
+        help_text=_("Indexing runs started for this file; a failed one is queued again only so often."),
+    )
     published_at = models.DateField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

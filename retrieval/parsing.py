@@ -38,6 +38,10 @@ TITLE_MAX_CHARS = 200
 # OCR runs in a child of its own with this much time per scanned page, for at most so many pages.
 OCR_SECONDS_PER_PAGE = 30.0
 OCR_MAX_PAGES = 100
+# ...and at most this much for one file: reading it (DEFAULT_TIMEOUT_SECONDS), its OCR and its
+# embedding must end inside the worker's task timeout (Q_CLUSTER["timeout"], 1,800 s), or the
+# task is killed and handed out again; 100 pages at 30 s each (3,000 s) never could.
+OCR_MAX_SECONDS_PER_FILE = 1200.0
 OCR_HINT = (
     "OCR is not installed on this server: its administrator can add it with"
     " scripts/ensure-tesseract (Debian packages tesseract-ocr, tesseract-ocr-rus and"
@@ -95,14 +99,18 @@ def parse(
     answer = _run_child([kind], data, timeout)
     if "ocr" in answer:
         pages: list[int] = answer["ocr"]
-        ocr_timeout = OCR_SECONDS_PER_PAGE * len(pages)
         ocr_answer = _run_child(
-            ["ocr", json.dumps(pages)], data, ocr_timeout, what="OCR of the scanned pages"
+            ["ocr", json.dumps(pages)], data, ocr_timeout(len(pages)), what="OCR of the scanned pages"
         )
         answer = _pdf_answer(answer["texts"], dict(zip(pages, ocr_answer["texts"], strict=True)), answer)
     pages_list = [tuple(page) for page in answer["pages"]]
     title = answer["title"] or _title_from_name(filename)
     return ParsedDocument(answer["text"], pages_list, title)  # type: ignore[arg-type]
+
+
+def ocr_timeout(pages: int) -> float:
+    """The OCR child's time for so many scanned pages: per page, within the file's budget."""
+    return min(OCR_SECONDS_PER_PAGE * pages, OCR_MAX_SECONDS_PER_FILE)
 
 
 def signature_kind(data: bytes) -> str:

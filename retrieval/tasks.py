@@ -1,10 +1,11 @@
-"""Background tasks (django-q2). They take ids, never model instances."""
+"""Background tasks (django-q2). They take ids, never model instances. Indexing is a heavy job
+of the fair queue (mindsearch/fairq.py): one account's files never take every worker."""
 
 from __future__ import annotations
 
 from django.db import transaction
-from django_q.tasks import async_task
 
+from mindsearch import fairq
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 
@@ -15,7 +16,11 @@ def ingest_document(upload_id: int) -> None:
 
 def enqueue_ingest(upload: UploadedDocument) -> None:
     transaction.on_commit(
-        lambda: async_task(
-            "retrieval.tasks.ingest_document", upload.pk, task_name=f"index upload {upload.pk}"
+        lambda: fairq.submit(
+            fairq.FILES,
+            upload.owner_id,
+            "retrieval.tasks.ingest_document",
+            upload.pk,
+            task_name=f"index upload {upload.pk}",
         )
     )

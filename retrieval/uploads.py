@@ -79,7 +79,14 @@ def delete_document(document: UploadedDocument) -> None:
 
 
 def index_again(document: UploadedDocument) -> None:
-    """Queue another indexing attempt for a document that failed (e.g. the model was missing)."""
+    """Queue another indexing attempt for a document that failed (e.g. the model was missing);
+    UploadRejected once it was indexed UPLOAD_MAX_INDEX_ATTEMPTS times (a file that fails the
+    same way each time would cost a worker its parse budget again and again)."""
+    if document.index_attempts >= settings.UPLOAD_MAX_INDEX_ATTEMPTS:
+        raise UploadRejected(
+            _("%(name)s was indexed %(n)d times without success; upload a different file.")
+            % {"name": document.original_name, "n": document.index_attempts}
+        )
     with transaction.atomic():
         document.queue_again()
         tasks.enqueue_ingest(document)

@@ -207,8 +207,14 @@ def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
 def document_retry(request: HttpRequest, document_id: int) -> HttpResponse:
     document = _document(request, document_id)
     if document.status == UploadedDocument.Status.FAILED:
-        uploads.index_again(document)
-        messages.info(request, _("%(name)s is queued for indexing again.") % {"name": document.original_name})
+        try:
+            uploads.index_again(document)
+        except uploads.UploadRejected as refused:
+            messages.error(request, refused.message)
+        else:
+            messages.info(
+                request, _("%(name)s is queued for indexing again.") % {"name": document.original_name}
+            )
     return redirect("document_detail", document_id=document.pk)
 
 

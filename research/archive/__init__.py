@@ -19,14 +19,25 @@ from collections.abc import Callable
 from datetime import date
 from typing import IO, Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, models, transaction
+from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from research import export
-from research.archive import citations, followups, image
-from research.archive.checks import REPORT_FIELDS, TABLES, TOPIC_FIELDS, ArchiveError, Checked, Table, check
+from research.archive import citations, followups, image, shape
+from research.archive.checks import (
+    REPORT_FIELDS,
+    ROW_LIMITS,
+    TABLES,
+    TOPIC_FIELDS,
+    ArchiveError,
+    Checked,
+    Table,
+    check,
+)
 from research.models import LLMCall, Report, RunEvent, Topic
 
 log = logging.getLogger(__name__)
@@ -41,6 +52,7 @@ MAX_ARCHIVE_BYTES = 32 * 1024 * 1024
 MAX_JSON_BYTES = 64 * 1024 * 1024
 # The two files of an archive take about 150 bytes of zip directory.
 MAX_DIRECTORY_BYTES = 4096
+BLOCK_BYTES = 1024 * 1024
 END_SIGNATURE, END_RECORD, ZIP64_LOCATOR = b"PK\x05\x06", 22, b"PK\x06\x07"
 
 
@@ -95,20 +107,27 @@ def filename(topic: Topic) -> str:
 # --- Reading an archive ----------------------------------------------------------------------------
 
 
-def read_archive(upload: IO[bytes]) -> dict[str, Any]:
+def read_archive(upload: IO[bytes], room: int | None = None) -> dict[str, Any]:
+    return read_archive_sized(upload, room)[0]
+
+
+def read_archive_sized(upload: IO[bytes], room: int | None = None) -> tuple[dict[str, Any], int]:
     """The archive's `topic.json`, parsed; anything but a well-formed archive of this format and
-    version is an ArchiveError. Nothing is extracted to disk: names are only compared."""
+    version is an ArchiveError. Nothing is extracted to disk: names are only compared. The JSON
+    is inflated block by block and its shape counted as it comes (`shape.Shape`), and it may
+    unpack to at most `room` bytes (what its owner may still store; None: no limit), so nothing
+    is parsed that would not be imported."""
     if _directory_size(upload) > MAX_DIRECTORY_BYTES:
         raise ArchiveError(_("The archive lists more files than a topic archive holds."))
     try:
         with zipfile.ZipFile(upload) as archive:
-            raw = _read_member(archive)
+            raw = _read_member(archive, room)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
         log.info("unreadable topic archive: %s", exc)
         raise ArchiveError(_("This is not a readable zip archive.")) from None
     except (RuntimeError, NotImplementedError):  # encrypted, or an unsupported compression
         raise ArchiveError(_("The archive is encrypted or compressed in an unsupported way.")) from None
-    return parse(raw)
+    return parse(raw), len(raw)
 
 
 def _directory_size(upload: IO[bytes]) -> int:
@@ -130,7 +149,7 @@ def _directory_size(upload: IO[bytes]) -> int:
     return int.from_bytes(tail[at + 12 : at + 16], "little")
 
 
-def _read_member(archive: zipfile.ZipFile) -> bytes:
+def _read_member(archive: zipfile.ZipFile, room: int | None) -> bytearray:
     names = [info.filename for info in archive.infolist()]
     unexpected = [name for name in names if name not in (JSON_NAME, REPORT_NAME)]
     if unexpected:
@@ -146,19 +165,32 @@ def _read_member(archive: zipfile.ZipFile) -> bytes:
     info = archive.getinfo(JSON_NAME)
     if info.file_size > MAX_JSON_BYTES:
         raise ArchiveError(_too_big())
+    if room is not None and info.file_size > room:
+        raise ArchiveError(_over_quota(info.file_size, room))
+    counted = shape.Shape({**ROW_LIMITS, followups.KEY: settings.RESEARCH_MAX_FOLLOWUPS}, shape.OTHER_ROWS)
+    raw = bytearray()
     with archive.open(info) as member:
         # zipfile stops at the declared size, so a member lying about it cannot inflate further.
-        raw = member.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise ArchiveError(_too_big())
+        while block := member.read(BLOCK_BYTES):
+            raw += block
+            if len(raw) > MAX_JSON_BYTES:
+                raise ArchiveError(_too_big())
+            if room is not None and len(raw) > room:
+                raise ArchiveError(_over_quota(len(raw), room))
+            counted.feed(block)
     return raw
+
+
+def _over_quota(size: int, room: int) -> str:
+    message = _("The archive unpacks to %(size)s, more than the %(room)s your account may still store.")
+    return message % {"size": filesizeformat(size), "room": filesizeformat(max(0, room))}
 
 
 def _too_big() -> str:
     return _("The archive unpacks to more than %(mb)d MB.") % {"mb": MAX_JSON_BYTES // 2**20}
 
 
-def parse(raw: bytes) -> dict[str, Any]:
+def parse(raw: bytes | bytearray) -> dict[str, Any]:
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -179,15 +211,19 @@ def _refuse_constant(name: str) -> None:
 
 
 def import_archive(upload: IO[bytes], owner: AbstractBaseUser) -> Topic:
-    return import_topic(read_archive(upload), owner)
+    data, size = read_archive_sized(upload)
+    return import_topic(data, owner, archive_bytes=size)
 
 
 Progress = Callable[[int, int], None]
 
 
-def import_topic(data: dict[str, Any], owner: AbstractBaseUser, progress: Progress | None = None) -> Topic:
+def import_topic(
+    data: dict[str, Any], owner: AbstractBaseUser, progress: Progress | None = None, archive_bytes: int = 1
+) -> Topic:
     """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved.
-    `progress(done, total)` hears of the rows saved so far (the import job's page shows it)."""
+    `progress(done, total)` hears of the rows saved so far (the import job's page shows it);
+    `archive_bytes`, what the archive unpacked to, is kept on the topic (never 0: it is imported)."""
     checked = check(data)
     verdicts = citations.check(data, checked.report)
     tables = checked.tables
@@ -195,6 +231,7 @@ def import_topic(data: dict[str, Any], owner: AbstractBaseUser, progress: Progre
     picture = image.check(data)
     try:
         with transaction.atomic():
+            checked.topic["archive_bytes"] = max(1, archive_bytes)
             topic = _create(checked, owner, verdicts, progress or (lambda done, total: None))
             followups.create(topic, thread, checked.new_ids)
             image.create(topic, picture)

@@ -43,6 +43,30 @@ MAX_EVENTS = 20_000
 MAX_EVENT_MESSAGE_CHARS = 10_000
 MAX_EVENT_DATA_BYTES = 64 * 1024
 MAX_REPORT_CHARS = 2_000_000
+# The rows of each kind one run writes at most, with room to spare (20 sub-queries a round, five
+# rounds, a few searches each); the archive's shape is held to them before it is parsed
+# (research/archive/shape.py) and its rows again here.
+ROW_LIMITS = {
+    "subqueries": 1_000,
+    "search_queries": 5_000,
+    "hits": 20_000,
+    "hit_scores": 20_000,
+    "documents": 5_000,
+    "summaries": 5_000,
+    "summary_scores": 5_000,
+    "rounds": 100,
+    "run_events": MAX_EVENTS,
+    "llm_calls": 10_000,
+    "citations": 20_000,
+}
+# An imported LLM call is a record, never spending (research/usage.py), but what it says stays
+# within what one call can be: the largest context windows hold a few million tokens.
+LLM_CALL_LIMITS = {
+    "prompt_tokens": 2_000_000,
+    "completion_tokens": 2_000_000,
+    "latency_ms": 3_600_000,
+    "attempts": 20,
+}
 WEB_SCHEMES = ("http://", "https://")
 
 
@@ -208,10 +232,12 @@ def check(data: dict[str, Any]) -> Checked:
     events = data.get("run_events")
     if isinstance(events, list) and len(events) > MAX_EVENTS:
         raise ArchiveError(_("The archive holds more than %(n)d run events.") % {"n": MAX_EVENTS})
+    _check_row_counts(data)
     tables: dict[str, list[dict[str, Any]]] = {}
     for table in TABLES:
         tables[table.name] = _check_table(table, data.get(table.name, []), tables)
     _check_like_live_data(tables)
+    _check_llm_calls(tables["llm_calls"])
     _check_plan_size(tables["subqueries"])
     report = None
     if data.get("report") is not None:
@@ -264,6 +290,22 @@ def _check_like_live_data(tables: dict[str, list[dict[str, Any]]]) -> None:
         if len(row["message"]) > MAX_EVENT_MESSAGE_CHARS or not _event_data_ok(row["data"]):
             message = _("In the archive, %(row)s is not a progress line MindSearch writes.")
             raise ArchiveError(message % {"row": where})
+
+
+def _check_row_counts(data: dict[str, Any]) -> None:
+    for name, limit in ROW_LIMITS.items():
+        rows = data.get(name)
+        if isinstance(rows, list) and len(rows) > limit:
+            message = _("The archive holds more than %(n)d rows of %(table)s.")
+            raise ArchiveError(message % {"n": limit, "table": name})
+
+
+def _check_llm_calls(calls: list[dict[str, Any]]) -> None:
+    for index, row in enumerate(calls):
+        for name, limit in LLM_CALL_LIMITS.items():
+            if row[name] > limit:
+                message = _("In the archive, %(row)s has a missing or invalid %(field)s.")
+                raise ArchiveError(message % {"row": f"llm_calls[{index}]", "field": name})
 
 
 def _check_plan_size(subqueries: list[dict[str, Any]]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from research.archive.checks import MAX_ROWS, ArchiveError, check_row, report_rows
+from research.archive.checks import ROW_LIMITS, ArchiveError, check_row, report_rows
 from research.models import Citation, Report, Topic
 from research.pipeline import citecheck
 
@@ -27,7 +27,7 @@ def check(data: dict[str, Any], report: dict[str, Any] | None) -> list[dict[str,
         KEY,
         report,
         orphaned=_("The archive holds citation checks but no report."),
-        limit=MAX_ROWS,
+        limit=ROW_LIMITS[KEY],
         too_many=_("The archive holds more than %(n)d rows."),
     )
     source_count = len(report["sources"]) if report else 0

@@ -134,7 +134,10 @@ def test_enqueue_waits_for_the_commit(alice, django_capture_on_commit_callbacks)
         enqueue_ingest(document)
         assert not OrmQ.objects.exists()
     [task] = OrmQ.objects.all()
-    assert (task.func(), task.args()) == ("retrieval.tasks.ingest_document", (document.pk,))
+    assert (task.func(), task.args()) == (
+        "mindsearch.fairq.run",
+        ("files", alice.pk, "retrieval.tasks.ingest_document", document.pk),
+    )
 
 
 def test_an_upload_deleted_before_its_turn_is_skipped(alice):

@@ -50,7 +50,9 @@ def rejection(owner, name: str, data: bytes) -> str:
 
 
 def queued_ids() -> list[int]:
-    return [task.args()[0] for task in OrmQ.objects.all() if task.func() == "retrieval.tasks.ingest_document"]
+    # Indexing goes through the fair queue: mindsearch.fairq.run("files", owner, func, id).
+    tasks = [task.args() for task in OrmQ.objects.all() if task.func() == "mindsearch.fairq.run"]
+    return [args[3] for args in tasks if args[2] == "retrieval.tasks.ingest_document"]
 
 
 # --- Accepted ----------------------------------------------------------------------------------------
