@@ -35,7 +35,7 @@ def hostile_files() -> dict[str, tuple[bytes, str]]:
         "photo.pdf": (PNG, "is not a PDF, DOCX, Markdown, text or HTML file"),
         "login.docx": (b"<!doctype html><html><body>Sign in</body></html>", "named like a DOCX file"),
         "report.pdf": (b"<html><body><p>Not a PDF at all</p></body></html>", "content is an HTML page"),
-        "bomb.docx": (bomb, "too large when unpacked (zip bomb?)"),
+        "bomb.docx": (bomb, "unpacks to more than 100 times its size (a zip bomb?)"),
     }
 
 
