@@ -213,10 +213,12 @@ def _child_answer(data: bytes, kind: str) -> dict[str, Any]:
 def _read_pdf(data: bytes, *, ocr: bool) -> dict[str, Any]:
     """The PDF's answer; with scanned or unreadable pages and OCR installed, either their OCR
     done here (`ocr`) or a request for it ("ocr": page indices) that the parent runs apart."""
-    from retrieval.readers import pdf
+    from retrieval.readers import pdf, pdfstreams
 
     try:
         read = pdf.read(data)
+    except pdfstreams.StreamTooLarge as error:
+        raise ParseError(f"{error} (a compression bomb?)") from None
     except pdf.PdfUnreadable as error:
         if error.password:
             raise ParseError("the PDF is password-protected") from None

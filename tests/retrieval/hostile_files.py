@@ -96,3 +96,34 @@ def _relationship(rid: bytes) -> bytes:
         b'<Relationship Id="rId' + rid + b'" Target="media/image' + rid + b'.png" Type="http://schemas.'
         b'openxmlformats.org/officeDocument/2006/relationships/image"/>'
     )
+
+
+def pdf_bomb(inflated_mib: int = 600) -> bytes:
+    """A one-page PDF whose FlateDecode content stream shows a line of text, then inflates to
+    `inflated_mib` of spaces: the PDF compression bomb that reached 1.5 GB in the parser."""
+    text = b"BT /F1 12 Tf 72 720 Td (Quokkas) Tj ET\n"
+    stream = deflated_zlib([text, *(b" " * MIB for _ in range(inflated_mib))])
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(stream), stream),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def deflated_zlib(pieces: Iterable[bytes]) -> bytes:
+    """A zlib stream (with its header and checksum, as PDF's FlateDecode has it)."""
+    packer = zlib.compressobj(9)
+    return b"".join(packer.compress(piece) for piece in pieces) + packer.flush()
