@@ -55,7 +55,9 @@ def run_capped(setup: str, call: str) -> subprocess.CompletedProcess[str]:
         from retrieval.chunking import SENTENCE_END
         from retrieval.readers import text
         {setup}
-        resource.setrlimit(resource.RLIMIT_CPU, ({CPU_SECONDS}, {CPU_SECONDS}))
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cap = int(usage.ru_utime + usage.ru_stime) + 1 + {CPU_SECONDS}  # counted from the start
+        resource.setrlimit(resource.RLIMIT_CPU, (cap, cap))
         {call}
         print("done")
     """)
