@@ -35,9 +35,9 @@ def start() -> None:
     _Budget.inflated, _Budget.exceeded = 0, ""
     from pdfminer import pdftypes
 
-    pdftypes.zlib = CAPPED_ZLIB  # type: ignore[attr-defined]
-    pdftypes.lzwdecode = _lzwdecode  # type: ignore[attr-defined]
-    pdftypes.rldecode = _rldecode  # type: ignore[attr-defined]
+    pdftypes.zlib = CAPPED_ZLIB  # type: ignore[assignment]
+    pdftypes.lzwdecode = _lzwdecode
+    pdftypes.rldecode = _rldecode
 
 
 def check() -> None:
