@@ -10,6 +10,8 @@ checked to answer as the old patterns did on ordinary input.
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
 import subprocess
@@ -79,6 +81,65 @@ def test_the_cpu_cap_stops_the_old_pattern() -> None:
     call = "list(re.compile(rb'[^\\n]*[\\x80-\\xff][^\\n]*').finditer(data))"
     completed = run_capped(setup, call)
     assert completed.returncode != 0 and "done" not in completed.stdout
+
+
+# Every module-level pattern of the modules that read a user's file or text, on long runs of
+# each building block (a letter, a space, a dot, a comment, a glyph code, a byte above 127…)
+# and a tail that fails: linear patterns take milliseconds, a backtracking one seconds.
+SWEPT_MODULES = [
+    "retrieval.readers.text",
+    "retrieval.readers.pdf",
+    "retrieval.readers.quality",
+    "retrieval.readers.docx",
+    "retrieval.parsing",
+    "retrieval.chunking",
+    "retrieval.highlight",
+    "mindsearch.inputs",
+]
+SWEEP = """
+import importlib, json, re, resource, sys, time
+import django
+django.setup()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cap = int(usage.ru_utime + usage.ru_stime) + 90  # a backtracking pattern is killed, not waited for
+resource.setrlimit(resource.RLIMIT_CPU, (cap, cap))
+BLOCKS = ["a", " ", ".", "-", "\\n", "#", "# ", "<!--a-->", "a-\\n", "gid1", "/g1", "(cid:1)",
+          "{\\\\deleted ", "1 ", "\\xe9", "a\\xe9", "</p ", "\\t", "<?xml ", "\\n \\n", "page 1 ", "\\u4e00 "]
+worst = {}
+for name in sys.argv[1:]:
+    for attr, pattern in vars(importlib.import_module(name)).items():
+        if not isinstance(pattern, re.Pattern):
+            continue
+        for block in BLOCKS:
+            text = block * (50_000 // len(block)) + "\\x00x"
+            subject = text.encode("latin-1", "replace") if isinstance(pattern.pattern, bytes) else text
+            started = time.process_time()
+            list(pattern.finditer(subject))
+            pattern.match(subject)
+            spent = time.process_time() - started
+            key = f"{name}.{attr}"
+            worst[key] = max(worst.get(key, 0.0), spent)
+print(json.dumps(worst))
+"""
+MAX_PATTERN_CPU_SECONDS = 1.5
+
+
+def test_every_pattern_in_the_upload_path_is_linear_on_runs_of_any_character() -> None:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mindsearch.settings"}
+    completed = subprocess.run(
+        [sys.executable, "-c", SWEEP, *SWEPT_MODULES],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+    )
+    assert completed.returncode == 0, completed.stderr[-1000:]
+    worst = json.loads(completed.stdout)
+    assert len(worst) > 20  # the sweep found the patterns
+    slow = {name: round(spent, 2) for name, spent in worst.items() if spent > MAX_PATTERN_CPU_SECONDS}
+    assert slow == {}
 
 
 def random_bytes(rng: random.Random) -> bytes:
