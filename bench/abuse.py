@@ -27,10 +27,21 @@ Two figures, each against a database of its own and real processes:
    names is imported: `/metrics`' lines and the rows one sample of the figures writes, before and
    after, and the tokens counted as spending. Target: no more lines, rows or tokens.
 
+4. **Hostile files** (issue 26). The same daphne; one user sends, one at a time, the files the
+   probe found: a 200 KB line without a byte above 127 that ends in one (the backtracking
+   regular expression), the 800 KB DOCX whose `[Content_Types].xml` declares 1 KB and inflates
+   to 800 MiB, the 10 MB DOCX whose `_rels/.rels` unpacks to 187 MB, a PDF whose content stream
+   inflates to 600 MiB (the web only sniffs it; the worker's parser refuses it) and a 16 MP
+   progressive JPEG of 6,000 scans as a topic's picture. For each: its answer, daphne's extra
+   resident memory (sampled every 20 ms), daphne's CPU for the request, and `/healthz`'s slowest
+   answer meanwhile (asked every 50 ms). Targets: under +100 MB, under 1 s of CPU, `/healthz`
+   under 100 ms.
+
 Prints JSON; exits 1 when a target is missed.
 
     nice -n 10 .venv/bin/python bench/abuse.py [--clients 20] [--megabytes 100] [--subqueries 600]
-        [--skip-bodies] [--skip-fairness] [--skip-archives]
+        [--skip-bodies] [--skip-fairness] [--skip-archives] [--skip-files]
+    nice -n 10 .venv/bin/python bench/abuse.py --skip-bodies --skip-fairness --skip-archives  # files only
 """
 
 from __future__ import annotations
@@ -71,6 +82,8 @@ def main() -> None:
         report["fair_share"] = fair_share(args)
     if not args.skip_archives:
         report["archives"] = archives()
+    if not args.skip_files:
+        report["hostile_files"] = hostile_files()
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ok"] = all(part.get("ok", True) for part in report.values() if isinstance(part, dict))
     print_report(report, ok=report["ok"])
@@ -85,6 +98,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--skip-bodies", action="store_true")
     parser.add_argument("--skip-fairness", action="store_true")
     parser.add_argument("--skip-archives", action="store_true")
+    parser.add_argument("--skip-files", action="store_true")
     return parser.parse_args()
 
 
@@ -231,6 +245,130 @@ def send_body(port: int, n: int, size: int) -> dict[str, Any]:
             pass
     status = answer[9:12].decode("latin-1") if answer.startswith(b"HTTP/1.1 ") else "none"
     return {"status": status, "sent": sent}
+
+
+# --- 3. Hostile files ------------------------------------------------------------------------------
+
+FILE_TARGETS = {"rss_growth_mb_under": 100, "cpu_s_under": 1.0, "healthz_max_ms_under": 100}
+
+
+def hostile_files() -> dict[str, Any]:
+    import base64
+
+    import psutil
+    from django.contrib.auth.models import User
+
+    from mindsearch.models import ApiToken
+    from tests.research.test_image_budgets import many_scans
+    from tests.retrieval.hostile_files import content_types_bomb, pdf_bomb, relationships_bomb
+
+    owner = User.objects.get_or_create(username="abuse-files")[0]
+    _row, token = ApiToken.issue(owner, "bench")
+    cases = {
+        "long_line_regex": ("/api/documents", ("notes.txt", b"a" * 200_000 + b" caf\xe9\n")),
+        "docx_content_types_800mib": ("/api/documents", ("report.docx", content_types_bomb())),
+        "docx_rels_187mb": ("/api/documents", ("rels.docx", relationships_bomb())),
+        "pdf_stream_600mib": ("/api/documents", ("bomb.pdf", pdf_bomb())),
+        "jpeg_6000_scans": ("/api/topics", base64.b64encode(many_scans()).decode()),
+    }
+    results: dict[str, Any] = {}
+    with daphne(production_env()) as (port, proc):
+        process = psutil.Process(proc.pid)
+        for _ in range(5):
+            get_page(port)
+        # Warm: the first upload and the first picture load their parsers' modules.
+        warm = "Первая загрузка. Café.\n".encode("cp1251", "replace")
+        _send(port, token, "/api/documents", ("warm.txt", warm))
+        _send(port, token, "/api/topics", base64.b64encode(many_scans(copies=1, size=(64, 64))).decode())
+        for name, (path, body) in cases.items():
+            results[name] = _one_file(port, process, token, path, body)
+    ok = all(result["ok"] for result in results.values())
+    return {**results, "targets": FILE_TARGETS, "ok": ok}
+
+
+def _one_file(port: int, process: Any, token: str, path: str, body: Any) -> dict[str, Any]:
+    idle = process.memory_info().rss
+    peak, latencies = [idle], []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.02)
+
+    def health() -> None:
+        while not stop.is_set():
+            latencies.append(_timed_get(port, "/healthz"))
+            time.sleep(0.05)
+
+    watchers = [threading.Thread(target=sample, daemon=True), threading.Thread(target=health, daemon=True)]
+    for thread in watchers:
+        thread.start()
+    time.sleep(0.3)
+    cpu_before = sum(process.cpu_times()[:2])
+    status, detail = _send(port, token, path, body)
+    cpu = sum(process.cpu_times()[:2]) - cpu_before
+    time.sleep(0.3)
+    stop.set()
+    for thread in watchers:
+        thread.join()
+    grown = (peak[0] - idle) / 2**20
+    worst = max(latencies) if latencies else float("inf")
+    return {
+        "status": status,
+        "detail": detail[:160],
+        "daphne_rss_growth_mb": round(grown, 1),
+        "daphne_cpu_s": round(cpu, 3),
+        "healthz_max_ms": round(worst * 1000, 1),
+        "healthz_probes": len(latencies),
+        "ok": grown < FILE_TARGETS["rss_growth_mb_under"]
+        and cpu < FILE_TARGETS["cpu_s_under"]
+        and worst * 1000 < FILE_TARGETS["healthz_max_ms_under"],
+    }
+
+
+def _timed_get(port: int, path: str) -> float:
+    import http.client
+
+    started = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", path)
+        conn.getresponse().read()
+        return time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def _send(port: int, token: str, path: str, body: Any) -> tuple[int, str]:
+    """A document as multipart (name, bytes), or a topic with its picture (base64) as JSON."""
+    import http.client
+    import json
+
+    headers = {"Authorization": f"Bearer {token}", "Host": "127.0.0.1"}
+    if isinstance(body, tuple):
+        boundary = secrets.token_hex(16)
+        name, data = body
+        payload = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+                f"Content-Type: application/octet-stream\r\n\r\n"
+            ).encode()
+            + data
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
+    else:
+        question = {"question": "What is in this picture?", "sources": "web", "mode": "quick"}
+        payload = json.dumps({**question, "image": body}).encode()
+        headers["Content-Type"] = "application/json"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        conn.request("POST", path, body=payload, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
 
 
 # --- 2. Fair share ---------------------------------------------------------------------------------

@@ -316,6 +316,7 @@ def create_topic(request: HttpRequest, payload: TopicIn) -> Status:
         raise form_invalid(form)
     image = None
     if payload.image:
+        workflow.check_can_start(request.auth)  # before the picture is decoded; again under the lock
         try:
             image = images.prepare(images.decode_base64(payload.image))
         except images.ImageRejected as rejected:

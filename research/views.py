@@ -84,6 +84,16 @@ def blank_form_fields() -> SafeString:
 
 @require_POST
 def topic_create(request: HttpRequest) -> HttpResponse:
+    if request.FILES.get("image"):
+        # The cheap limit first: a picture is decoded only for a topic that may start (the
+        # workflow checks again under its lock).
+        try:
+            workflow.check_can_start(_signed_in(request))
+        except workflow.OverLimit as over:
+            form = TopicForm(request.POST)
+            form.is_valid()
+            form.add_error(None, over.message)
+            return _topic_list_with_form(request, form, status=429)
     form = TopicForm(request.POST, request.FILES)
     if not form.is_valid():
         return _topic_list_with_form(request, form, status=400)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 HEADING = re.compile(r"^#{1,6}[ \t]+\S.*$", re.MULTILINE)
 PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
-SENTENCE_END = re.compile(r"[.!?…]+[\"'»”’)\]]*(?=\s)")
+# Tried only where a run of stops begins, and possessive: "....x" is one failed try, not one per
+# dot with every shorter run tried again (quadratic on a line of dots).
+SENTENCE_END = re.compile(r"(?<![.!?…])[.!?…]++[\"'»”’)\]]*+(?=\s)")
 WORD = re.compile(r"\S+")
 # A chunk may end early at a paragraph break once it holds this share of the target.
 PARAGRAPH_CUT_SHARE = 0.5

@@ -5,7 +5,8 @@ content type in `[Content_Types].xml`: not assumed to be `word/document.xml`. It
 in document order: tracked insertions and moved-to text kept, deletions and moved-from text
 dropped, content controls (`w:sdt`) and text boxes read, tables as rows of cells, headings (by
 style or outline level) as Markdown headings so chunks carry them; footnotes and endnotes follow
-the body under their own headings.
+the body under their own headings. Every part is inflated under a cap on the bytes it really
+unpacks to (`retrieval.readers.zipped`), never `ZipFile.read`, which trusts the declared size.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from lxml import etree
+
+from retrieval.readers import zipped
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
@@ -32,6 +35,9 @@ CORE_PROPERTIES = re.compile(r"/metadata/core-properties$")
 MAIN_CONTENT_TYPE = re.compile(
     r"^application/vnd\.ms-word\.|wordprocessingml\.(document|template)\.main\+xml$"
 )
+# The package's own description (relationships, content types, properties) is a few kilobytes in
+# any real file; the web process parses it, so it is read under a far smaller cap than the parts.
+PACKAGE_PART_MAX_BYTES = 4 * 1024 * 1024
 PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, remove_comments=True)
 
 
@@ -49,8 +55,8 @@ def main_part(archive: zipfile.ZipFile) -> str:
     if "_rels/.rels" not in names or "[Content_Types].xml" not in names:
         raise NotDocx
     try:
-        rels = etree.fromstring(archive.read("_rels/.rels"), PARSER)
-        types = etree.fromstring(archive.read("[Content_Types].xml"), PARSER)
+        rels = etree.fromstring(_part(archive, "_rels/.rels", PACKAGE_PART_MAX_BYTES), PARSER)
+        types = etree.fromstring(_part(archive, "[Content_Types].xml", PACKAGE_PART_MAX_BYTES), PARSER)
     except etree.XMLSyntaxError:
         raise NotDocx from None
     targets = [
@@ -74,13 +80,17 @@ def main_part(archive: zipfile.ZipFile) -> str:
     raise NotDocx
 
 
+def _part(archive: zipfile.ZipFile, name: str, limit: int = zipped.MEMBER_MAX_BYTES) -> bytes:
+    return zipped.read(archive, name, limit)
+
+
 def read(source: BinaryIO) -> tuple[str, str]:
     """(text, title) of the package."""
     with zipfile.ZipFile(source) as archive:
         main = main_part(archive)
         related = _related_parts(archive, main)
         styles = _heading_styles(archive, related.get("styles"))
-        body = etree.fromstring(archive.read(main), PARSER)
+        body = etree.fromstring(_part(archive, main), PARSER)
         blocks = list(_blocks(body, styles))
         for kind, heading in (("footnotes", "Footnotes"), ("endnotes", "Endnotes")):
             notes = _notes(archive, related.get(kind), styles)
@@ -96,7 +106,7 @@ def _related_parts(archive: zipfile.ZipFile, main: str) -> dict[str, str]:
     found: dict[str, str] = {}
     if rels_path not in archive.namelist():
         return found
-    rels = etree.fromstring(archive.read(rels_path), PARSER)
+    rels = etree.fromstring(_part(archive, rels_path, PACKAGE_PART_MAX_BYTES), PARSER)
     kinds = {"footnotes": FOOTNOTES, "endnotes": ENDNOTES, "styles": STYLES}
     for rel in rels.iter(f"{{{PACKAGE_RELS}}}Relationship"):
         for kind, pattern in kinds.items():
@@ -112,7 +122,7 @@ def _heading_styles(archive: zipfile.ZipFile, path: str | None) -> dict[str, int
     if not path or path not in archive.namelist():
         return {}
     levels: dict[str, int] = {}
-    root = etree.fromstring(archive.read(path), PARSER)
+    root = etree.fromstring(_part(archive, path), PARSER)
     for style in root.iter(_w("style")):
         style_id = style.get(_w("styleId"), "")
         name_element = style.find(_w("name"))
@@ -218,7 +228,7 @@ def _enclosing_table(element: etree._Element) -> etree._Element | None:
 def _notes(archive: zipfile.ZipFile, path: str | None, styles: dict[str, int]) -> list[str]:
     if not path or path not in archive.namelist():
         return []
-    root = etree.fromstring(archive.read(path), PARSER)
+    root = etree.fromstring(_part(archive, path), PARSER)
     notes = []
     for note in root:
         if note.get(_w("type")) in ("separator", "continuationSeparator", "continuationNotice"):
@@ -233,7 +243,7 @@ def _title(archive: zipfile.ZipFile) -> str:
     if "docProps/core.xml" not in archive.namelist():
         return ""
     try:
-        root = etree.fromstring(archive.read("docProps/core.xml"), PARSER)
+        root = etree.fromstring(_part(archive, "docProps/core.xml", PACKAGE_PART_MAX_BYTES), PARSER)
     except etree.XMLSyntaxError:
         return ""
     title = root.find(f"{{{CORE}}}title")

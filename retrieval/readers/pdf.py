@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from retrieval.readers import quality
+from retrieval.readers import pdfstreams, quality
 from retrieval.readers.text import join_hyphenated, normalise
 
 # A block wholly within this share of the page's height from its top or bottom edge is in the
@@ -94,8 +94,13 @@ class PdfText:
 
 
 def read(data: bytes) -> PdfText:
-    """Read every page with the engines in turn; scans and garbage are marked, not guessed at."""
+    """Read every page with the engines in turn; scans and garbage are marked, not guessed at.
+
+    pdfminer inflates streams under caps (`pdfstreams`): a stream past them refuses the whole
+    file with `pdfstreams.StreamTooLarge`, before pdfium, which has no cap of its own, sees it."""
+    pdfstreams.start()
     pages, title, first_error, complete = _pdfminer_pages(data)
+    pdfstreams.check()
     for page in pages:
         page.verdict = quality.judge(page.text)
     if not complete or any(not page.verdict.ok or not page.text.strip() for page in pages):
@@ -196,6 +201,8 @@ def _pdfminer_pages(data: bytes) -> tuple[list[Page], str, str, bool]:
                 elif isinstance(element, LTImage | LTFigure):
                     page.has_images = True
             pages.append(page)
+    except pdfstreams.StreamTooLarge:
+        raise
     except Exception as error:  # pdfminer raises many kinds on a damaged file
         return [], "", _describe(error), False
     return pages, _pdfminer_title(data), "", True

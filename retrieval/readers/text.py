@@ -35,12 +35,13 @@ USUAL_ENCODINGS = [
     "iso8859_15",
 ]
 CYRILLIC_ENCODINGS = {"cp1251", "koi8_r", "koi8_u", "cp866", "mac_cyrillic", "iso8859_5"}
-# Words of bytes above 127 only (a Cyrillic word in a one-byte encoding), and words that mix them
-# with ASCII letters (an accented Western word).
-NON_ASCII_WORD = re.compile(rb"(?<![A-Za-z\x80-\xff])[\x80-\xff]{2,}(?![A-Za-z\x80-\xff])")
-MIXED_WORD = re.compile(rb"[A-Za-z\x80-\xff]*(?:[A-Za-z][\x80-\xff]|[\x80-\xff][A-Za-z])[A-Za-z\x80-\xff]*")
+# A word: a run of ASCII letters and bytes above 127. Words of high bytes only are a Cyrillic word
+# in a one-byte encoding; words with both are an accented Western word. Every pattern here meets
+# an uploaded file in the web process, so none may backtrack: one greedy character class, whose
+# match ends where the class does, and the rest in plain code (tests/retrieval/test_regex_budgets.py).
+WORD = re.compile(rb"[A-Za-z\x80-\xff]+")
+HIGH_BYTES = bytes(range(0x80, 0x100))
 TIE_CHAOS = 0.02
-NON_ASCII_LINE = re.compile(rb"[^\n]*[\x80-\xff][^\n]*")
 SAMPLE_BYTES = 256 * 1024
 # A file no encoding reads whole is still read when at most this share is unreadable.
 MAX_REPLACED_SHARE = 0.001
@@ -53,10 +54,9 @@ KNOWN_TAGS = (
     "|tr|td|th|h[1-6]|article|section|nav|header|footer|main|aside|form|input|button|strong|em|b|i"
     "|blockquote|pre|code|figure|figcaption|dl|dt|dd|sup|sub|small|label|select|option|iframe"
 )
-DOCUMENT_START = re.compile(
-    rf"\A(?:\ufeff)?\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*(?:<!doctype\s+html|<(?:{KNOWN_TAGS})[\s/>])",
-    re.IGNORECASE | re.DOTALL,
-)
+# What a document starts with once the byte-order mark, an XML declaration and comments are
+# skipped (in plain code: a repeated lazy comment pattern backtracks exponentially).
+DOCUMENT_TAG = re.compile(rf"<!doctype\s+html|<(?:{KNOWN_TAGS})[\s/>]", re.IGNORECASE)
 # Closing tags of blocks: a fragment of HTML has several, Markdown with a few inline tags none.
 BLOCK_CLOSE = re.compile(
     r"</(?:p|div|li|td|tr|th|h[1-6]|table|ul|ol|section|article|body|html)\s*>", re.IGNORECASE
@@ -112,9 +112,8 @@ def _cyrillic_first_if_words_are(matches: list[Any], sample: bytes) -> list[Any]
     """Among readings as good as the best, a Cyrillic one first when whole words are made of
     bytes above 127: Western languages have a few accented letters in mostly ASCII words, Russian
     has whole words of them (which a short text leaves charset-normalizer unsure of)."""
-    words = NON_ASCII_WORD.findall(sample)
-    mixed = MIXED_WORD.findall(sample)
-    if sum(map(len, words)) <= sum(map(len, mixed)):
+    words, mixed = _word_bytes(sample)
+    if words <= mixed:
         return matches
     best = matches[0].chaos
     tied = [match for match in matches if match.chaos <= best + TIE_CHAOS]
@@ -122,17 +121,25 @@ def _cyrillic_first_if_words_are(matches: list[Any], sample: bytes) -> list[Any]
     return cyrillic + [match for match in matches if match not in cyrillic]
 
 
+def _word_bytes(sample: bytes) -> tuple[int, int]:
+    """Bytes in words of two or more high bytes only, and in words mixing them with ASCII letters."""
+    only_high = mixed = 0
+    for word in WORD.findall(sample):
+        if word.isascii():
+            continue
+        if word.translate(None, HIGH_BYTES):
+            mixed += len(word)
+        elif len(word) >= 2:
+            only_high += len(word)
+    return only_high, mixed
+
+
 def _non_ascii_lines(data: bytes) -> bytes:
     """The lines holding bytes above 127, at most SAMPLE_BYTES of them spread over the file."""
-    total = count = 0
-    for match in NON_ASCII_LINE.finditer(data):
-        total += match.end() - match.start() + 1
-        count += 1
-    if not count:
-        return b""
+    lines = [line for line in data.split(b"\n") if not line.isascii()]
+    total = sum(len(line) + 1 for line in lines)
     step = max(1, math.ceil(total / SAMPLE_BYTES))
-    lines = [match.group() for index, match in enumerate(NON_ASCII_LINE.finditer(data)) if index % step == 0]
-    return b"\n".join(lines)
+    return b"\n".join(lines[::step])
 
 
 def _checked(text: str) -> str:
@@ -153,9 +160,23 @@ def looks_like_html(text: str) -> bool:
     """HTML by its tags: a document or fragment that starts with one, or text with several
     closed blocks (paragraphs, list items, cells) wherever they are."""
     sample = text[:HTML_SNIFF_CHARS]
-    if DOCUMENT_START.match(sample):
+    if _starts_like_a_document(sample):
         return True
     return len(BLOCK_CLOSE.findall(sample)) >= MIN_BLOCK_CLOSES
+
+
+def _starts_like_a_document(text: str) -> bool:
+    """A doctype or a known tag first, after a byte-order mark, an XML declaration and comments."""
+    text = text.removeprefix("\ufeff").lstrip()
+    if text.startswith("<?xml"):
+        end = text.find(">")
+        text = text[end + 1 :].lstrip() if end >= 0 else ""
+    while text.startswith("<!--"):
+        end = text.find("-->", 4)
+        if end < 0:
+            return False
+        text = text[end + 3 :].lstrip()
+    return DOCUMENT_TAG.match(text) is not None
 
 
 def normalise(text: str) -> str:

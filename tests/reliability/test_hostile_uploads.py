@@ -35,7 +35,7 @@ def hostile_files() -> dict[str, tuple[bytes, str]]:
         "photo.pdf": (PNG, "is not a PDF, DOCX, Markdown, text or HTML file"),
         "login.docx": (b"<!doctype html><html><body>Sign in</body></html>", "named like a DOCX file"),
         "report.pdf": (b"<html><body><p>Not a PDF at all</p></body></html>", "content is an HTML page"),
-        "bomb.docx": (bomb, "too large when unpacked (zip bomb?)"),
+        "bomb.docx": (bomb, "unpacks to more than 100 times its size (a zip bomb?)"),
     }
 
 
@@ -106,4 +106,32 @@ def test_the_api_refuses_each_bad_file_with_a_clear_status(alice: User, name: st
     )
     assert response.status_code == (413 if name == "huge.md" else 422), response.content
     assert reason in response.json()["detail"]
+    assert not UploadedDocument.objects.exists()
+
+
+def test_docx_files_that_unpack_to_far_more_than_they_say_are_refused_by_name(
+    alice: User, alice_client: Client, settings: object
+) -> None:
+    """Issue 26: an 800 KB DOCX whose [Content_Types].xml declares 1 KB and inflates to 800 MiB,
+    and a 10 MB one whose _rels/.rels unpacks to 187 MB, were let through or called 'not a DOCX'
+    after the web process had inflated them whole; now both are refused for what they unpack to."""
+    from tests.retrieval.hostile_files import content_types_bomb, relationships_bomb
+
+    settings.UPLOAD_MAX_BYTES = 20 * 1024 * 1024
+    bombs = {"types.docx": content_types_bomb(), "rels.docx": relationships_bomb()}
+    response = alice_client.post(
+        reverse("document_upload"),
+        {"files": [SimpleUploadedFile(name, data) for name, data in bombs.items()]},
+        headers={"HX-Request": "true"},
+    )
+    page = response.content.decode()
+    for name in bombs:
+        assert f"{name} cannot be read: a part of the file unpacks to more than 64 MB (a zip bomb?)" in page
+    _row, token = ApiToken.issue(alice, "uploads")
+    api = Client().post(
+        "/api/documents",
+        {"file": SimpleUploadedFile("types.docx", bombs["types.docx"])},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert api.status_code == 422 and "unpacks to more than 64 MB" in api.json()["detail"]
     assert not UploadedDocument.objects.exists()

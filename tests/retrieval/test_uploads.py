@@ -239,7 +239,9 @@ def test_a_file_that_is_not_what_it_says_or_not_supported_is_refused_by_name(ali
 def test_a_docx_zip_bomb_is_refused_before_it_is_stored(alice):
     bomb = zip_bytes({"word/document.xml": b"<w:document/>", "word/padding.xml": b"\0" * (20 * 1024 * 1024)})
     message = rejection(alice, "bomb.docx", bomb)
-    assert message == "bomb.docx cannot be read: the DOCX is too large when unpacked (zip bomb?)."
+    assert message == (
+        "bomb.docx cannot be read: the file unpacks to more than 100 times its size (a zip bomb?)."
+    )
     assert not UploadedDocument.objects.exists()
 
 
