@@ -24,7 +24,7 @@ BENCHMARKS = sorted(
     path.name for path in (ROOT / "bench").glob("*.py") if path.stem not in {"__init__", "common"}
 )
 # A command runs from its name to the end of its code span, comment or line.
-DOCUMENTED = re.compile(r"(bench/[a-z_]+\.py|manage\.py [a-z_]+|\bmake [a-z][a-z-]*)([^`#\n)]*)")
+DOCUMENTED = re.compile(r"(bench/[a-z_]+\.py|manage\.py [a-z_]+|\bmake [a-z][a-z0-9-]*)([^`#\n)]*)")
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
@@ -98,6 +98,6 @@ def test_documented_management_commands_exist_with_their_flags() -> None:
 
 def test_documented_make_targets_exist() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, re.MULTILINE))
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, re.MULTILINE))
     named = {command.removeprefix("make ") for command in documented() if command.startswith("make ")}
     assert named <= targets, f"documented but not in the Makefile: {sorted(named - targets)}"

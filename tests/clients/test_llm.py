@@ -220,8 +220,9 @@ def test_is_configured(settings, key, base_url, model, expected) -> None:
 def test_each_attempt_takes_a_rate_limit_slot(fake, settings) -> None:
     settings.LIMIT_AITUNNEL_RPS = 100
     fake.inject(Fault(500))
-    complete()
-    assert RateLimitGrant.objects.filter(name="llm").count() == 2
+    # The calls' own owner: a call another test left running in this process takes slots too.
+    complete(user=987654)
+    assert RateLimitGrant.objects.filter(name="llm", owner="987654").count() == 2
 
 
 # --- Retry-After and backoff -------------------------------------------------------------------
