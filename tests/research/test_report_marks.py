@@ -21,7 +21,7 @@ from mindsearch.clients import llm as llm_client
 from mindsearch.models import ApiToken
 from research import export, progress
 from research.models import Report, RunEvent, Topic
-from research.pipeline import report_checks, report_writer, window
+from research.pipeline import report_checks, report_writer, summarise, window
 from research.pipeline.context import RunContext
 from tests.research.test_citation_report import researched, script_answers
 from tests.support.fakes import Request, Response, Route, estimate_tokens, openai_chat
@@ -191,17 +191,17 @@ def _finish_with_length(response: Response) -> None:
         response.body = body
 
 
-def context_limited(loopback: World, window_tokens: Callable[[int], int]) -> list[int]:
-    """The stand-in LLM refuses a report prompt longer than its window as vLLM and OpenAI do
+def context_limited(loopback: World, window_tokens: Callable[[int], int], kind: str = "answer") -> list[int]:
+    """The stand-in LLM refuses a `kind` prompt longer than its window as vLLM and OpenAI do
     (400, "maximum context length is N tokens"); the window is `window_tokens(first prompt's
-    tokens)`. The prompt sizes of the report requests, in order."""
+    tokens)`. The prompt sizes of the `kind` requests, in order."""
     inner: Route = openai_chat(loopback.script)
     sizes: list[int] = []
     limit: list[int] = []
 
     def route(request: Request) -> Response:
         messages = (request.json() or {}).get("messages", [])
-        if prompt_kind(messages[0]["content"]) != "answer":
+        if prompt_kind(messages[0]["content"]) != kind:
             return inner(request)
         tokens = estimate_tokens("".join(str(m.get("content", "")) for m in messages))
         sizes.append(tokens)
@@ -294,3 +294,21 @@ def test_a_report_in_the_wrong_language_is_marked(alice: User, alice_client: Cli
     assert api_report(alice, topic)["marks"] == ["wrong_language"]
     Report.objects.filter(pk=topic.report.pk).update(marks=[])  # stored, not worked out on the page
     assert page_marks(alice_client, topic) == []
+
+
+def test_a_summary_prompt_over_the_window_is_trimmed_and_asked_once_more(
+    alice: User, loopback: World
+) -> None:
+    sizes = context_limited(loopback, lambda first: first // 2, kind="summarise")
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
+    ctx = RunContext.for_topic(topic)
+    excerpt = "\n\n".join(
+        [passage("Mixture of Tokens mixes tokens across examples.", "tokens", 40)]
+        + [passage(f"Arcade machines of the {n}0s.", "arcade", 80) for n in range(5, 9)]
+    )
+    summary = async_to_sync(summarise._asked)(ctx, excerpt, False)
+    assert summary.startswith("Mixture of Tokens mixes tokens across examples.")
+    assert len(sizes) == 2 and sizes[1] <= sizes[0] // 2
+    assert RunEvent.objects.filter(
+        topic=topic, stage="summarise", message__startswith="The sources did not fit"
+    )
