@@ -690,6 +690,9 @@ class LLMCall(models.Model):
     prompt_version = models.CharField(max_length=40, blank=True, default="")
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    reasoning_tokens = models.PositiveIntegerField(
+        default=0, help_text=_("Of the completion tokens, those the model spent reasoning.")
+    )
     latency_ms = models.PositiveIntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=1)
     cache_hit = models.BooleanField(default=False)

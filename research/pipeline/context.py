@@ -19,6 +19,16 @@ from research.progress import record_event
 T = TypeVar("T")
 
 
+# Errors no later call can mend (a key, a quota, a model that is not there): the LLM is given
+# up on at the first.
+FATAL_LLM_ERRORS = (
+    llm_client.LLMAuthError,
+    llm_client.LLMNotConfigured,
+    llm_client.LLMQuotaError,
+    llm_client.LLMUnknownModel,
+)
+
+
 class StageError(Exception):
     """A stage cannot go on; the message is shown to the user on the topic."""
 
@@ -123,14 +133,17 @@ class RunContext:
     def llm_failed(self, error: llm_client.LLMError) -> None:
         bad_answer = isinstance(error, llm_client.LLMBadAnswer)
         self.llm_failures += self.BAD_ANSWER_POINTS if bad_answer else self.FAILURE_POINTS
-        fatal = isinstance(error, llm_client.LLMAuthError | llm_client.LLMNotConfigured)
         given_up = self.llm_failures >= self.MAX_LLM_FAILURES * self.FAILURE_POINTS
-        if self.llm_enabled and (fatal or given_up):
+        if self.llm_enabled and (isinstance(error, FATAL_LLM_ERRORS) or given_up):
             self.llm_enabled = False
+            # The model was configured: say which one was given up on, and why.
             self.warn(
                 StageName.LLM,
-                gettext_noop("Continuing without the LLM: %(error)s"),
-                args={"error": str(error)},
+                gettext_noop(
+                    "Continuing without the LLM %(model)s: it is configured, but this run gave it up"
+                    " after: %(error)s"
+                ),
+                args={"model": self.model or settings.AITUNNEL_MODEL, "error": str(error)},
             )
 
     def check_cancelled(self) -> None:
