@@ -19,7 +19,8 @@ from django.urls import reverse
 
 from mindsearch.clients import llm as llm_client
 from mindsearch.models import ApiToken
-from research import export, progress
+from research import export, presenters, progress
+from research.management.commands.research import written_by
 from research.models import Report, RunEvent, Topic
 from research.pipeline import report_checks, report_writer, summarise, window
 from research.pipeline.context import RunContext
@@ -34,6 +35,11 @@ UNCITED = (
     "# Mixture of Tokens\n\n## Введение\n\nMixture of Tokens смешивает токены разных примеров в группы.\n\n"
     "## Заключение\n\nМетод обходится без дискретной маршрутизации."
 )
+RUSSIAN = (
+    "# Mixture of Tokens\n\n## Введение\n\nMixture of Tokens смешивает токены (Tokens) разных примеров "
+    "в группы [1].\n\n## Заключение\n\nМетод Mixture of Tokens обходится без дискретной маршрутизации [1]."
+)
+THOUGHT = "Okay, I need to write a structured report from the numbered sources."
 ENGLISH = (
     "# Mixture of Tokens\n\n## Introduction\n\nMixture of Tokens mixes tokens from different examples "
     "in groups [1].\n\n## Conclusion\n\nMixture of Tokens avoids discrete routing [1]."
@@ -156,6 +162,53 @@ def test_while_the_model_reasons_the_page_says_it_is_thinking_until_text_arrives
     progress.save_draft(topic.pk, "Mixture of Tokens mixes")
     page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     assert "The model is thinking…" not in page and "Mixture of Tokens mixes" in page
+
+
+def reasoning_first(loopback: World, thought: str) -> None:
+    """The stand-in LLM streams its report answers as vLLM and DeepSeek do for a reasoning model:
+    `reasoning_content` deltas first, then the answer's."""
+    inner = openai_chat(loopback.script)
+
+    def route(request: Request) -> Response:
+        response = inner(request)
+        messages = (request.json() or {}).get("messages", [])
+        if prompt_kind(messages[0]["content"]) == "answer" and response.chunks is not None:
+            response.chunks = _thinking_first(list(response.chunks), thought)
+        return response
+
+    loopback.llm.routes[("POST", "/v1/chat/completions")] = route
+
+
+def _thinking_first(frames: list[bytes], thought: str) -> list[bytes]:
+    first = json.loads(frames[0][len(b"data: ") :])
+    pieces = [thought[i : i + 8] for i in range(0, len(thought), 8)]
+    thinking = []
+    for piece in pieces:
+        delta = {"index": 0, "delta": {"reasoning_content": piece}, "finish_reason": None}
+        frame = {**first, "choices": [delta]}
+        thinking.append(b"data: " + json.dumps(frame).encode() + b"\n\n")
+    return [frames[0], *thinking, *frames[1:]]
+
+
+def test_a_reasoning_model_s_report_shows_thinking_then_its_words_never_its_reasoning(
+    alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script_answers(loopback, RUSSIAN)
+    reasoning_first(loopback, THOUGHT)
+    seen: list[tuple[str, dict[str, Any] | None]] = []
+    save_draft = progress.save_draft
+
+    def saved(topic_id: int, text: str) -> int:  # the real save, and the card it makes
+        version = save_draft(topic_id, text)
+        seen.append((text, presenters.draft_of(Topic.objects.get(pk=topic_id))))
+        return version
+
+    monkeypatch.setattr(progress, "save_draft", saved)
+    topic = researched(alice)
+    assert seen[0][0] == "" and seen[0][1] == {"html": "", "version": 1, "thinking": True}
+    assert seen[-1][0].startswith("# Mixture of Tokens") and not (seen[-1][1] or {}).get("thinking")
+    assert not any("Okay, I need" in text for text, _card in seen)
+    assert "Okay, I need" not in topic.report.markdown and topic.report.marks == []
 
 
 # --- Whole topics against weak models ------------------------------------------------------------
@@ -312,3 +365,13 @@ def test_a_summary_prompt_over_the_window_is_trimmed_and_asked_once_more(
     assert RunEvent.objects.filter(
         topic=topic, stage="summarise", message__startswith="The sources did not fit"
     )
+
+
+def test_the_console_says_the_model_was_given_up_on_when_one_was_configured(alice: User) -> None:
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens", llm_model="qwen3:0.6b")
+    Report.objects.create(topic=topic, markdown="Extracts [1].", model="")
+    assert written_by(topic) == "the extractive engine (the model qwen3:0.6b was given up on)"
+    assert "the model qwen3:0.6b was given up on" in export.report_markdown(topic)
+    Topic.objects.filter(pk=topic.pk).update(llm_model="")
+    topic.refresh_from_db()
+    assert written_by(topic) == "the extractive engine (no LLM configured)"
