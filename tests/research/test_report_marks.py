@@ -238,10 +238,8 @@ def _finish_with_length(response: Response) -> None:
     stop, length = b'"finish_reason": "stop"', b'"finish_reason": "length"'
     if response.chunks is not None:
         response.chunks = (frame.replace(stop, length) for frame in response.chunks)
-    else:
-        body = response.body if isinstance(response.body, dict) else json.loads(response.body)
-        body["choices"][0]["finish_reason"] = "length"
-        response.body = body
+    elif isinstance(response.body, dict):
+        response.body["choices"][0]["finish_reason"] = "length"
 
 
 def context_limited(loopback: World, window_tokens: Callable[[int], int], kind: str = "answer") -> list[int]:
@@ -320,10 +318,10 @@ def test_an_overflowing_context_is_trimmed_and_the_report_written(
 
 
 def test_an_uncited_report_and_an_unreadable_plan_are_marked_on_the_page_in_files_and_the_api(
-    alice: User, alice_client: Client, loopback: World
+    alice: User, alice_client: Client, loopback: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     requests = script_answers(loopback, UNCITED)
-    loopback.script.plan = lambda user: "I would rather not plan this."
+    monkeypatch.setattr(loopback.script, "plan", lambda user: "I would rather not plan this.")
     topic = researched(alice)
     assert len(requests) == 2 and report_writer.UNCITED_FEEDBACK_RU in requests[1]  # asked once more
     assert topic.report.marks == ["uncited"]
