@@ -44,7 +44,7 @@ from research.pipeline import (
     report_writer,
     window,
 )
-from research.pipeline.context import Cancelled, RunContext, StageError
+from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.prompting import data_block, image_context_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
 from research.pipeline.run import ROUND_STAGES, drive, topic_lock
@@ -486,8 +486,42 @@ async def _ask(
     completion, sent = await window.ask_within(
         ctx, STAGE, dict(excerpts), query, build, send, fixed=prompt.text, answer_tokens=ANSWER_TOKENS
     )
+    if completion.truncated:
+        completion, sent = await _shorter(ctx, followup, build, send, excerpts, query, completion)
     excerpts.update(sent)
     return completion.text
+
+
+async def _shorter(
+    ctx: FollowUpContext,
+    followup: FollowUp,
+    build: Callable[[dict[int, str]], str],
+    send: window.Send,
+    excerpts: dict[int, str],
+    query: str,
+    cut: Completion,
+) -> tuple[Completion, dict[int, str]]:
+    """An answer cut off at its token limit is never a finished one: asked once more, shorter,
+    with twice the room where the window allows; cut again, it is kept and the thread says so."""
+    await db(_warn)(
+        ctx,
+        followup,
+        gettext_noop(
+            "The model's answer was cut off at its token limit (%(tokens)s tokens): asking for a shorter one"
+        ),
+        tokens=cut.completion_tokens,
+    )
+
+    def shorter(texts: dict[int, str]) -> str:
+        return build(texts) + "\n\n" + report_writer.SHORTER_INSTRUCTION
+
+    prompt = load_prompt("followup")
+    completion, sent = await window.ask_within(
+        ctx, STAGE, dict(excerpts), query, shorter, send, fixed=prompt.text, answer_tokens=2 * ANSWER_TOKENS
+    )
+    if completion.truncated:
+        await db(_warn)(ctx, followup, gettext_noop("The second answer was cut off too: it is kept as it is"))
+    return completion, sent
 
 
 def _request(

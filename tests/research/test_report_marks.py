@@ -25,6 +25,7 @@ from research.models import Report, RunEvent, Topic
 from research.pipeline import report_checks, report_writer, summarise, window
 from research.pipeline.context import RunContext
 from tests.research.test_citation_report import researched, script_answers
+from tests.research.test_followups import answered, completed_topic
 from tests.support.fakes import Request, Response, Route, estimate_tokens, openai_chat
 from tests.support.world import World, prompt_kind
 
@@ -373,3 +374,14 @@ def test_the_console_says_the_model_was_given_up_on_when_one_was_configured(alic
     Topic.objects.filter(pk=topic.pk).update(llm_model="")
     topic.refresh_from_db()
     assert written_by(topic) == "the extractive engine (no LLM configured)"
+
+
+def test_a_follow_up_answer_cut_off_is_asked_again_shorter(alice: User, loopback: World) -> None:
+    asked = answers_cut(loopback, lambda n: True)  # a follow-up's answer is asked like a report
+    followup = answered(completed_topic(alice))
+    assert len(asked) == 2 and report_writer.SHORTER_INSTRUCTION in asked[1]
+    lines = list(
+        RunEvent.objects.filter(topic=followup.topic, stage="followup").values_list("message", flat=True)
+    )
+    assert any(line.startswith("The model's answer was cut off at its token limit") for line in lines)
+    assert "The second answer was cut off too: it is kept as it is" in lines
