@@ -385,3 +385,13 @@ def test_a_follow_up_answer_cut_off_is_asked_again_shorter(alice: User, loopback
     )
     assert any(line.startswith("The model's answer was cut off at its token limit") for line in lines)
     assert "The second answer was cut off too: it is kept as it is" in lines
+
+
+def test_marks_an_archive_brought_are_read_carefully(alice: User) -> None:
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens", status=Topic.Status.COMPLETED)
+    hostile = [{"stage": "plan", "count": "<b>9</b>", "total": 3}, {"stage": "nope", "count": 1}, "plan"]
+    marks = ["uncited", "<script>"]
+    report = Report.objects.create(topic=topic, markdown="x", marks=marks, without_model=hostile)
+    assert [mark["mark"] for mark in presenters.marks_of(report)] == ["uncited"]
+    plan = {"stage": "plan", "label": "Plan", "count": None, "total": 3}
+    assert presenters.without_model_of(report) == [plan]
