@@ -91,8 +91,9 @@ def test_the_answer_gets_its_room_and_the_rest_is_the_sources() -> None:
 
 
 def test_a_context_overflow_with_an_unknown_window_is_trimmed_to_what_it_says_and_asked_once_more(
-    alice: User, loopback: World
+    alice: User, loopback: World, settings: Any
 ) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 0  # not known
     topic = Topic.objects.create(owner=alice, question="mixture of tokens")
     ctx = RunContext.for_topic(topic)
     texts = {n: passage(f"Mixture of Tokens source {n}", "tokens", 300) for n in (1, 2)}
@@ -306,8 +307,9 @@ def test_a_report_cut_off_once_is_replaced_by_the_whole_second_answer(alice: Use
 
 
 def test_an_overflowing_context_is_trimmed_and_the_report_written(
-    alice: User, alice_client: Client, loopback: World
+    alice: User, alice_client: Client, loopback: World, settings: Any
 ) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 0  # not known until the 400 says it
     sizes = context_limited(loopback, lambda first: first * 3 // 4)
     topic = researched(alice)
     assert sizes[1] <= sizes[0] * 3 // 4  # asked once more, fitted; any later ask is fitted too
@@ -349,8 +351,9 @@ def test_a_report_in_the_wrong_language_is_marked(alice: User, alice_client: Cli
 
 
 def test_a_summary_prompt_over_the_window_is_trimmed_and_asked_once_more(
-    alice: User, loopback: World
+    alice: User, loopback: World, settings: Any
 ) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 0  # not known until the 400 says it
     sizes = context_limited(loopback, lambda first: first // 2, kind="summarise")
     topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
     ctx = RunContext.for_topic(topic)
