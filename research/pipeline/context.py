@@ -52,6 +52,8 @@ class RunContext:
     # What the vision model saw in the question's picture (research/pipeline/vision.py).
     image_labels: list[str] = field(default_factory=list)
     image_context: str = ""
+    # The stages that fell back from the model in this run (`fell_back`), for the report's note.
+    fallen_back: list[str] = field(default_factory=list)
 
     # After this many failed asks in a row (each already retried), the LLM is given up on for
     # the rest of the run and the extractive engine does the work.
@@ -125,6 +127,7 @@ class RunContext:
     def fell_back(self, stage: str, message: str, error: Exception) -> RunEvent:
         """The warning that a step failed with `error` and the stage goes on another way (the
         extractive engine, keywords): `message` is a msgid with `%(error)s`."""
+        self.fallen_back.append(stage)
         return self.warn(stage, message, args={"error": str(error)})
 
     def llm_failed(self, error: llm_client.LLMError) -> None:
