@@ -202,3 +202,17 @@ class MetricSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.labels}}} = {self.value} @ {self.at.isoformat()}"
+
+
+class LimitCounter(models.Model):
+    """One count behind a limit that must hold under concurrency (sign-ups per address, the login
+    guard's failures): changed only by one conditional statement each (mindsearch/limits.py).
+    Times are epoch seconds, so the code that asks sets "now"."""
+
+    key = models.CharField(max_length=200, unique=True)
+    count = models.IntegerField(default=0)
+    last = models.FloatField(default=0.0)
+    expires = models.FloatField(default=0.0, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.count}"
