@@ -22,7 +22,7 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from mcphub.server import SCOPE_USER_KEY, server
-from mindsearch.bodylimit import Receive, Scope, Send
+from mindsearch.bodylimit import Message, Receive, Scope, Send
 from mindsearch.csp import POLICY
 from mindsearch.models import ApiToken
 
@@ -58,7 +58,7 @@ def security_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
 def with_security_headers(scope: Scope, send: Send) -> Send:
     """`send` with the site's security headers on the response's start (unless already there)."""
 
-    async def sending(message: dict[str, Any]) -> None:
+    async def sending(message: Message) -> None:
         if message.get("type") == "http.response.start":
             present = {name.lower() for name, _value in message.get("headers", [])}
             extra = [(name, value) for name, value in security_headers(scope) if name not in present]

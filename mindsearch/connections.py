@@ -43,8 +43,9 @@ def install_connection_limits() -> None:
 
 
 def _limit(built: Any) -> None:
-    from twisted.internet import reactor
+    from twisted.internet import reactor as twisted_reactor
 
+    reactor: Any = twisted_reactor  # its interface's stubs type callLater's arguments wrongly
     # twisted wraps the HTTP/1.1 channel in a protocol that could switch to HTTP/2; the clocks go
     # on the channel itself, whose methods the wrapper calls.
     protocol = getattr(built, "_channel", built)

@@ -15,6 +15,7 @@ from django.db.models import F
 from mindsearch.models import LimitCounter
 
 TABLE = LimitCounter._meta.db_table
+Params = dict[str, float | int | str]
 
 _TAKE = f"""
 INSERT INTO {TABLE} AS c (key, count, last, expires) VALUES (%(key)s, 1, %(now)s, %(now)s + %(window)s)
@@ -42,11 +43,11 @@ DELETE FROM {TABLE} WHERE id IN (
 
 def take(key: str, limit: int, window: float, now: float | None = None) -> bool:
     """One more within `limit` per `window` seconds: True and counted, or False and unchanged."""
-    params = {"key": key, "limit": limit, "window": window, "now": _now(now)}
+    params: Params = {"key": key, "limit": limit, "window": window, "now": _now(now)}
     return _take(_TAKE.format(wait=_NEVER), params)
 
 
-def _take(sql: str, params: dict[str, object]) -> bool:
+def _take(sql: str, params: Params) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -59,7 +60,7 @@ def take_with_backoff(key: str, free: int, cap: float, window: float, now: float
     """One more attempt: `free` at once, then one each 1, 2, 4 … up to `cap` seconds after the
     last. 0 when taken (and counted), else the seconds still to wait (unchanged)."""
     now = _now(now)
-    params = {"key": key, "limit": free, "cap": cap, "window": window, "now": now}
+    params: Params = {"key": key, "limit": free, "cap": cap, "window": window, "now": now}
     if _take(_TAKE.format(wait=_BACKOFF), params):
         return 0.0
     with connection.cursor() as cursor:

@@ -25,7 +25,7 @@ FORM = {"question": "How do tides work?", "sources": "web", "mode": "quick", "ti
 
 
 def deploy_warnings() -> set[str]:
-    return {message.id for message in run_checks(include_deployment_checks=True)}
+    return {message.id or "" for message in run_checks(include_deployment_checks=True)}
 
 
 def test_check_deploy_warns_of_open_sign_up_without_a_budget(settings: Any) -> None:
@@ -49,7 +49,7 @@ def test_plans_awaiting_approval_count_as_active_topics(
     assert refused.status_code == 429
     assert Topic.objects.filter(owner=alice).count() == 5
     # Approving one of them is not starting a sixth.
-    waiting = Topic.objects.filter(owner=alice).first()
+    waiting = Topic.objects.filter(owner=alice).order_by("pk")[0]
     waiting.subqueries.create(position=0, text="tides and the moon")
     alice_client.post(f"/topics/{waiting.pk}/approve/")
     waiting.refresh_from_db()
