@@ -75,6 +75,7 @@ def take_with_backoff(key: str, free: int, cap: float, window: float, now: float
 def give_back(key: str) -> None:
     """Uncount one take (it turned out not to count, e.g. a sign-in that succeeded)."""
     LimitCounter.objects.filter(key=key, count__gt=0).update(count=F("count") - 1)
+    LimitCounter.objects.filter(key=key, count__lte=0).delete()  # nothing left to count
 
 
 def forget(key: str) -> None:
