@@ -37,11 +37,18 @@ Two figures, each against a database of its own and real processes:
    answer meanwhile (asked every 50 ms). Targets: under +100 MB, under 1 s of CPU, `/healthz`
    under 100 ms.
 
+5. **Connections** (issue 26). The same daphne; 200 clients open `GET /mcp` with a valid token,
+   200 more connect and say nothing, 20 send their headers a byte a second, while `/readyz` is
+   probed 200 times. Measured: daphne's open file descriptors over its idle count 40 s later
+   (idle and slow clients cut off: WEB_IDLE_TIMEOUT_SECONDS 30), the /mcp answers, /readyz's
+   channel-layer check (no worker runs here). Targets: /mcp 405 for all, descriptors back within
+   +20, the channel layer ok on 200 of 200 probes.
+
 Prints JSON; exits 1 when a target is missed.
 
     nice -n 10 .venv/bin/python bench/abuse.py [--clients 20] [--megabytes 100] [--subqueries 600]
-        [--skip-bodies] [--skip-fairness] [--skip-archives] [--skip-files]
-    nice -n 10 .venv/bin/python bench/abuse.py --skip-bodies --skip-fairness --skip-archives  # files only
+        [--skip-bodies] [--skip-fairness] [--skip-archives] [--skip-files] [--skip-connections]
+    .venv/bin/python bench/abuse.py --skip-bodies --skip-fairness --skip-archives --skip-connections
 """
 
 from __future__ import annotations
@@ -84,6 +91,8 @@ def main() -> None:
         report["archives"] = archives()
     if not args.skip_files:
         report["hostile_files"] = hostile_files()
+    if not args.skip_connections:
+        report["connections"] = connections()
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ok"] = all(part.get("ok", True) for part in report.values() if isinstance(part, dict))
     print_report(report, ok=report["ok"])
@@ -99,6 +108,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--skip-fairness", action="store_true")
     parser.add_argument("--skip-archives", action="store_true")
     parser.add_argument("--skip-files", action="store_true")
+    parser.add_argument("--skip-connections", action="store_true")
     return parser.parse_args()
 
 
@@ -530,6 +540,75 @@ def forged_metrics(stages: int = 1500) -> dict[str, Any]:
         "spent_tokens_before_after": [before[2], after[2]],
         "ok": after == before,
     }
+
+
+# --- 3. Connections --------------------------------------------------------------------------------
+
+
+def connections() -> dict[str, Any]:
+    import psutil
+    from django.contrib.auth.models import User
+
+    from mindsearch.models import ApiToken
+
+    owner = User.objects.get_or_create(username="abuse-streams")[0]
+    _row, token = ApiToken.issue(owner, "bench")
+    with daphne(production_env()) as (port, proc):
+        process = psutil.Process(proc.pid)
+        idle_fds = process.num_fds()
+        mcp = [_raw(port, mcp_request(token)) for _ in range(200)]
+        statuses = [_status(sock) for sock in mcp]
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+        slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+        for sock in slow:
+            sock.sendall(b"GET / HTTP/1.1\r\n")
+        peak_fds = process.num_fds()
+        ready = [_readyz(port) for _ in range(200)]
+        time.sleep(40)
+        after_fds = process.num_fds()
+        for sock in [*mcp, *silent, *slow]:
+            sock.close()
+    return {
+        "mcp_get_statuses": {str(code): statuses.count(code) for code in sorted(set(statuses))},
+        "fds_idle": idle_fds,
+        "fds_with_420_clients": peak_fds,
+        "fds_40s_later": after_fds,
+        "readyz_channels_ok_of_200": ready.count(True),
+        "ok": statuses.count(405) == 200 and after_fds - idle_fds <= 20 and all(ready),
+    }
+
+
+def mcp_request(token: str) -> str:
+    return f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n"
+
+
+def _raw(port: int, request: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(request.encode())
+    return sock
+
+
+def _status(sock: socket.socket) -> int:
+    sock.settimeout(10)
+    try:
+        head = sock.recv(64)
+    except TimeoutError:
+        return 0  # an open stream: no answer
+    return int(head.split(b" ")[1]) if head.startswith(b"HTTP/") else -1
+
+
+def _readyz(port: int) -> bool:
+    """The channel layer's part of /readyz (no worker runs here, so the whole answers 503)."""
+    import json
+    import urllib.request
+    from urllib.error import HTTPError
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=30) as response:
+            body = response.read()
+    except HTTPError as error:
+        body = error.read()
+    return json.loads(body).get("channels") == "ok"
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from mcphub.server import SCOPE_USER_KEY, server
-from mindsearch.bodylimit import Receive, Scope, Send
+from mindsearch.bodylimit import Message, Receive, Scope, Send
+from mindsearch.csp import POLICY
 from mindsearch.models import ApiToken
 
 UNAUTHENTICATED = (
@@ -30,6 +31,41 @@ UNAUTHENTICATED = (
     "(create one at /settings/tokens/)."
 )
 UNUSABLE_CREDENTIAL = "The API token is unknown, expired or revoked."
+NO_STREAM = "This MCP server is stateless: send each request as a POST; it opens no stream."
+
+
+def security_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """The headers every page of the site carries (Django's SecurityMiddleware and
+    XFrameOptionsMiddleware, mindsearch/csp.py), for answers that do not pass through Django."""
+    headers = [
+        (b"content-security-policy", "; ".join(f"{k} {v}" for k, v in POLICY.items()).encode()),
+        (b"x-frame-options", settings.X_FRAME_OPTIONS.encode()),
+    ]
+    if settings.SECURE_CONTENT_TYPE_NOSNIFF:
+        headers.append((b"x-content-type-options", b"nosniff"))
+    if settings.SECURE_REFERRER_POLICY:
+        headers.append((b"referrer-policy", settings.SECURE_REFERRER_POLICY.encode()))
+    if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
+        headers.append((b"cross-origin-opener-policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY.encode()))
+    if settings.SECURE_HSTS_SECONDS and scope.get("scheme") == "https":
+        hsts = f"max-age={settings.SECURE_HSTS_SECONDS}"
+        hsts += "; includeSubDomains" if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS else ""
+        hsts += "; preload" if settings.SECURE_HSTS_PRELOAD else ""
+        headers.append((b"strict-transport-security", hsts.encode()))
+    return headers
+
+
+def with_security_headers(scope: Scope, send: Send) -> Send:
+    """`send` with the site's security headers on the response's start (unless already there)."""
+
+    async def sending(message: Message) -> None:
+        if message.get("type") == "http.response.start":
+            present = {name.lower() for name, _value in message.get("headers", [])}
+            extra = [(name, value) for name, value in security_headers(scope) if name not in present]
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return sending
 
 
 def bearer_token(scope: Scope) -> str | None:
@@ -116,6 +152,7 @@ class McpHttpApp:
         return self._running.manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = with_security_headers(scope, send)
         if not host_allowed(scope):
             await _answer(send, 400, {"detail": "The Host header is not one this server answers to."})
             return
@@ -126,6 +163,11 @@ class McpHttpApp:
         user_id = await database_sync_to_async(token_owner_id)(token)
         if user_id is None:
             await _refuse(send, UNUSABLE_CREDENTIAL)
+            return
+        if scope.get("method") != "POST":
+            # Stateless: nothing to stream outside a request, and a stream left open (GET) or a
+            # session to end (DELETE) would only hold a socket. The spec's answer is 405.
+            await _answer(send, 405, {"detail": NO_STREAM}, ((b"allow", b"POST"),))
             return
         manager = await self._manager()
         authenticated: dict[str, Any] = {**scope, SCOPE_USER_KEY: user_id}

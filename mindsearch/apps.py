@@ -8,4 +8,15 @@ class MindSearchConfig(AppConfig):
     verbose_name = "MindSearch"
 
     def ready(self) -> None:
-        from mindsearch import admin_charts  # noqa: F401 — registers the service charts in the admin
+        from django.contrib.auth.models import User
+        from django.db.models.signals import post_save
+
+        from mindsearch import (
+            admin_charts,  # noqa: F401 — registers the service charts in the admin
+            checks,  # noqa: F401 — registers the deploy checks
+        )
+        from mindsearch.models import revoke_tokens_on_password_change
+
+        post_save.connect(
+            revoke_tokens_on_password_change, sender=User, dispatch_uid="revoke-tokens-on-password"
+        )

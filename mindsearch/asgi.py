@@ -20,7 +20,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from mcphub.http import mcp_or  # noqa: E402
+from mindsearch.access_log import install_access_log_redaction  # noqa: E402
 from mindsearch.bodylimit import GuardedApp, install_daphne_guard  # noqa: E402
+from mindsearch.connections import install_connection_limits  # noqa: E402
 from research.routing import websocket_urlpatterns  # noqa: E402
 from retrieval.apps import preload_in_background  # noqa: E402
 
@@ -28,6 +30,10 @@ from retrieval.apps import preload_in_background  # noqa: E402
 # believed only from TRUSTED_PROXIES (mindsearch/bodylimit.py); under daphne also in its own
 # request object, which would otherwise buffer a whole body first.
 install_daphne_guard()
+# Idle and slow connections are closed by daphne itself (mindsearch/connections.py).
+install_connection_limits()
+# Share and invite tokens are not written to daphne's access log (mindsearch/access_log.py).
+install_access_log_redaction()
 # The embedding model loads now, beside serving, so the first search does not wait for it.
 preload_in_background()
 application = GuardedApp(

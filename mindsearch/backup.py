@@ -18,6 +18,7 @@ import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 from django.db import connection
@@ -66,6 +67,14 @@ def _run(program: str, args: list[str], env: dict[str, str]) -> None:
         raise BackupError(f"{program} failed: {done.stderr.strip() or done.stdout.strip()}")
 
 
+def _private_file(path: Path) -> BinaryIO:
+    """A new file only its owner may read, from its first byte: it will hold everyone's data. A
+    `.partial` left by a backup that died is replaced, not reused with its mode."""
+    path.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o600), "wb")
+
+
 def backup(target: Path) -> dict:
     """Write a backup to `target` (a .tar file); the manifest it holds."""
     if target.exists():
@@ -85,12 +94,11 @@ def backup(target: Path) -> dict:
         }
         (Path(work) / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
         partial = target.with_name(target.name + ".partial")
-        with tarfile.open(partial, "w") as archive:
+        with _private_file(partial) as out, tarfile.open(fileobj=out, mode="w") as archive:
             archive.add(Path(work) / MANIFEST_NAME, arcname=MANIFEST_NAME)
             archive.add(dump, arcname=DUMP_NAME)
             for path in files:
                 archive.add(path, arcname=f"{MEDIA_NAME}/{path.relative_to(media).as_posix()}")
-        partial.chmod(0o600)  # it holds everyone's data
         partial.rename(target)
     return manifest
 

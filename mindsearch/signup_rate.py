@@ -1,13 +1,14 @@
-"""New accounts per client address and hour (SIGNUP_RATE_PER_HOUR; 0 = no limit), counted in
-Django's cache, shared by every web process. The address is REMOTE_ADDR, which the ASGI layer
-takes from TRUSTED_PROXIES only (mindsearch/bodylimit.py)."""
+"""New accounts per client address and hour (SIGNUP_RATE_PER_HOUR; 0 = no limit), counted in the
+database in one conditional statement (mindsearch/limits.py), so concurrent sign-ups from one
+address cannot all pass the check before any is counted. The address is REMOTE_ADDR, which the
+ASGI layer takes from TRUSTED_PROXIES only (mindsearch/bodylimit.py)."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.cache import cache
 from django.http import HttpRequest
 
+from mindsearch import limits
 from mindsearch.throttle import client_address
 
 WINDOW_SECONDS = 3600
@@ -17,15 +18,8 @@ def _key(request: HttpRequest) -> str:
     return f"signup:addr:{client_address(request)}"
 
 
-def allow(request: HttpRequest) -> bool:
+def take(request: HttpRequest) -> bool:
+    """Count one new account for the request's address, if the hour's limit allows it. Call it in
+    the transaction that creates the account: a rollback gives the slot back."""
     limit = settings.SIGNUP_RATE_PER_HOUR
-    return not limit or (cache.get(_key(request)) or 0) < limit
-
-
-def record(request: HttpRequest) -> None:
-    key = _key(request)
-    if not cache.add(key, 1, WINDOW_SECONDS):
-        try:
-            cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, WINDOW_SECONDS)
+    return not limit or limits.take(_key(request), limit, WINDOW_SECONDS)

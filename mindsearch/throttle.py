@@ -10,7 +10,9 @@ the password. Nobody is locked out for long: the delay never exceeds the cap. An
 has signed in to the account before carries a signed device cookie and is counted on its own, so
 a stranger's guessing does not delay the owner at all.
 
-Counts live in Django's cache (the database or Redis), shared by every web process.
+Counts live in the database (`mindsearch/limits.py`), shared by every web process, and an
+attempt is counted before its password is checked, in one statement: guesses sent at once are
+counted as if sent one after another.
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core import signing
-from django.core.cache import cache
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
+
+from mindsearch import limits
 
 # An address may try several accounts (a shared office NAT), so it gets more room than one name.
 ADDRESS_FACTOR = 4
 DEVICE_COOKIE = "ms_device"
 DEVICE_SALT = "mindsearch.throttle.device"
 DEVICE_MAX_AGE = 365 * 24 * 3600
-# While an account is past its free failures, one attempt at a time is checked for it.
-BUSY_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -73,63 +75,43 @@ def _buckets(request: HttpRequest, username: str) -> list[Bucket]:
     ]
 
 
-def delay_after(failures: int, free: int) -> float:
-    """Seconds an attempt must wait after this many failures: none within the free ones, then
-    1, 2, 4 … up to the cap."""
-    if failures < free:
-        return 0.0
-    return float(min(settings.LOGIN_THROTTLE_MAX_DELAY_SECONDS, 2 ** (failures - free)))
-
-
-def _state(bucket: Bucket) -> tuple[int, float]:
-    value = cache.get(bucket.key) or {}
-    if not isinstance(value, dict):
-        return 0, 0.0
-    return int(value.get("failures", 0)), float(value.get("last", 0.0))
-
-
 class Attempt:
     """One sign-in attempt: `wait` > 0 means refused for that many seconds; otherwise the
-    password may be checked, and `failed()` or `succeeded()` must follow."""
+    password may be checked, and `failed()` or `succeeded()` must follow.
+
+    The attempt is counted before the password is checked, in one conditional statement per
+    bucket (mindsearch/limits.py), so twenty guesses sent at once meet the same count as twenty
+    sent one after another; a success gives its count back."""
 
     def __init__(self, request: HttpRequest, username: str) -> None:
         self.request = request
         self.username = username
         self.buckets = _buckets(request, username)
-        self.held: list[str] = []
         self.wait = 0.0
         now = time.time()
-        for bucket in self.buckets:
-            failures, last = _state(bucket)
-            remaining = last + delay_after(failures, bucket.free) - now
-            if remaining > 0:
-                self.wait = max(self.wait, remaining)
-            elif failures >= bucket.free:
-                # Past the free failures, parallel guesses would all pass the check above
-                # before any failed: one attempt at a time.
-                busy = f"{bucket.key}:busy"
-                if cache.add(busy, 1, BUSY_SECONDS):
-                    self.held.append(busy)
-                else:
-                    self.wait = max(self.wait, 1.0)
-        if self.wait:
-            self._release()
+        cap = settings.LOGIN_THROTTLE_MAX_DELAY_SECONDS
+        window = settings.LOGIN_THROTTLE_WINDOW_SECONDS
+        # Every bucket or none: a refusal by one leaves the others as they were. The buckets are
+        # always taken in the same order, so two attempts never wait for each other's rows.
+        with transaction.atomic():
+            for bucket in self.buckets:
+                self.wait = max(
+                    self.wait, limits.take_with_backoff(bucket.key, bucket.free, cap, window, now)
+                )
+            if self.wait:
+                transaction.set_rollback(True)
 
     @property
     def allowed(self) -> bool:
         return self.wait <= 0
 
     def failed(self) -> None:
-        window = settings.LOGIN_THROTTLE_WINDOW_SECONDS
-        now = time.time()
-        for bucket in self.buckets:
-            failures, _last = _state(bucket)
-            cache.set(bucket.key, {"failures": failures + 1, "last": now}, window)
-        self._release()
+        """Nothing more to count: the attempt was counted when it was let through."""
 
     def succeeded(self) -> None:
-        cache.delete(self.buckets[0].key)
-        self._release()
+        limits.forget(self.buckets[0].key)
+        for bucket in self.buckets[1:]:
+            limits.give_back(bucket.key)
         # Remember this browser for this account; the view puts the cookie on its response.
         name = _name(self.username)
         devices = _known_devices(self.request)
@@ -137,11 +119,6 @@ class Attempt:
         self.request._mindsearch_device_cookie = signing.dumps(
             dict(list(devices.items())[-20:]), salt=DEVICE_SALT
         )
-
-    def _release(self) -> None:
-        for key in self.held:
-            cache.delete(key)
-        self.held = []
 
 
 def remember_device(request: HttpRequest, response: HttpResponse) -> HttpResponse:

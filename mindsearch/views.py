@@ -49,10 +49,12 @@ def signup(request: HttpRequest) -> HttpResponse:
     form = SignUpForm(request.POST or None)
     context = {"form": form, "invite": token if invite else ""}
     if request.method == "POST" and form.is_valid():
-        if not signup_rate.allow(request):
-            form.add_error(None, _("Too many accounts were created from your address; try again in an hour."))
-            return render(request, "registration/signup.html", context, status=429)
         with transaction.atomic():
+            if not signup_rate.take(request):
+                form.add_error(
+                    None, _("Too many accounts were created from your address; try again in an hour.")
+                )
+                return render(request, "registration/signup.html", context, status=429)
             if invite is not None:
                 # The invite is used once: a second tab with the same link finds it taken.
                 claimed = Invite.objects.usable().filter(pk=invite.pk).update(used_at=timezone.now())
@@ -62,7 +64,6 @@ def signup(request: HttpRequest) -> HttpResponse:
             user = form.save()
             if invite is not None:
                 Invite.objects.filter(pk=invite.pk).update(used_by=user)
-        signup_rate.record(request)
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, _("Welcome to MindSearch, %s.") % user.username)
         return redirect("home")

@@ -10,7 +10,7 @@ allow raises `Refused` with a message for the user.
 The fair-use limits live here too, so that the page, the API, the console and an imported
 archive all meet the same ones: a plan has at most `RESEARCH_MAX_SUBQUERIES` sub-queries (to
 edit, to approve, and to run again), and one user has at most `RESEARCH_MAX_ACTIVE_TOPICS`
-topics planning, queued or running at a time (`OverLimit`, a kind of `Refused`).
+topics planning, awaiting approval, queued or running at a time (`OverLimit`, a kind of `Refused`).
 """
 
 from __future__ import annotations
@@ -76,12 +76,18 @@ def planned_count(topic: Topic) -> int:
     return topic.subqueries.filter(round=1).count()
 
 
+COUNTED_AS_ACTIVE = (*Topic.ACTIVE_STATUSES, Topic.Status.AWAITING_APPROVAL)
+
+
 def check_can_start(owner: User, exclude: Topic | None = None) -> None:
-    """One more topic of `owner` may be planning, queued or running; OverLimit otherwise."""
+    """One more topic of `owner` may be planning, awaiting approval, queued or running;
+    OverLimit otherwise."""
     limit = settings.RESEARCH_MAX_ACTIVE_TOPICS
     if not limit:
         return
-    active = Topic.objects.filter(owner=owner).active()
+    # A plan awaiting approval counts: otherwise one user could hold any number of plans, each
+    # a planning run's LLM calls, and approve them one after another (issue 26).
+    active = Topic.objects.filter(owner=owner, status__in=COUNTED_AS_ACTIVE)
     if exclude is not None:
         active = active.exclude(pk=exclude.pk)
     # A follow-up being answered is research going on too (its search, reads and LLM calls).

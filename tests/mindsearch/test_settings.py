@@ -138,11 +138,19 @@ def test_bad_values_stop_the_start_with_a_clear_message() -> None:
 @pytest.mark.django_db
 def test_production_settings_pass_check_deploy() -> None:
     env = processes.process_env(
-        DEBUG="0", SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="search.example.org"
+        DEBUG="0",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="search.example.org",
+        LLM_DAILY_TOKEN_BUDGET="200000",
     )
     done = processes.manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
+    # Open sign-up (the default) without a daily budget is the one thing it then warns of.
+    env["LLM_DAILY_TOKEN_BUDGET"] = "0"
+    done = processes.manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert done.returncode != 0
+    assert "mindsearch.W001" in done.stdout + done.stderr
 
 
 @pytest.mark.processes

@@ -81,7 +81,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def start_web(listener: socket.socket) -> subprocess.Popen[bytes]:
     fd = listener.fileno()
-    cmd = [sys.executable, "-m", "daphne", "--fd", str(fd), "mindsearch.asgi:application"]
+    # An application that has not answered in WEB_HTTP_TIMEOUT_SECONDS gets 503 (idle and slow
+    # clients: mindsearch/connections.py).
+    timeout = str(settings.WEB_HTTP_TIMEOUT_SECONDS)
+    cmd = [
+        sys.executable,
+        "-m",
+        "daphne",
+        "--fd",
+        str(fd),
+        "--http-timeout",
+        timeout,
+        "mindsearch.asgi:application",
+    ]
     return subprocess.Popen(cmd, pass_fds=[fd])
 
 

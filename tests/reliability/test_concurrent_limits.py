@@ -1,0 +1,134 @@
+"""Limits that hold under concurrency (issue 26, finding 6): twenty requests sent at once meet
+the same limit as twenty sent one after another — sign-ups per address, an invite, the login
+guard, and the per-user quotas (active topics, documents). Each request runs in a thread of its
+own, with its own database connection, released together at a barrier."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test import Client
+
+from mindsearch import limits
+from mindsearch.models import Invite, LimitCounter
+from research.models import Topic
+from retrieval.models import UploadedDocument
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AT_ONCE = 20
+PASSWORD = "violet tulip kettle 42"
+
+
+def at_once(request: Callable[[int], Any], count: int = AT_ONCE) -> list[Any]:
+    """`request(n)` for n in range(count), all in threads released together; their answers."""
+    barrier = threading.Barrier(count)
+    answers: list[Any] = [None] * count
+
+    def run(n: int) -> None:
+        try:
+            barrier.wait(30)
+            answers[n] = request(n)
+        except Exception as error:  # the test reads it as a failed request
+            answers[n] = error
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return answers
+
+
+def statuses(answers: list[Any]) -> list[int]:
+    assert not [a for a in answers if isinstance(a, Exception)], answers
+    return sorted(answer.status_code for answer in answers)
+
+
+def join(name: str, invite: str = "") -> Any:
+    data = {"username": name, "email": "", "password1": PASSWORD, "password2": PASSWORD}
+    if invite:
+        data["invite"] = invite
+    return Client().post("/accounts/signup/", data, REMOTE_ADDR="203.0.113.9")
+
+
+def test_twenty_sign_ups_at_once_create_at_most_the_hours_limit(settings: Any) -> None:
+    # The finding: 12 concurrent sign-ups all succeeded against a limit of 5 an hour.
+    settings.SIGNUP = "open"
+    settings.SIGNUP_RATE_PER_HOUR = 5
+    answers = at_once(lambda n: join(f"racer{n}"))
+    assert statuses(answers) == [302] * 5 + [429] * 15
+    assert User.objects.count() == 5
+    # The hour's count is spent: one more later is refused too.
+    assert join("late").status_code == 429
+
+
+def test_one_invite_sent_twenty_times_at_once_makes_one_account(settings: Any) -> None:
+    settings.SIGNUP = "invite"
+    settings.SIGNUP_RATE_PER_HOUR = 0
+    _invite, token = Invite.issue(None, "for one")
+    answers = at_once(lambda n: join(f"guest{n}", invite=token))
+    assert statuses(answers).count(302) == 1
+    assert User.objects.count() == 1
+
+
+def test_twenty_guesses_at_once_check_at_most_the_free_attempts(settings: Any) -> None:
+    User.objects.create_user("root", "root@example.com", PASSWORD)
+    settings.LOGIN_THROTTLE_ATTEMPTS = 5
+
+    def guess(n: int) -> Any:
+        return Client().post("/accounts/login/", {"username": "root", "password": f"guess {n}"})
+
+    codes = statuses(at_once(guess))
+    # 200 is a password checked and found wrong; 429 refused without checking it.
+    assert codes.count(200) <= settings.LOGIN_THROTTLE_ATTEMPTS
+    assert codes.count(429) >= AT_ONCE - settings.LOGIN_THROTTLE_ATTEMPTS
+    assert set(codes) == {200, 429}
+
+
+def test_twenty_topics_started_at_once_meet_the_active_topic_cap(alice: User, settings: Any) -> None:
+    settings.RESEARCH_MAX_ACTIVE_TOPICS = 5
+    form = {"question": "How do tides work?", "sources": "web", "mode": "quick", "time_range": ""}
+
+    def start(n: int) -> Any:
+        client = Client()
+        client.force_login(alice)
+        return client.post("/api/topics", form, content_type="application/json")
+
+    assert statuses(at_once(start)) == [201] * 5 + [429] * 15
+    assert Topic.objects.filter(owner=alice).count() == 5
+
+
+def test_twenty_uploads_at_once_meet_the_document_quota(alice: User, settings: Any, tmp_path: Path) -> None:
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.UPLOAD_MAX_DOCUMENTS = 5
+    client = Client()
+    client.force_login(alice)
+    session = client.cookies
+
+    def upload(n: int) -> Any:
+        own = Client()
+        own.cookies = session
+        text = f"Notes number {n}: the tide tables of harbour {n}.\n".encode() * 20
+        return own.post("/api/documents", {"file": SimpleUploadedFile(f"notes{n}.txt", text)})
+
+    codes = statuses(at_once(upload))
+    assert codes.count(201) == 5
+    assert UploadedDocument.objects.filter(owner=alice).count() == 5
+
+
+def test_a_count_starts_again_after_its_window_and_ended_ones_are_cleared() -> None:
+    assert limits.take("a", 1, 10, now=0)
+    assert not limits.take("a", 1, 10, now=5)
+    assert limits.take("a", 1, 10, now=11)
+    assert limits.take("b", 1, 10, now=100)  # a new count clears "a", ended at 21
+    assert list(LimitCounter.objects.values_list("key", flat=True)) == ["b"]
