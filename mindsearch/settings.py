@@ -263,6 +263,16 @@ if not DEBUG:
 AITUNNEL_API_KEY = env_str("AITUNNEL_API_KEY")
 AITUNNEL_MODEL = env_str("AITUNNEL_MODEL")
 AITUNNEL_BASE_URL = env_str("AITUNNEL_BASE_URL") or "https://api.aitunnel.ru/v1/"
+# Sampling temperature sent with every call; empty = the provider's default (OpenAI's reasoning
+# models take no other). Known reasoning families (o1, o3, o4, gpt-5) never get one.
+_temperature = env_str("AITUNNEL_TEMPERATURE", "0.2")
+AITUNNEL_TEMPERATURE: float | None = env_float("AITUNNEL_TEMPERATURE", 0.2) if _temperature else None
+# Sent as `reasoning_effort` when set (minimal, low, medium, high), for models that reason.
+AITUNNEL_REASONING_EFFORT = env_str("AITUNNEL_REASONING_EFFORT")
+# The model's context window in tokens; 0 = what the server reports or a 400 tells.
+AITUNNEL_CONTEXT_TOKENS = env_int("AITUNNEL_CONTEXT_TOKENS", 0)
+# The token limit of a call that names none (a reasoning model gets more for its reasoning).
+AITUNNEL_MAX_TOKENS = env_int("AITUNNEL_MAX_TOKENS", 4096)
 SEARXNG_URL = env_str("SEARXNG_URL")
 # The specification spells SearXNG "SEARCHXNG" in these three names; that spelling still works.
 SEARXNG_BASIC_AUTH_LOGIN = env_str(env_name("SEARXNG_BASIC_AUTH_LOGIN", "SEARCHXNG_BASIC_AUTH_LOGIN"))

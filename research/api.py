@@ -201,6 +201,17 @@ class CitationCountsOut(Schema):
     unsupported: int
 
 
+ReportMark = choices_enum("ReportMark", Report.Mark)
+
+
+class WithoutModelOut(Schema):
+    stage: str = Field(description="The stage (as the run events name it).")
+    count: int | None = Field(
+        description="How many of its rows were made without the model; null: not counted."
+    )
+    total: int | None = Field(description="How many rows it made in all; null: not counted.")
+
+
 class ReportOut(Schema):
     topic_id: int
     markdown: str = Field(description="The report as written, with its numbered sources list.")
@@ -214,6 +225,15 @@ class ReportOut(Schema):
     )
     citation_counts: CitationCountsOut | None = Field(
         description="How many citations each verdict got; null when nothing was checked."
+    )
+    marks: list[ReportMark] = Field(  # type: ignore[valid-type]
+        description="What the checks of the whole report found: truncated (cut off at the model's token "
+        "limit), uncited (cites none of its sources), wrong_language (not in the question's language), "
+        "unsupported (most citations not supported); empty when none."
+    )
+    without_model: list[WithoutModelOut] = Field(
+        description="The stages that ran without the configured model (its answers could not be read, "
+        "or it was given up on); empty when it did all, or when no model was configured."
     )
 
 
@@ -479,6 +499,8 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
         "created_at": report.created_at,
         "citations": shown["citations"],
         "citation_counts": shown["citation_counts"],
+        "marks": [mark["mark"] for mark in shown["marks"]],
+        "without_model": shown["without_model"],
     }
 
 

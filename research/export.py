@@ -40,7 +40,11 @@ def filename(topic: Topic, extension: str) -> str:
 
 def report_markdown(topic: Topic) -> str:
     report = topic.report
-    engine = report.model or _("the extractive engine (no LLM)")
+    engine = report.model or (
+        _("the extractive engine (the model %(model)s was given up on)") % {"model": topic.llm_model}
+        if topic.llm_model
+        else _("the extractive engine (no LLM)")
+    )
     header = _("Researched with MindSearch on %(date)s by %(engine)s.") % {
         "date": report.created_at.date().isoformat(),
         "engine": engine,
@@ -48,7 +52,31 @@ def report_markdown(topic: Topic) -> str:
     subqueries = "\n".join(f"- {sq.text}" for sq in topic.subqueries.order_by("round", "position"))
     heading = _("Sub-queries")
     thread = thread_markdown(topic)
-    return f"> {header}\n>\n> {heading}:\n{_quote(subqueries)}\n\n{report.markdown.strip()}\n{thread}"
+    notes = "".join(f">\n> **{line}**\n" for line in report_notes(topic))
+    return f"> {header}\n{notes}>\n> {heading}:\n{_quote(subqueries)}\n\n{report.markdown.strip()}\n{thread}"
+
+
+def report_notes(topic: Topic) -> list[str]:
+    """What the checks of the whole report found, and the stages that ran without the model, as
+    lines of text for a file (the page shows the same from `presenters.report_of`)."""
+    from research.presenters import marks_of, without_model_of
+
+    report = topic.report
+    care = _("Read this report with care: %(mark)s.")
+    lines = [care % {"mark": mark["label"]} for mark in marks_of(report)]
+    stages = [
+        f"{entry['label']} ({entry['count']}/{entry['total']})" if entry.get("total") else entry["label"]
+        for entry in without_model_of(report)
+    ]
+    if stages:
+        lines.append(
+            _(
+                "Ran without the model %(model)s (its answers could not be read, or it was given up on): "
+                "%(stages)s."
+            )
+            % {"model": topic.llm_model, "stages": ", ".join(stages)}
+        )
+    return lines
 
 
 def thread_markdown(topic: Topic) -> str:

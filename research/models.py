@@ -439,10 +439,28 @@ class SummaryScore(Scores):
 
 
 class Report(models.Model):
+    class Mark(models.TextChoices):
+        """What the checks of the whole report found wrong with it (`report_writer.marks_of`)."""
+
+        TRUNCATED = "truncated", _("Cut off: the model's answer hit its token limit")
+        UNCITED = "uncited", _("Cites none of its sources")
+        WRONG_LANGUAGE = "wrong_language", _("Written in another language than the question's")
+        UNSUPPORTED = "unsupported", _("Most of its citations are not supported by their sources")
+
     topic = models.OneToOneField(Topic, on_delete=models.CASCADE, related_name="report")
     markdown = models.TextField()
     sources = models.JSONField(default=list, help_text=_("[{n, title, url, document_id}]"))
     model = models.CharField(max_length=200, blank=True, default="")
+    marks = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("What the checks of the whole report found (Report.Mark values)."),
+    )
+    without_model = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("Stages that ran without the configured model: [{stage, count, total}]."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -672,6 +690,9 @@ class LLMCall(models.Model):
     prompt_version = models.CharField(max_length=40, blank=True, default="")
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    reasoning_tokens = models.PositiveIntegerField(
+        default=0, help_text=_("Of the completion tokens, those the model spent reasoning.")
+    )
     latency_ms = models.PositiveIntegerField(default=0)
     attempts = models.PositiveSmallIntegerField(default=1)
     cache_hit = models.BooleanField(default=False)

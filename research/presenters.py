@@ -272,7 +272,26 @@ def report_of(topic: Topic) -> dict[str, Any] | None:
         "citations": citations,
         "citation_counts": citecheck.counts(citations) if citations else None,
         "doubtful_citations": [c for c in citations if c.verdict != Citation.Verdict.SUPPORTED],
+        "marks": marks_of(report),
+        "without_model": without_model_of(report),
     }
+
+
+def marks_of(report: Report) -> list[dict[str, str]]:
+    """What the checks of the whole report found, as stored when it was saved, with its label
+    (a value this version does not know, from an archive, is left out)."""
+    labels = dict(Report.Mark.choices)
+    return [{"mark": mark, "label": str(labels[mark])} for mark in report.marks if mark in labels]
+
+
+def without_model_of(report: Report) -> list[dict[str, Any]]:
+    """The stages that ran without the configured model, each with its label and its count."""
+    labels = dict(StageName.choices)
+    return [
+        {**entry, "label": str(labels[entry["stage"]])}
+        for entry in report.without_model
+        if isinstance(entry, dict) and entry.get("stage") in labels
+    ]
 
 
 def draft_of(topic: Topic) -> dict[str, Any] | None:
@@ -281,8 +300,10 @@ def draft_of(topic: Topic) -> dict[str, Any] | None:
     if topic.is_finished:
         return None
     draft = ReportDraft.objects.filter(topic=topic).only("text", "version").first()
-    if draft is None or not draft.text.strip():
+    if draft is None:
         return None
+    if not draft.text.strip():  # saved empty while the model reasons before it writes
+        return {"html": "", "version": draft.version, "thinking": True}
     return {"html": render_markdown(SOURCES_HEADING.split(draft.text)[0]), "version": draft.version}
 
 

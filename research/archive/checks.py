@@ -87,7 +87,7 @@ TOPIC_FIELDS = (
     "started_at",
     "finished_at",
 )
-REPORT_FIELDS = ("markdown", "sources", "model", "created_at")
+REPORT_FIELDS = ("markdown", "sources", "model", "marks", "without_model", "created_at")
 # A picture's outcomes the vision stage saved without describing it (as migration 0014 reads them).
 SETTLED_PICTURES = (TopicImage.Analysis.NO_VISION, TopicImage.Analysis.FAILED)
 # In creation order: every table refers only to tables above it.

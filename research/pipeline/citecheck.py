@@ -502,7 +502,17 @@ def _judge(prepared: Prepared, position: int, n: int) -> Verdict:
     ]
     if not scored:
         return Verdict(
-            claim.index, claim.text, n, UNSUPPORTED, 0.0, 0.0, None, "", LEXICAL, "the source has no text"
+            claim.index,
+            claim.text,
+            n,
+            UNSUPPORTED,
+            0.0,
+            0.0,
+            None,
+            "",
+            LEXICAL,
+            "the source has no text",
+            local_verdict=UNSUPPORTED,
         )
     scored.sort(key=lambda item: -item[0])
     score, cover, similarity, across, best = scored[0]

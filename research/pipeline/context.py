@@ -19,6 +19,16 @@ from research.progress import record_event
 T = TypeVar("T")
 
 
+# Errors no later call can mend (a key, a quota, a model that is not there): the LLM is given
+# up on at the first.
+FATAL_LLM_ERRORS = (
+    llm_client.LLMAuthError,
+    llm_client.LLMNotConfigured,
+    llm_client.LLMQuotaError,
+    llm_client.LLMUnknownModel,
+)
+
+
 class StageError(Exception):
     """A stage cannot go on; the message is shown to the user on the topic."""
 
@@ -42,6 +52,8 @@ class RunContext:
     # What the vision model saw in the question's picture (research/pipeline/vision.py).
     image_labels: list[str] = field(default_factory=list)
     image_context: str = ""
+    # The stages that fell back from the model in this run (`fell_back`), for the report's note.
+    fallen_back: list[str] = field(default_factory=list)
 
     # After this many failed asks in a row (each already retried), the LLM is given up on for
     # the rest of the run and the extractive engine does the work.
@@ -115,19 +127,23 @@ class RunContext:
     def fell_back(self, stage: str, message: str, error: Exception) -> RunEvent:
         """The warning that a step failed with `error` and the stage goes on another way (the
         extractive engine, keywords): `message` is a msgid with `%(error)s`."""
+        self.fallen_back.append(stage)
         return self.warn(stage, message, args={"error": str(error)})
 
     def llm_failed(self, error: llm_client.LLMError) -> None:
         bad_answer = isinstance(error, llm_client.LLMBadAnswer)
         self.llm_failures += self.BAD_ANSWER_POINTS if bad_answer else self.FAILURE_POINTS
-        fatal = isinstance(error, llm_client.LLMAuthError | llm_client.LLMNotConfigured)
         given_up = self.llm_failures >= self.MAX_LLM_FAILURES * self.FAILURE_POINTS
-        if self.llm_enabled and (fatal or given_up):
+        if self.llm_enabled and (isinstance(error, FATAL_LLM_ERRORS) or given_up):
             self.llm_enabled = False
+            # The model was configured: say which one was given up on, and why.
             self.warn(
                 StageName.LLM,
-                gettext_noop("Continuing without the LLM: %(error)s"),
-                args={"error": str(error)},
+                gettext_noop(
+                    "Continuing without the LLM %(model)s: it is configured, but this run gave it up"
+                    " after: %(error)s"
+                ),
+                args={"model": self.model or settings.AITUNNEL_MODEL, "error": str(error)},
             )
 
     def check_cancelled(self) -> None:

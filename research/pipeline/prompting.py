@@ -73,29 +73,63 @@ async def ask(
     private: bool = False,
     max_tokens: int | None = None,
     on_text: llm_client.TextListener | None = None,
+    on_thinking: llm_client.ThinkingListener | None = None,
 ) -> str:
-    """The answer text, from the cache when this exact question was asked of this model before.
+    """The answer text (`ask_completion`'s), from the cache when this exact question was asked
+    of this model on this endpoint before."""
+    completion = await ask_completion(
+        ctx,
+        stage,
+        prompt,
+        user_content,
+        kind=kind,
+        private=private,
+        max_tokens=max_tokens,
+        on_text=on_text,
+        on_thinking=on_thinking,
+    )
+    return completion.text
+
+
+async def ask_completion(
+    ctx: RunContext,
+    stage: str,
+    prompt: Prompt,
+    user_content: str,
+    *,
+    kind: str,
+    private: bool = False,
+    max_tokens: int | None = None,
+    on_text: llm_client.TextListener | None = None,
+    on_thinking: llm_client.ThinkingListener | None = None,
+) -> llm_client.Completion:
+    """The whole answer — its text (never reasoning), whether the token limit cut it
+    (`truncated`), its reasoning tokens — from the cache when this exact question was asked of
+    this model on this endpoint (`llm.endpoint_key`) with this limit before: another server
+    behind the same model name never serves the first one's answers.
 
     Private text is cached for its owner alone; with LLM_CACHE_SCOPE=user every answer is (no
     user can then tell from a fast answer that someone else asked the same recently).
 
-    With `on_text` the answer is streamed to it as it is written (a cached one at once, whole);
-    only a finished answer is cached or returned."""
+    With `on_text` the answer is streamed to it as it is written (a cached one at once, whole),
+    and `on_thinking` hears that the model is still reasoning; only a finished answer is cached
+    or returned."""
     # What a private picture showed (its labels in the question, its description) is private too.
     private = private or bool(ctx.image_labels or ctx.image_context)
     owner_id = ctx.owner_id if private or settings.LLM_CACHE_SCOPE == "user" else None
-    key = result_cache.make_key("llm", stage, prompt.version, ctx.model, user_content)
+    endpoint = llm_client.endpoint_key(ctx.model)
+    key = result_cache.make_key("llm", stage, prompt.version, endpoint, str(max_tokens or ""), user_content)
     cached = await db(result_cache.get)(kind, key, owner_id)
     if cached is not None:
         await db(_record)(ctx, stage, prompt, cached, cache_hit=True, cache_kind=kind)
         if on_text is not None:
             await on_text(cached["text"])
-        return cached["text"]
+        return _cached_completion(cached, ctx.model)
     messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
     try:
         await db(budget.check)(ctx.owner_id)
         completion = await llm_client.complete(
-            messages, max_tokens=max_tokens, user=ctx.owner_id, on_text=on_text
+            messages, max_tokens=max_tokens, user=ctx.owner_id, on_text=on_text, on_thinking=on_thinking
         )
     except llm_client.LLMError as exc:
         await db(_record)(
@@ -116,11 +150,29 @@ async def ask(
         "model": completion.model,
         "prompt_tokens": completion.prompt_tokens,
         "completion_tokens": completion.completion_tokens,
+        "reasoning_tokens": completion.reasoning_tokens,
+        "finish_reason": completion.finish_reason,
+        "usage_estimated": completion.usage_estimated,
     }
     # Saved before anything else happens to it, so a crash right after does not pay for it twice;
     # the answer and its `LLMCall` row in one transaction, so a saved answer is always counted.
     await db(_save)(ctx, stage, prompt, kind, key, owner_id, payload, completion)
-    return completion.text
+    return completion
+
+
+def _cached_completion(cached: dict[str, Any], model: str) -> llm_client.Completion:
+    """A cached answer as the Completion it was (no attempts, no wait: nothing was sent)."""
+    return llm_client.Completion(
+        text=cached["text"],
+        model=cached.get("model") or model,
+        prompt_tokens=cached.get("prompt_tokens", 0),
+        completion_tokens=cached.get("completion_tokens", 0),
+        latency_ms=0,
+        attempts=0,
+        reasoning_tokens=cached.get("reasoning_tokens", 0),
+        finish_reason=cached.get("finish_reason", "stop"),
+        usage_estimated=cached.get("usage_estimated", False),
+    )
 
 
 @dataclass(frozen=True)
@@ -184,5 +236,6 @@ def _record(ctx: RunContext, stage: str, prompt: Prompt, usage: dict[str, Any], 
         prompt_version=prompt.version,
         prompt_tokens=usage.get("prompt_tokens", 0),
         completion_tokens=usage.get("completion_tokens", 0),
+        reasoning_tokens=usage.get("reasoning_tokens", 0),
         **fields,
     )

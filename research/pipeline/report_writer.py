@@ -28,18 +28,24 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import LLMError
+from mindsearch.clients.llm import Completion, LLMError
 from research import progress
 from research.models import CacheEntry, Citation, Document, Report, ReportDraft, Topic
-from research.pipeline import citecheck, extractive, passages
+from research.pipeline import citecheck, extractive, passages, report_checks, window
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import Prompt, ask, data_block, image_context_block, load_prompt
+from research.pipeline.prompting import (
+    Prompt,
+    ask_completion,
+    data_block,
+    image_context_block,
+    load_prompt,
+)
 from research.pipeline.replies import (
     is_russian,
     language_of,
@@ -61,6 +67,9 @@ MARKDOWN_SPECIAL = re.compile(r"[\\`*\[\]<>]")
 PRIVATE_ORIGIN = "(документ пользователя)"
 # How often the text being written is saved and sent to the page (the console hears every piece).
 DRAFT_INTERVAL_SECONDS = 0.3
+# The report's answer budget (less when the model's window is small: `window.answer_room`); a
+# report cut off at it is asked for again, shorter, with twice the budget where the window allows.
+REPORT_TOKENS = 4_096
 SOURCES_HEADING = re.compile(
     r"^#{1,3}\s*(источники|список источников|список литературы|sources|references)\s*:?\s*$", re.I | re.M
 )
@@ -81,6 +90,16 @@ class Material:
         return any(d.fetched_via == Document.FetchedVia.PRIVATE for d in self.documents)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A report's body as written, by `model` ("" for the extractive engine); `truncated`: the
+    model's answer was cut off at its token limit."""
+
+    body: str
+    model: str
+    truncated: bool = False
+
+
 def write_report(ctx: RunContext, documents: list[Document]) -> None:
     """The report from `documents`: the answer stage's choice (`answer.py`), or the passages the
     local-RAG branch took from the owner's documents (`local_rag.py`)."""
@@ -93,20 +112,48 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
             for n, document in enumerate(documents, 1)
         },
     )
-    body, model = _write(ctx, material)
-    if model:
-        body, model = in_question_language(ctx, material, body, model)
-    body = clean_citations(body, len(material.sources))
-    verdicts = check_citations(ctx, body, material.excerpts, private=material.private)
-    if model and citecheck.mostly_unsupported(verdicts):
-        body, model, verdicts = _ask_again(ctx, material, body, model, verdicts)
+    answer = _write(ctx, material)
+    if answer.model:
+        answer = in_question_language(ctx, material, answer)
+    answer = replace(answer, body=clean_citations(answer.body, len(material.sources)))
+    verdicts = check_citations(ctx, answer.body, material.excerpts, private=material.private)
+    if answer.model and (citecheck.mostly_unsupported(verdicts) or (material.sources and not verdicts)):
+        answer, verdicts = _ask_again(ctx, material, answer, verdicts)
+    _save(ctx, material, answer, verdicts)
+    ctx.finish(STAGE, gettext_noop("Report written"))
+
+
+def _save(ctx: RunContext, material: Material, answer: Answer, verdicts: list[citecheck.Verdict]) -> None:
+    """The report with its citations' verdicts and what the checks of the whole report found."""
     sources = material.sources
-    markdown = f"{body}\n\n{sources_section(ctx.question, sources)}\n"
+    markdown = f"{answer.body}\n\n{sources_section(ctx.question, sources)}\n"
+    marks = report_checks.marks_of(
+        answer.body,
+        question=ctx.question,
+        by_model=bool(answer.model),
+        truncated=answer.truncated,
+        sources=len(sources),
+        verdicts=verdicts,
+    )
+    without = report_checks.without_model(ctx.topic, answer.model, ctx.fallen_back) if ctx.model else []
     with transaction.atomic():
-        report = Report.objects.create(topic=ctx.topic, markdown=markdown, sources=sources, model=model)
+        report = Report.objects.create(
+            topic=ctx.topic,
+            markdown=markdown,
+            sources=sources,
+            model=answer.model,
+            marks=marks,
+            without_model=without,
+        )
         Citation.objects.bulk_create(citation_rows(report, verdicts))
         ReportDraft.objects.filter(topic=ctx.topic).delete()
-    ctx.finish(STAGE, gettext_noop("Report written"))
+    if marks:
+        ctx.warn(
+            STAGE,
+            gettext_noop("The report is marked: %(marks)s"),
+            args={"marks": ", ".join(marks)},
+            data={"marks": marks},
+        )
 
 
 class StreamedText:
@@ -117,6 +164,7 @@ class StreamedText:
         self.listeners = listeners or []
         self.text = self.saved = ""
         self.saved_at = float("-inf")
+        self.thought = False
 
     async def __call__(self, text: str) -> None:
         self.text = text
@@ -124,6 +172,12 @@ class StreamedText:
             listener(text)
         if time.monotonic() - self.saved_at >= DRAFT_INTERVAL_SECONDS:
             await self.flush()
+
+    async def thinking(self) -> None:
+        """The model reasons and has written no answer yet: an empty draft says so, once."""
+        if not self.text and not self.thought:
+            self.thought = True
+            await db(self.save)("")
 
     async def flush(self) -> None:
         if self.text != self.saved:
@@ -135,17 +189,39 @@ class StreamedText:
         await db(self.discard)()
 
     async def ask(self, ctx: RunContext, stage: str, prompt: Prompt, request: str, *, private: bool) -> str:
-        """The LLM's answer (an answer, cached as one), streamed into this text as it is written:
-        dropped when the ask fails, saved whole when it is done."""
+        """The LLM's answer text (`ask_completion`'s)."""
+        return (await self.ask_completion(ctx, stage, prompt, request, private=private)).text
+
+    async def ask_completion(
+        self,
+        ctx: RunContext,
+        stage: str,
+        prompt: Prompt,
+        request: str,
+        *,
+        private: bool,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        """The LLM's answer (an answer, cached as one), streamed into this text as it is written
+        ("thinking…" while the model reasons first): dropped when the ask fails, saved whole
+        when it is done."""
         try:
-            body = await ask(
-                ctx, stage, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private, on_text=self
+            completion = await ask_completion(
+                ctx,
+                stage,
+                prompt,
+                request,
+                kind=CacheEntry.Kind.ANSWERS,
+                private=private,
+                max_tokens=max_tokens,
+                on_text=self,
+                on_thinking=self.thinking,
             )
         except BaseException:
             await self.drop()
             raise
         await self.flush()
-        return body
+        return completion
 
     def save(self, text: str) -> None:
         raise NotImplementedError
@@ -172,9 +248,12 @@ def check_citations(
     ctx: RunContext, body: str, excerpts: dict[int, str], *, private: bool
 ) -> list[citecheck.Verdict]:
     """Each cited sentence against the text that was sent for its source; the LLM's verdicts
-    where one is configured and answers usably, the local ones elsewhere."""
+    where one is configured and answers usably, the local ones elsewhere. A report that cites
+    none of its sources is said to."""
     claims = citecheck.claims(body, len(excerpts))
     if not claims:
+        if excerpts:
+            ctx.warn(CHECK_STAGE, gettext_noop("The report cites none of its sources"), args={})
         return []
     verdicts = citecheck.check(claims, excerpts)
     if ctx.llm_enabled:
@@ -192,27 +271,37 @@ def check_citations(
 
 
 def _ask_again(
-    ctx: RunContext, material: Material, body: str, model: str, verdicts: list[citecheck.Verdict]
-) -> tuple[str, str, list[citecheck.Verdict]]:
-    """One more answer, with the verdicts; the better of the two by `citecheck.quality`."""
+    ctx: RunContext, material: Material, answer: Answer, verdicts: list[citecheck.Verdict]
+) -> tuple[Answer, list[citecheck.Verdict]]:
+    """One more answer, with the verdicts (or, when the first cited nothing, the rule to cite);
+    the better of the two by `citecheck.quality`."""
     tally = citecheck.counts(verdicts)
-    ctx.warn(
-        CHECK_STAGE,
-        gettext_noop(
-            "%(unsupported)s of %(total)s citations are not supported by their sources: "
-            "asking the LLM once more, with the check's verdicts"
-        ),
-        args={"unsupported": tally["unsupported"], "total": tally["total"]},
-    )
-    notes = citecheck.feedback(verdicts, russian=is_russian(ctx.question))
-    second, second_model = _write(ctx, material, feedback=notes)
-    if not second_model:  # the LLM failed this time: the first answer stands
-        return body, model, verdicts
-    second = clean_citations(second, len(material.sources))
-    second_verdicts = check_citations(ctx, second, material.excerpts, private=material.private)
+    russian = is_russian(ctx.question)
+    if verdicts:
+        ctx.warn(
+            CHECK_STAGE,
+            gettext_noop(
+                "%(unsupported)s of %(total)s citations are not supported by their sources: "
+                "asking the LLM once more, with the check's verdicts"
+            ),
+            args={"unsupported": tally["unsupported"], "total": tally["total"]},
+        )
+        notes = citecheck.feedback(verdicts, russian=russian)
+    else:
+        ctx.warn(
+            CHECK_STAGE,
+            gettext_noop("Asking the LLM once more, for a report that cites its sources"),
+            args={},
+        )
+        notes = UNCITED_FEEDBACK_RU if russian else UNCITED_FEEDBACK_EN
+    second = _write(ctx, material, feedback=notes)
+    if not second.model:  # the LLM failed this time: the first answer stands
+        return answer, verdicts
+    second = replace(second, body=clean_citations(second.body, len(material.sources)))
+    second_verdicts = check_citations(ctx, second.body, material.excerpts, private=material.private)
     wanted = question_language(ctx.question)
     keep_second = citecheck.quality(second_verdicts) > citecheck.quality(verdicts) and (
-        _language(second) in (wanted, None) or _language(body) not in (wanted, None)
+        _language(second.body) in (wanted, None) or _language(answer.body) not in (wanted, None)
     )
     kept = citecheck.counts(second_verdicts if keep_second else verdicts)
     ctx.emit(
@@ -223,22 +312,33 @@ def _ask_again(
         args={"supported": kept["supported"], "total": kept["total"]},
     )
     if keep_second:
-        return second, second_model, second_verdicts
-    return body, model, verdicts
+        return second, second_verdicts
+    return answer, verdicts
+
+
+# Asked with the sources after an answer that cited none of them (`_ask_again`).
+UNCITED_FEEDBACK_RU = (
+    "Прошлый вариант отчёта не ссылался ни на один источник. Перепиши отчёт: после каждого утверждения "
+    "укажи номер источника, из которого оно взято, в виде [n]; то, чего в источниках нет, не пиши."
+)
+UNCITED_FEEDBACK_EN = (
+    "The previous answer cited none of the sources. Rewrite it: after every statement give the number "
+    "of the source it comes from as [n]; leave out what the sources do not say."
+)
 
 
 def citation_rows(report: Report, verdicts: list[citecheck.Verdict]) -> list[Citation]:
     return [Citation(report=report, **v.row()) for v in verdicts]
 
 
-def in_question_language(ctx: RunContext, material: Material, body: str, model: str) -> tuple[str, str]:
+def in_question_language(ctx: RunContext, material: Material, answer: Answer) -> Answer:
     """The LLM's report in the question's language: asked once more, with an explicit instruction,
     when it came back in the other one; when the second is no better, the one with more of the
     question's language is kept, and the event log says which."""
     wanted = question_language(ctx.question)
-    found = _language(body)
+    found = _language(answer.body)
     if found in (wanted, None):
-        return body, model
+        return answer
     ctx.warn(
         STAGE,
         gettext_noop(
@@ -249,12 +349,12 @@ def in_question_language(ctx: RunContext, material: Material, body: str, model: 
         data={"question_language": wanted, "report_language": found},
     )
     instruction = LANGUAGE_INSTRUCTION.format(language=language_of(ctx.question))
-    second, second_model = _write(ctx, material, instruction=instruction)
-    if second_model and _language(second) in (wanted, None):
+    second = _write(ctx, material, instruction=instruction)
+    if second.model and _language(second.body) in (wanted, None):
         ctx.emit(STAGE, gettext_noop("The second answer is in the question's language: it is kept"), args={})
-        return second, second_model
-    if second_model and language_share(second, wanted) > language_share(body, wanted):
-        body, model = second, second_model
+        return second
+    if second.model and language_share(second.body, wanted) > language_share(answer.body, wanted):
+        answer = second
     ctx.warn(
         STAGE,
         gettext_noop(
@@ -262,7 +362,7 @@ def in_question_language(ctx: RunContext, material: Material, body: str, model: 
         ),
         args={},
     )
-    return body, model
+    return answer
 
 
 def _language(body: str) -> str | None:
@@ -276,55 +376,124 @@ LANGUAGE_INSTRUCTION = (
     "текст и выводы — на языке: {language}. Цитаты из источников переводи на этот язык или приводи "
     "в кавычках; ссылки [n] сохрани."
 )
+# Asked after an answer cut off at its token limit (`_ask_report`).
+SHORTER_INSTRUCTION = (
+    "Важно: предыдущий вариант отчёта оборвался на ограничении длины ответа. Напиши отчёт короче и "
+    "закончи его: только главное, со ссылками [n]."
+)
 
 
-def _write(
-    ctx: RunContext, material: Material, *, feedback: str = "", instruction: str = ""
-) -> tuple[str, str]:
+def _write(ctx: RunContext, material: Material, *, feedback: str = "", instruction: str = "") -> Answer:
     """The report's body and the model that wrote it ("" for the extractive engine). With
     `feedback` (the citation check of an earlier answer) or an `instruction` (the language an
     earlier answer missed) only the LLM is asked, not streamed: no fallback."""
     again = bool(feedback or instruction)
     if ctx.llm_enabled:
+        extra = ""
+        if instruction:
+            extra += "\n\n" + instruction
+        if feedback:
+            extra += "\n\n" + data_block(feedback)
         try:
-            request = _request(ctx.asked, material) + image_context_block(ctx)
-            if instruction:
-                request += "\n\n" + instruction
-            if feedback:
-                request += "\n\n" + data_block(feedback)
-            prompt = load_prompt("answer")
-            body = async_to_sync(_ask_streamed)(ctx, prompt, request, material.private, streamed=not again)
+            answer = async_to_sync(_ask_report)(ctx, material, extra, streamed=not again)
         except LLMError as exc:
-            ctx.fell_back(
-                STAGE,
-                gettext_noop("The LLM could not write the report (%(error)s); writing an extractive one."),
-                exc,
-            )
+            if again:  # the answer before stands: nothing falls back
+                ctx.warn(
+                    STAGE,
+                    gettext_noop(
+                        "The LLM could not write the report again (%(error)s); the first answer stands."
+                    ),
+                    args={"error": str(exc)},
+                )
+            else:
+                ctx.fell_back(
+                    STAGE,
+                    gettext_noop(
+                        "The LLM could not write the report (%(error)s); writing an extractive one."
+                    ),
+                    exc,
+                )
         else:
-            if body.strip():
-                return body.strip(), ctx.model
+            if answer.body:
+                return answer
     if again:
-        return "", ""
-    return _extractive(ctx.topic, material), ""
+        return Answer("", "")
+    return Answer(_extractive(ctx.topic, material), "")
 
 
-async def _ask_streamed(
-    ctx: RunContext, prompt: Prompt, request: str, private: bool, *, streamed: bool
-) -> str:
-    """The LLM's answer; when `streamed`, its text reaches the page and the console as it is written.
-    (A second answer, asked with the citation check's verdicts, is not: the first stays shown.)"""
-    if not streamed:
-        return await ask(ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private)
-    draft = Draft(ctx)
-    body = await draft.ask(ctx, STAGE, prompt, request, private=private)
-    if not body.strip():
+async def _ask_report(ctx: RunContext, material: Material, extra: str, *, streamed: bool) -> Answer:
+    """The LLM's report; when `streamed`, its text reaches the page and the console as it is
+    written. (A second answer, asked with the citation check's verdicts, is not: the first stays
+    shown.) An answer cut off at its token limit is asked for once more, shorter, with more room
+    where the window allows; when that is cut off too, it is kept, marked."""
+    prompt = load_prompt("answer")
+    draft = Draft(ctx) if streamed else None
+    completion = await _ask_fitted(ctx, material, prompt, extra, draft, REPORT_TOKENS)
+    if completion.truncated:
+        await db(ctx.warn)(
+            STAGE,
+            gettext_noop(
+                "The model's report was cut off at its token limit (%(tokens)s tokens): "
+                "asking for a shorter one"
+            ),
+            args={"tokens": completion.completion_tokens},
+        )
+        extra_shorter = extra + "\n\n" + SHORTER_INSTRUCTION
+        second = await _ask_fitted(ctx, material, prompt, extra_shorter, draft, 2 * REPORT_TOKENS)
+        if second.truncated:
+            await db(ctx.warn)(
+                STAGE,
+                gettext_noop("The second report was cut off too: it is kept, marked as cut off"),
+                args={},
+            )
+        completion = second
+    body = completion.text.strip()
+    if draft is not None and not body:
         await draft.drop()
-    return body
+    return Answer(body, ctx.model if body else "", completion.truncated)
 
 
-def _request(question: str, material: Material) -> str:
+async def _ask_fitted(
+    ctx: RunContext, material: Material, prompt: Prompt, extra: str, draft: Draft | None, answer_tokens: int
+) -> Completion:
+    """The report asked with the sources' texts fitted to the model's window (`window.ask_within`);
+    the texts as sent are what the citation check reads from then on."""
+
+    def build(texts: dict[int, str]) -> str:
+        return _request(ctx.asked, material, texts) + image_context_block(ctx) + extra
+
+    async def send(request: str, max_tokens: int | None) -> Completion:
+        if draft is not None:
+            return await draft.ask_completion(
+                ctx, STAGE, prompt, request, private=material.private, max_tokens=max_tokens
+            )
+        return await ask_completion(
+            ctx,
+            STAGE,
+            prompt,
+            request,
+            kind=CacheEntry.Kind.ANSWERS,
+            private=material.private,
+            max_tokens=max_tokens,
+        )
+
+    completion, sent = await window.ask_within(
+        ctx,
+        STAGE,
+        dict(material.excerpts),
+        ctx.question,
+        build,
+        send,
+        fixed=prompt.text,
+        answer_tokens=answer_tokens,
+    )
+    material.excerpts.update(sent)
+    return completion
+
+
+def _request(question: str, material: Material, texts: dict[int, str]) -> str:
     blocks = [
-        f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{material.excerpts[n]}"
+        f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{texts[n]}"
         for n, document in enumerate(material.documents, 1)
     ]
     pre = [n for n, d in enumerate(material.documents, 1) if d.fetched_via == Document.FetchedVia.DOMAIN]

@@ -29,6 +29,8 @@ def quick_llm(settings, monkeypatch):
     settings.AITUNNEL_MODEL = "test-model"
     monkeypatch.setattr(llm, "BACKOFF_SECONDS", 0.05)
     monkeypatch.setattr(llm, "TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(llm, "QUEUE_TIMEOUT_SECONDS", 0.5)
+    llm.forget_endpoints()  # each test starts as a new process would
 
 
 @pytest.fixture
@@ -63,9 +65,15 @@ def test_request_carries_model_messages_and_key(fake) -> None:
     assert body["temperature"] == 0.7
 
 
-def test_max_tokens_is_left_out_unless_given(fake) -> None:
+def test_every_call_has_a_token_limit(fake, settings) -> None:
+    settings.AITUNNEL_MAX_TOKENS = 1234
     complete()
-    assert "max_tokens" not in fake.requests_to(CHAT)[0].json()
+    assert fake.requests_to(CHAT)[0].json()["max_tokens"] == 1234
+    settings.AITUNNEL_CONTEXT_TOKENS = 1000  # the limit leaves the prompt its room in the window
+    complete()
+    assert fake.requests_to(CHAT)[1].json()["max_tokens"] == 1000 - llm.estimate_tokens(
+        "Be brief.\nSay hello"
+    )
 
 
 def test_keyless_local_server(fake, settings) -> None:

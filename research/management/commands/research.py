@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from research import images, workflow
+from research import export, images, workflow
 from research.models import RunEvent, SubQuery, Topic
 from research.pipeline.report_writer import SOURCES_HEADING, clean_citations
 from research.pipeline.run import plan_topic, run_topic
@@ -189,8 +189,9 @@ class Command(BaseCommand):
 
     def _print_report(self, topic: Topic) -> None:
         report = topic.report
-        engine = f"model {report.model}" if report.model else "the extractive engine (no LLM configured)"
-        self.stdout.write(f"\nWritten by {engine}.\n")
+        self.stdout.write(f"\nWritten by {written_by(topic)}.\n")
+        for line in export.report_notes(topic):
+            self.stdout.write(line)
         heading = SOURCES_HEADING.search(report.markdown)
         printed = self.listener.printed
         streamed = clean_citations(printed, len(report.sources)) if printed else ""
@@ -199,3 +200,14 @@ class Command(BaseCommand):
             self.stdout.write("\n" + report.markdown[heading.start() :])
         else:
             self.stdout.write(report.markdown)
+
+
+def written_by(topic: Topic) -> str:
+    """Who wrote the report: the model, or the extractive engine — because no LLM is configured,
+    or because the configured one was given up on (or could not write it)."""
+    model = topic.report.model
+    if model:
+        return f"model {model}"
+    if topic.llm_model:
+        return f"the extractive engine (the model {topic.llm_model} was given up on)"
+    return "the extractive engine (no LLM configured)"

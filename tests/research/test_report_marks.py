@@ -1,0 +1,296 @@
+"""Weak models degrade honestly: the sources are fitted to the model's context window (trimmed,
+never failed), a report cut off at the token limit is asked for again and marked if still cut,
+and a report that cites nothing, is in the wrong language or whose citations are mostly
+unsupported is marked — on the page, in the files and in the API — as are the stages that ran
+without the model. Marks are stored with the report, not computed when the page is shown."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from mindsearch.clients import llm as llm_client
+from mindsearch.models import ApiToken
+from research import export, progress
+from research.models import Report, RunEvent, Topic
+from research.pipeline import report_checks, report_writer, window
+from research.pipeline.context import RunContext
+from tests.research.test_citation_report import researched, script_answers
+from tests.support.fakes import Request, Response, Route, estimate_tokens, openai_chat
+from tests.support.world import World, prompt_kind
+
+pytestmark = pytest.mark.django_db
+
+# The question (tests.support.world.TOPIC) is Russian.
+UNCITED = (
+    "# Mixture of Tokens\n\n## Введение\n\nMixture of Tokens смешивает токены разных примеров в группы.\n\n"
+    "## Заключение\n\nМетод обходится без дискретной маршрутизации."
+)
+ENGLISH = (
+    "# Mixture of Tokens\n\n## Introduction\n\nMixture of Tokens mixes tokens from different examples "
+    "in groups [1].\n\n## Conclusion\n\nMixture of Tokens avoids discrete routing [1]."
+)
+
+
+# --- Fitting the sources to a window --------------------------------------------------------------
+
+
+def passage(words: str, filler: str, count: int = 60) -> str:
+    return f"{words} " + " ".join([filler] * count) + "."
+
+
+def test_texts_that_fit_are_left_as_they_are() -> None:
+    texts = {1: "Mixture of Tokens mixes tokens.", 2: "Experts are routed."}
+    assert window.fit(texts, "mixture of tokens", 10_000) == (texts, None)
+
+
+def test_the_least_relevant_passages_go_first_and_each_source_keeps_its_best() -> None:
+    first = passage("Mixture of Tokens mixes tokens across examples", "mixture")
+    second = passage("Mixture of Tokens avoids routing of tokens", "tokens")
+    unrelated = [passage(f"Arcade machines of the {n}0s", "arcade") for n in range(5, 9)]
+    texts = {1: "\n\n".join([first, unrelated[0], second, unrelated[1]]), 2: "\n\n".join(unrelated[2:])}
+    budget = window.tokens(texts) * 55 // 100
+    fitted, trimmed = window.fit(texts, "mixture of tokens", budget)
+    assert trimmed is not None and window.tokens(fitted) <= budget
+    assert first in fitted[1] and second in fitted[1]  # the passages about the question stay
+    assert "Arcade" not in fitted[1]
+    assert fitted[2].strip()  # a source with nothing relevant keeps its best passage
+    assert trimmed.passages == 3 and trimmed.cut == 0 and trimmed.sources == 2
+    assert trimmed.before == window.tokens(texts) > trimmed.after == window.tokens(fitted)
+
+
+def test_when_the_best_passages_alone_are_too_long_every_text_is_cut_to_its_share() -> None:
+    texts = {n: passage(f"Mixture of Tokens source {n}", "tokens", 200) for n in (1, 2, 3)}
+    fitted, trimmed = window.fit(texts, "mixture of tokens", 150)
+    assert trimmed is not None and trimmed.cut == 3
+    assert window.tokens(fitted) <= 150
+    assert all(
+        text.startswith(f"Mixture of Tokens source {n}") and text.endswith("…") for n, text in fitted.items()
+    )
+
+
+def test_the_answer_gets_its_room_and_the_rest_is_the_sources() -> None:
+    assert window.answer_room(None, 4096) == 4096
+    assert window.answer_room(3000, 4096) == 1000
+    assert window.source_budget(8192, 1000, 2000) < 8192 - 3000
+
+
+def test_a_context_overflow_with_an_unknown_window_is_trimmed_to_what_it_says_and_asked_once_more(
+    alice: User, loopback: World
+) -> None:
+    topic = Topic.objects.create(owner=alice, question="mixture of tokens")
+    ctx = RunContext.for_topic(topic)
+    texts = {n: passage(f"Mixture of Tokens source {n}", "tokens", 300) for n in (1, 2)}
+    sent: list[tuple[str, int | None]] = []
+
+    async def send(request: str, max_tokens: int | None) -> llm_client.Completion:
+        sent.append((request, max_tokens))
+        if len(sent) == 1:
+            raise llm_client.LLMContextOverflow("too long", context_tokens=600)
+        return llm_client.Completion("ok", "test-model", 1, 1, 1, 1)
+
+    completion, used = async_to_sync(window.ask_within)(
+        ctx,
+        "answer",
+        texts,
+        "mixture",
+        lambda t: "\n".join(t.values()),
+        send,
+        fixed="",
+        answer_tokens=300,
+    )
+    assert completion.text == "ok" and len(sent) == 2
+    assert sent[0][1] == 300 and sent[1][1] == 200  # the answer's room shrank with the window
+    assert window.tokens(used) < window.tokens(texts) and sent[1][0] == "\n".join(used.values())
+    warned = RunEvent.objects.get(topic=topic, stage="answer", level=RunEvent.Level.WARNING)
+    assert warned.message.startswith("The sources did not fit the model's context window (600 tokens)")
+
+
+# --- Checks of the whole report -------------------------------------------------------------------
+
+
+def test_a_report_is_marked_for_what_is_wrong_with_it_as_a_whole() -> None:
+    question = "Что такое Mixture of Tokens?"
+    russian = "## Введение\n\nMixture of Tokens смешивает токены разных примеров [1]."
+
+    def marks(body: str, *, by_model: bool = True, truncated: bool = False, verdicts: Any = ()) -> list[str]:
+        return report_checks.marks_of(
+            body,
+            question=question,
+            by_model=by_model,
+            truncated=truncated,
+            sources=2,
+            verdicts=list(verdicts),
+        )
+
+    supported = [type("V", (), {"verdict": "supported"})()] * 2
+    unsupported = [type("V", (), {"verdict": "unsupported"})()] * 2
+    assert marks(russian, verdicts=supported) == []
+    assert marks(russian) == ["uncited"]
+    assert marks(ENGLISH, verdicts=supported) == ["wrong_language"]
+    assert marks(ENGLISH, by_model=False, verdicts=supported) == []  # the extractive engine quotes
+    assert marks(russian, truncated=True, verdicts=unsupported) == ["truncated", "unsupported"]
+
+
+# --- Thinking ----------------------------------------------------------------------------------------
+
+
+def test_while_the_model_reasons_the_page_says_it_is_thinking_until_text_arrives(
+    alice: User, alice_client: Client
+) -> None:
+    topic = Topic.objects.create(owner=alice, question="mixture of tokens", status=Topic.Status.RUNNING)
+    draft = report_writer.Draft(RunContext(topic=topic, llm_enabled=True, model="m"))
+    async_to_sync(draft.thinking)()
+    page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert "The model is thinking…" in page and 'data-state="writing"' in page
+    russian = alice_client.get(reverse("topic_detail", args=[topic.pk]), headers={"accept-language": "ru"})
+    assert "Модель думает…" in russian.content.decode()
+    progress.save_draft(topic.pk, "Mixture of Tokens mixes")
+    page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert "The model is thinking…" not in page and "Mixture of Tokens mixes" in page
+
+
+# --- Whole topics against weak models ------------------------------------------------------------
+
+
+def answers_cut(loopback: World, cut: Callable[[int], bool]) -> list[str]:
+    """The stand-in LLM's report answers end with finish_reason "length" where `cut(n)` says so
+    (n: the report answer's number, from 1), streamed or not; the requests' texts in order."""
+    inner = openai_chat(loopback.script)
+    asked: list[str] = []
+
+    def route(request: Request) -> Response:
+        messages = (request.json() or {}).get("messages", [])
+        if prompt_kind(messages[0]["content"]) != "answer":
+            return inner(request)
+        asked.append(messages[-1]["content"])
+        response = inner(request)
+        if cut(len(asked)):
+            _finish_with_length(response)
+        return response
+
+    loopback.llm.routes[("POST", "/v1/chat/completions")] = route
+    return asked
+
+
+def _finish_with_length(response: Response) -> None:
+    stop, length = b'"finish_reason": "stop"', b'"finish_reason": "length"'
+    if response.chunks is not None:
+        response.chunks = (frame.replace(stop, length) for frame in response.chunks)
+    else:
+        body = response.body if isinstance(response.body, dict) else json.loads(response.body)
+        body["choices"][0]["finish_reason"] = "length"
+        response.body = body
+
+
+def context_limited(loopback: World, window_tokens: Callable[[int], int]) -> list[int]:
+    """The stand-in LLM refuses a report prompt longer than its window as vLLM and OpenAI do
+    (400, "maximum context length is N tokens"); the window is `window_tokens(first prompt's
+    tokens)`. The prompt sizes of the report requests, in order."""
+    inner: Route = openai_chat(loopback.script)
+    sizes: list[int] = []
+    limit: list[int] = []
+
+    def route(request: Request) -> Response:
+        messages = (request.json() or {}).get("messages", [])
+        if prompt_kind(messages[0]["content"]) != "answer":
+            return inner(request)
+        tokens = estimate_tokens("".join(str(m.get("content", "")) for m in messages))
+        sizes.append(tokens)
+        limit.extend([] if limit else [window_tokens(tokens)])
+        if tokens > limit[0]:
+            message = (
+                f"This model's maximum context length is {limit[0]} tokens. However, you requested "
+                f"{tokens + 4096} tokens ({tokens} in the messages, 4096 in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+            error = {"message": message, "type": "BadRequestError", "param": None, "code": 400}
+            return Response(400, {"object": "error", **error})
+        return inner(request)
+
+    loopback.llm.routes[("POST", "/v1/chat/completions")] = route
+    return sizes
+
+
+def api_report(owner: User, topic: Topic) -> dict[str, Any]:
+    _row, token = ApiToken.issue(owner, "tests")
+    response = Client().get(f"/api/topics/{topic.pk}/report", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def page_marks(client: Client, topic: Topic) -> list[str]:
+    page = client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    return re.findall(r'class="report-mark" data-mark="(\w+)"', page)
+
+
+def test_a_report_cut_off_twice_is_asked_again_shorter_and_marked_cut(
+    alice: User, alice_client: Client, loopback: World
+) -> None:
+    asked = answers_cut(loopback, lambda n: True)
+    topic = researched(alice)
+    assert len(asked) == 2 and report_writer.SHORTER_INSTRUCTION in asked[1]
+    assert topic.report.marks == ["truncated"]
+    assert page_marks(alice_client, topic) == ["truncated"]
+    assert api_report(alice, topic)["marks"] == ["truncated"]
+    assert "Cut off: the model's answer hit its token limit" in export.report_markdown(topic)
+    lines = RunEvent.objects.filter(topic=topic, stage="answer").values_list("message", flat=True)
+    assert "The second report was cut off too: it is kept, marked as cut off" in lines
+
+
+def test_a_report_cut_off_once_is_replaced_by_the_whole_second_answer(alice: User, loopback: World) -> None:
+    asked = answers_cut(loopback, lambda n: n == 1)
+    topic = researched(alice)
+    assert len(asked) == 2
+    assert topic.report.marks == []
+
+
+def test_an_overflowing_context_is_trimmed_and_the_report_written(
+    alice: User, alice_client: Client, loopback: World
+) -> None:
+    sizes = context_limited(loopback, lambda first: first * 3 // 4)
+    topic = researched(alice)
+    assert sizes[1] <= sizes[0] * 3 // 4  # asked once more, fitted; any later ask is fitted too
+    assert all(size <= sizes[0] * 3 // 4 for size in sizes[1:2])
+    assert topic.report.model == "test-model" and "truncated" not in topic.report.marks
+    trimmed = RunEvent.objects.get(topic=topic, stage="answer", message__startswith="The sources did not fit")
+    assert trimmed.level == RunEvent.Level.WARNING
+    assert api_report(alice, topic)["without_model"] == []
+
+
+def test_an_uncited_report_and_an_unreadable_plan_are_marked_on_the_page_in_files_and_the_api(
+    alice: User, alice_client: Client, loopback: World
+) -> None:
+    requests = script_answers(loopback, UNCITED)
+    loopback.script.plan = lambda user: "I would rather not plan this."
+    topic = researched(alice)
+    assert len(requests) == 2 and report_writer.UNCITED_FEEDBACK_RU in requests[1]  # asked once more
+    assert topic.report.marks == ["uncited"]
+    page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert page_marks(alice_client, topic) == ["uncited"] and 'data-stage="plan"' in page
+    data = api_report(alice, topic)
+    assert data["marks"] == ["uncited"]
+    assert data["without_model"] == [{"stage": "plan", "count": 3, "total": 3}]
+    markdown = export.report_markdown(topic)
+    assert "Cites none of its sources" in markdown and "Ran without the model test-model" in markdown
+    assert RunEvent.objects.filter(
+        topic=topic, stage="citecheck", message="The report cites none of its sources"
+    )
+
+
+def test_a_report_in_the_wrong_language_is_marked(alice: User, alice_client: Client, loopback: World) -> None:
+    script_answers(loopback, ENGLISH)
+    topic = researched(alice)
+    assert topic.report.marks == ["wrong_language"]
+    assert page_marks(alice_client, topic) == ["wrong_language"]
+    assert api_report(alice, topic)["marks"] == ["wrong_language"]
+    Report.objects.filter(pk=topic.report.pk).update(marks=[])  # stored, not worked out on the page
+    assert page_marks(alice_client, topic) == []
