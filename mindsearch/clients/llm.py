@@ -583,7 +583,7 @@ async def _fit_window(call: _Call, endpoint: _Endpoint, overflow: _Overflow) -> 
 
 async def _learn_answer(call: _Call, endpoint: _Endpoint, answer: _Answer) -> None:
     def seen(known: _Endpoint) -> None:
-        known.reasoning = known.reasoning or bool(answer.reasoning)
+        known.reasoning = known.reasoning or answer.reasoned
         known.streaming = answer.streamed
 
     await _learn(call.key, endpoint, seen)
@@ -599,6 +599,13 @@ class _Answer:
     usage: dict[str, Any] | None = None
     model: str = ""
     streamed: bool = True
+
+    @property
+    def reasoned(self) -> bool:
+        """Reasoning came back, or the usage counted some (OpenAI's reasoning is not sent)."""
+        details = (self.usage or {}).get("completion_tokens_details")
+        told = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        return bool(self.reasoning) or (isinstance(told, int) and told > 0)
 
     def completion(self, call: _Call) -> Completion:
         prompt, completion, reasoning, estimated = self._counts(call)
@@ -799,6 +806,9 @@ def split_reasoning(text: str) -> tuple[str, str]:
     taken out, an unclosed one is reasoning to the end, and a closing tag with no opening one
     (a chat template that opened it) ends the reasoning that began the text."""
     if not text or "think" not in text.lower():
+        begun = text.lstrip().lower() if text else ""
+        if begun.startswith("<") and any(tag.startswith(begun) for tag in ("<think>", "<thinking>")):
+            return "", ""  # a stream that has sent only the start of its opening tag so far
         return text or "", ""
     reasoning: list[str] = []
     answer = text

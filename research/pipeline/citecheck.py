@@ -660,7 +660,7 @@ def parse_verification(answer: str, size: int) -> dict[int, tuple[str, str]]:
     """{claim number in the batch: (verdict, reason)} from the model's JSON; whatever is not
     a usable item (unknown numbers, unknown verdicts, broken JSON) is left out."""
     try:
-        value = parse_json(answer)
+        value = parse_json(answer, expect=(list, dict))
     except LLMError:
         return {}
     if isinstance(value, dict):

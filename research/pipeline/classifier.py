@@ -55,7 +55,7 @@ def llm_or_keywords(ctx: RunContext, period: timeparse.Period | None) -> Route:
     fallback = Route(classify_by_keywords(ctx.question, period), True, False)
     request = f'Запрос: "{ctx.asked}"' + image_labels_block(ctx)
     route = async_to_sync(CLASSIFY.answer)(
-        ctx, StageName.ROUTE, request, lambda text: parse_route(parse_json(text), fallback)
+        ctx, StageName.ROUTE, request, lambda text: parse_route(parse_json(text, expect=dict), fallback)
     )
     return fallback if route is None else route
 

@@ -67,7 +67,11 @@ async def score_batch(
     request = _scoring_request(ctx.asked, direction, items) + image_labels_block(ctx)
     titles = [title for title, _ in items]
     matched = await _scoring(stage).answer(
-        ctx, stage, request, lambda text: match_scores(titles, parse_json(text)), private=private
+        ctx,
+        stage,
+        request,
+        lambda text: match_scores(titles, parse_json(text, expect=(list, dict))),
+        private=private,
     )
     if matched is not None:
         return [m or default_scores() for m in matched], [_origin(m) for m in matched]

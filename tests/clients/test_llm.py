@@ -318,6 +318,28 @@ def test_parse_json_takes_the_first_of_several_values() -> None:
     assert parse_json('{"first": 1}\n{"second": 2}') == {"first": 1}
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        'As source [1] says, the scores are: [{"title": "A", "score": 5}]',
+        'Scores follow [1][2]:\n[{"title": "A", "score": 5}]',
+        '<think>Source [1] looks best. Maybe {"title": "B"}?</think>\n[{"title": "A", "score": 5}]',
+        'See [1]. [{"title": "A", "score": 5}, {"title": "B", "sco',
+    ],
+)
+def test_parse_json_never_takes_a_citation_marker_or_reasoning(text: str) -> None:
+    assert parse_json(text)[0] == {"title": "A", "score": 5}
+
+
+def test_parse_json_takes_the_shape_the_caller_expects() -> None:
+    text = 'Per [3] the domain is {"domain": "weather", "needs_search": true}'
+    assert parse_json(text, expect=dict) == {"domain": "weather", "needs_search": True}
+    assert parse_json('[1, 2] then {"a": 1}', expect=list) == [1, 2]
+    with pytest.raises(LLMBadAnswer):
+        parse_json('[{"a": 1}]', expect=dict)
+    assert parse_json("[3]") == [3]  # a marker alone is still the answer
+
+
 # --- the model list (the status page's probe) ----------------------------------------------------
 
 

@@ -97,6 +97,7 @@ def test_a_timeout_is_retried_and_the_run_completes_with_the_llm(
     alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(llm_client, "TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(llm_client, "QUEUE_TIMEOUT_SECONDS", 2.0)  # the hang is before the first byte
     loopback.llm.inject(Fault.hang(5.0, path=CHAT))
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
@@ -108,6 +109,7 @@ def test_an_endpoint_that_always_hangs_is_given_up_on(
     alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(llm_client, "TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(llm_client, "QUEUE_TIMEOUT_SECONDS", 0.3)  # nothing ever comes
     loopback.llm.latency = 1.5
     topic = research(alice)
     assert_given_up_and_finished_without_llm(topic, loopback, "did not answer within 0.3 s")

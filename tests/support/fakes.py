@@ -12,6 +12,8 @@ import base64
 import contextlib
 import itertools
 import json
+import select
+import socket
 import threading
 import time
 import uuid
@@ -33,6 +35,10 @@ class Request:
     raw_path: str = ""  # path and query exactly as sent
     arrived: float = field(default_factory=time.monotonic)
     arrived_wall: float = field(default_factory=time.time)
+    # A streamed answer: when the client closed the connection before its end (None: it did not),
+    # and how many chunks were written (the server stops writing once the client is gone).
+    gone: float | None = None
+    chunks_sent: int = 0
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
@@ -174,7 +180,7 @@ class FakeService:
                 response = service.answer(request)
                 # The client may have given up (a timeout test); there is nobody to answer.
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self._send(response)
+                    self._send(response, request)
 
             def _read_request(self) -> Request:
                 parts = urlsplit(self.path)
@@ -188,9 +194,9 @@ class FakeService:
                     raw_path=self.path,
                 )
 
-            def _send(self, response: Response) -> None:
+            def _send(self, response: Response, request: Request) -> None:
                 if response.chunks is not None:
-                    self._send_chunked(response)
+                    self._send_chunked(response, request)
                     return
                 body, content_type = response.encoded()
                 self.send_response(response.status)
@@ -203,7 +209,7 @@ class FakeService:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _send_chunked(self, response: Response) -> None:
+            def _send_chunked(self, response: Response, request: Request) -> None:
                 self.protocol_version = "HTTP/1.1"  # chunked bodies need it; closed after
                 self.close_connection = True
                 self.send_response(response.status)
@@ -212,16 +218,42 @@ class FakeService:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.flush()
-                for chunk in response.chunks or ():
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                watching = threading.Event()
+                watcher = threading.Thread(target=_watch_close, args=(self.connection, request, watching))
+                watcher.start()
+                try:
+                    for chunk in response.chunks or ():
+                        if request.gone is not None:  # the client left: stop generating, as servers do
+                            return
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                        request.chunks_sent += 1
+                    if response.cut != "drop":  # "drop": the connection closes with the body unfinished
+                        self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
-                if response.cut != "drop":  # "drop": the connection closes with the body unfinished
-                    self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                finally:
+                    watching.set()
+                    watcher.join()
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
 
         return Handler
+
+
+def _watch_close(connection: socket.socket, request: Request, done: threading.Event) -> None:
+    """Note when the client closes the connection while its streamed answer is being written."""
+    while not done.is_set():
+        readable, _, _ = select.select([connection], [], [], 0.02)
+        if not readable:
+            continue
+        try:
+            if connection.recv(1, socket.MSG_PEEK) == b"":
+                request.gone = time.monotonic()
+                return
+        except OSError:
+            request.gone = time.monotonic()
+            return
+        done.wait(0.02)  # bytes from the client (none expected): keep watching
 
 
 def _cut(chunks: Iterable[bytes], after: int, how: str) -> Iterator[bytes]:
@@ -239,15 +271,40 @@ def _bearer_ok(request: Request, key: str | None) -> bool:
     return key is None or request.headers.get("authorization") == f"Bearer {key}"
 
 
-def openai_models(*model_ids: str) -> Route:
-    """GET /v1/models as an OpenAI-compatible server answers it."""
+def openai_models(*model_ids: str, max_model_len: int | None = None, n_ctx: int | None = None) -> Route:
+    """GET /v1/models as an OpenAI-compatible server answers it; `max_model_len` as vLLM adds
+    it to each model, `n_ctx` as llama.cpp's server puts it in each model's `meta`."""
+
+    def entry(model: str) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": model, "object": "model", "owned_by": "fake"}
+        if max_model_len is not None:
+            item["max_model_len"] = max_model_len
+        if n_ctx is not None:
+            item["meta"] = {"n_ctx": n_ctx, "n_ctx_train": 8 * n_ctx, "n_vocab": 49152}
+        return item
 
     def route(request: Request) -> Response:
         if not _bearer_ok(request, "test-key"):
             return _openai_error(
                 401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
             )
-        return Response(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in model_ids]})
+        return Response(200, {"object": "list", "data": [entry(m) for m in model_ids]})
+
+    return route
+
+
+def llamacpp_props(n_ctx: int) -> Route:
+    """GET /props as llama.cpp's server answers it (the slot's context size among its settings)."""
+
+    def route(request: Request) -> Response:
+        return Response(
+            200,
+            {
+                "default_generation_settings": {"n_ctx": n_ctx, "params": {"n_predict": -1}},
+                "total_slots": 1,
+                "model_path": "/models/fake.gguf",
+            },
+        )
 
     return route
 
@@ -256,27 +313,247 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
-def chat_completion(model: str, content: str | None, prompt_tokens: int) -> dict[str, Any]:
-    """A chat.completion object exactly as the OpenAI API returns it."""
-    completion_tokens = estimate_tokens(content or "")
+# --- how each provider answers beyond plain OpenAI ------------------------------------------------
+
+THINKING = (
+    "Okay, the user wants an answer built from the numbered sources [1] and [2]. Let me think "
+    "about which of them matters most before I write anything."
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What a provider's server does that plain OpenAI chat models do not, as each documents it.
+
+    `reasoning` says how the model's reasoning (`thinking`, or THINKING) comes back: "" none;
+    "think" as <think>…</think> before the answer in the content (Ollama, llama.cpp and vLLM
+    without a reasoning parser: Qwen3, DeepSeek-R1); "reasoning_content" beside the content
+    (vLLM's reasoning parser, DeepSeek's API, llama.cpp with --reasoning-format); "reasoning"
+    beside it (Ollama's and OpenRouter's OpenAI API); "parts" as Mistral's Magistral sends it, the
+    content a list of {"type": "thinking"} and {"type": "text"} parts; "hidden" as OpenAI's
+    reasoning models, not sent but counted in usage.completion_tokens_details.reasoning_tokens.
+    Reasoning spends the token limit first: a limit it exhausts leaves the answer empty with
+    finish_reason "length" (and a <think> block unclosed).
+
+    `refuses` maps a parameter to how it is refused with OpenAI's 400: "parameter" (Unsupported
+    parameter, e.g. max_tokens: "Use 'max_completion_tokens' instead") or "value" (temperature
+    other than 1). `stream_usage` False ignores stream_options (no usage in a stream).
+    `context_tokens` answers a prompt and limit beyond it with `context_style`'s 400: "openai"
+    (and vLLM) "This model's maximum context length is …", "llamacpp" exceed_context_size_error.
+    `ollama` answers an unknown model as Ollama does: 404 "… not found, try pulling it first".
+    """
+
+    reasoning: str = ""
+    thinking: Callable[[list[dict]], str] | None = None
+    refuses: dict[str, str] = field(default_factory=dict)
+    stream_usage: bool = True
+    context_tokens: int | None = None
+    context_style: str = "openai"
+    ollama: bool = False
+
+    def thought(self, messages: list[dict]) -> str:
+        if not self.reasoning:
+            return ""
+        return self.thinking(messages) if self.thinking else THINKING
+
+
+PLAIN = Dialect()
+OPENAI_REASONING = Dialect(
+    reasoning="hidden", refuses={"max_tokens": "parameter", "temperature": "value", "top_p": "parameter"}
+)
+OLLAMA_THINK = Dialect(reasoning="think", ollama=True)  # Qwen3 / DeepSeek-R1 on Ollama, <think> in content
+OLLAMA_REASONING = Dialect(reasoning="reasoning", ollama=True)  # Ollama's `reasoning` field
+VLLM_REASONING = Dialect(reasoning="reasoning_content", context_tokens=None)  # vLLM's reasoning parser
+DEEPSEEK_REASONER = Dialect(reasoning="reasoning_content")  # DeepSeek's API, deepseek-reasoner
+MAGISTRAL = Dialect(reasoning="parts")  # Mistral's Magistral: thinking and text parts
+LLAMACPP = Dialect(context_style="llamacpp", stream_usage=False)
+NO_STREAM_USAGE = Dialect(stream_usage=False)
+
+QUOTA_ERROR = {
+    "error": {
+        "message": "You exceeded your current quota, please check your plan and billing details. For more "
+        "information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.",
+        "type": "insufficient_quota",
+        "param": None,
+        "code": "insufficient_quota",
+    }
+}
+
+
+def quota_exceeded() -> Response:
+    """OpenAI's 429 for an account out of quota: it does not clear by waiting."""
+    return Response(429, QUOTA_ERROR)
+
+
+def _refusal(dialect: Dialect, payload: dict[str, Any]) -> Response | None:
+    for name, how in dialect.refuses.items():
+        if name not in payload:
+            continue
+        if how == "value" and payload[name] != 1:
+            message = (
+                f"Unsupported value: '{name}' does not support {payload[name]} with this model. Only the"
+                " default (1) value is supported."
+            )
+            return _openai_refusal(message, name, "unsupported_value")
+        if how == "parameter":
+            instead = " Use 'max_completion_tokens' instead." if name == "max_tokens" else ""
+            message = f"Unsupported parameter: '{name}' is not supported with this model.{instead}"
+            return _openai_refusal(message, name, "unsupported_parameter")
+    return None
+
+
+def _openai_refusal(message: str, param: str, code: str) -> Response:
+    return Response(
+        400, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+    )
+
+
+def _overflow(dialect: Dialect, prompt_tokens: int, limit: int | None) -> Response | None:
+    window = dialect.context_tokens
+    if window is None:
+        return None
+    if dialect.context_style == "llamacpp":
+        if prompt_tokens < window:
+            return None
+        error = {
+            "code": 400,
+            "message": f"request ({prompt_tokens} tokens) exceeds the available context size"
+            f" ({window} tokens), try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": prompt_tokens,
+            "n_ctx": window,
+        }
+        return Response(400, {"error": error})
+    asked = prompt_tokens + (limit or 0)
+    if asked <= window:
+        return None
+    message = (
+        f"This model's maximum context length is {window} tokens. However, you requested {asked} tokens"
+        f" ({prompt_tokens} in the messages, {limit or 0} in the completion). Please reduce the length of"
+        " the messages or completion."
+    )
+    error = {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+    return Response(400, {"error": error})
+
+
+def _unknown_model(dialect: Dialect, model: str) -> Response:
+    if dialect.ollama:
+        message = f'model "{model}" not found, try pulling it first'
+        return Response(
+            404, {"error": {"message": message, "type": "api_error", "param": None, "code": None}}
+        )
+    message = f"The model `{model}` does not exist or you do not have access to it."
+    return _openai_error(404, message, "invalid_request_error", "model_not_found")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the model wrote within its limit: the answer, the reasoning, why it stopped."""
+
+    answer: str
+    reasoning: str
+    finish: str
+
+    @classmethod
+    def within(cls, answer: str, reasoning: str, limit: int | None) -> Written:
+        if not limit:
+            return cls(answer, reasoning, "stop")
+        if reasoning and estimate_tokens(reasoning) >= limit:
+            return cls("", reasoning[: limit * 4], "length")
+        room = limit - (estimate_tokens(reasoning) if reasoning else 0)
+        if estimate_tokens(answer) > room:
+            return cls(answer[: max(room, 0) * 4], reasoning, "length")
+        return cls(answer, reasoning, "stop")
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return estimate_tokens(self.reasoning) if self.reasoning else 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return estimate_tokens(self.answer) + self.reasoning_tokens
+
+
+def _usage(dialect: Dialect, written: Written, prompt_tokens: int) -> dict[str, Any]:
+    completion = written.completion_tokens
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": prompt_tokens + completion,
+    }
+    if dialect.reasoning == "hidden":
+        usage["completion_tokens_details"] = {"reasoning_tokens": written.reasoning_tokens}
+    return usage
+
+
+def _think_content(written: Written) -> str:
+    """<think>…</think> and the answer, as one content: unclosed when the limit cut the reasoning."""
+    if written.answer or written.finish == "stop":
+        return f"<think>\n{written.reasoning}\n</think>\n\n{written.answer}"
+    return f"<think>\n{written.reasoning}"
+
+
+def _message(dialect: Dialect, written: Written) -> dict[str, Any]:
+    """The assistant message of a whole (not streamed) answer, in the dialect's shape."""
+    message: dict[str, Any] = {"role": "assistant", "content": written.answer, "refusal": None}
+    if dialect.reasoning == "think" and written.reasoning:
+        message["content"] = _think_content(written)
+    elif dialect.reasoning in ("reasoning_content", "reasoning") and written.reasoning:
+        message[dialect.reasoning] = written.reasoning
+    elif dialect.reasoning == "parts":
+        thinking = {"type": "thinking", "thinking": [{"type": "text", "text": written.reasoning}]}
+        message["content"] = [thinking, {"type": "text", "text": written.answer}]
+    return message
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + 4] for i in range(0, len(text), 4)]
+
+
+def _deltas(dialect: Dialect, written: Written) -> list[dict[str, Any]]:
+    """The content deltas of a streamed answer, about a token each, in the dialect's shape."""
+    if dialect.reasoning == "think" and written.reasoning:
+        return [{"content": piece} for piece in _pieces(_think_content(written))]
+    thinking: list[dict[str, Any]] = []
+    if dialect.reasoning in ("reasoning_content", "reasoning"):
+        thinking = [{dialect.reasoning: piece} for piece in _pieces(written.reasoning)]
+    elif dialect.reasoning == "parts":
+        thinking = [
+            {"content": [{"type": "thinking", "thinking": [{"type": "text", "text": piece}]}]}
+            for piece in _pieces(written.reasoning)
+        ]
+    if dialect.reasoning == "parts":
+        return thinking + [
+            {"content": [{"type": "text", "text": piece}]} for piece in _pieces(written.answer)
+        ]
+    return thinking + [{"content": piece} for piece in _pieces(written.answer)]
+
+
+def chat_completion(
+    model: str,
+    content: str | None,
+    prompt_tokens: int,
+    *,
+    dialect: Dialect = PLAIN,
+    written: Written | None = None,
+) -> dict[str, Any]:
+    """A chat.completion object exactly as the OpenAI API (or the dialect's server) returns it."""
+    written = written or Written(content or "", "", "stop")
+    message = _message(dialect, written)
+    if content is None and written.finish == "stop" and not written.reasoning:
+        message["content"] = None
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
-                "logprobs": None,
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": written.finish}],
+        "usage": _usage(dialect, written, prompt_tokens),
         "system_fingerprint": "fp_fake",
     }
 
@@ -321,29 +598,33 @@ def _sse(payload: dict[str, Any] | str) -> bytes:
 
 
 def stream_frames(
-    model: str, content: str, prompt_tokens: int, messages: list[dict], *, usage: bool, pace: Pace
+    model: str,
+    content: str,
+    prompt_tokens: int,
+    messages: list[dict],
+    *,
+    usage: bool,
+    pace: Pace,
+    dialect: Dialect = PLAIN,
+    written: Written | None = None,
 ) -> Iterator[bytes]:
-    """The server-sent events of a streamed chat completion: a role delta, the content in pieces
-    of about a token (paced), a finish reason, the usage chunk when asked for, then [DONE]."""
+    """The server-sent events of a streamed chat completion: a role delta, the reasoning and the
+    content in pieces of about a token (paced; in the dialect's shape), a finish reason, the
+    usage chunk when asked for (and the dialect sends it), then [DONE]."""
+    written = written or Written(content, "", "stop")
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     yield _sse(chat_chunk(completion_id, model, {"role": "assistant", "content": ""}, None, usage))
-    pieces = [content[i : i + 4] for i in range(0, len(content), 4)]
+    deltas = _deltas(dialect, written)
     time.sleep(pace.first_token)
-    gap = pace.writing_seconds(messages, content) / max(1, len(pieces))
-    for i, piece in enumerate(pieces):
+    gap = pace.writing_seconds(messages, written.answer + written.reasoning) / max(1, len(deltas))
+    for i, delta in enumerate(deltas):
         if i and gap:
             time.sleep(gap)
-        yield _sse(chat_chunk(completion_id, model, {"content": piece}, None, usage))
-    yield _sse(chat_chunk(completion_id, model, {}, "stop", usage))
+        yield _sse(chat_chunk(completion_id, model, delta, None, usage))
+    yield _sse(chat_chunk(completion_id, model, {}, written.finish, usage))
     if usage:
-        completion_tokens = estimate_tokens(content)
-        totals = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        }
         last = chat_chunk(completion_id, model, {}, None, False)
-        yield _sse({**last, "choices": [], "usage": totals})
+        yield _sse({**last, "choices": [], "usage": _usage(dialect, written, prompt_tokens)})
     yield _sse("[DONE]")
 
 
@@ -353,12 +634,15 @@ def openai_chat(
     key: str | None = "test-key",
     model_ids: Iterable[str] = ("test-model",),
     pace: Pace | None = None,
+    dialect: Dialect = PLAIN,
 ) -> Route:
     """POST /v1/chat/completions: `reply` gets the messages and returns the answer text.
 
     A wrong bearer key gets 401 and an unknown model 404, with OpenAI's error JSON; `key=None`
     accepts any key (a keyless local server). With `"stream": true` the answer comes as
-    server-sent `chat.completion.chunk` events; `pace` times the writing in both modes.
+    server-sent `chat.completion.chunk` events; `pace` times the writing in both modes. The
+    token limit (`max_tokens` or `max_completion_tokens`) cuts the answer (reasoning first) with
+    finish_reason "length". `dialect` adds a provider's documented ways (see `Dialect`).
     """
     known = set(model_ids)
     pace = pace or Pace()
@@ -371,16 +655,30 @@ def openai_chat(
         payload = request.json() or {}
         model, messages = payload.get("model", ""), payload.get("messages", [])
         if model not in known:
-            message = f"The model `{model}` does not exist or you do not have access to it."
-            return _openai_error(404, message, "invalid_request_error", "model_not_found")
+            return _unknown_model(dialect, model)
+        if refused := _refusal(dialect, payload):
+            return refused
         prompt_tokens = estimate_tokens("".join(str(m.get("content", "")) for m in messages))
+        limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+        if overflow := _overflow(dialect, prompt_tokens, limit):
+            return overflow
         content = reply(messages)
+        written = Written.within(content or "", dialect.thought(messages), limit)
         if payload.get("stream"):
-            usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-            frames = stream_frames(model, content or "", prompt_tokens, messages, usage=usage, pace=pace)
+            usage = bool((payload.get("stream_options") or {}).get("include_usage")) and dialect.stream_usage
+            frames = stream_frames(
+                model,
+                content or "",
+                prompt_tokens,
+                messages,
+                usage=usage,
+                pace=pace,
+                dialect=dialect,
+                written=written,
+            )
             return Response(200, b"", {"Content-Type": "text/event-stream; charset=utf-8"}, chunks=frames)
-        time.sleep(pace.first_token + pace.writing_seconds(messages, content or ""))
-        return Response(200, chat_completion(model, content, prompt_tokens))
+        time.sleep(pace.first_token + pace.writing_seconds(messages, written.answer + written.reasoning))
+        return Response(200, chat_completion(model, content, prompt_tokens, dialect=dialect, written=written))
 
     return route
 
