@@ -135,6 +135,10 @@ def run_topic(owner: Any, question: str) -> dict[str, Any]:
         "answer_tokens": completion - reasoning,
         "reasoning_tokens": reasoning,
         "reasoning_leaked": leaked(topic),
+        "warnings": [
+            f"{event.stage}: {event.message}"[:300]
+            for event in topic.events.filter(level="warning").order_by("seq")
+        ],
     }
 
 
