@@ -285,13 +285,23 @@ def marks_of(report: Report) -> list[dict[str, str]]:
 
 
 def without_model_of(report: Report) -> list[dict[str, Any]]:
-    """The stages that ran without the configured model, each with its label and its count."""
+    """The stages that ran without the configured model, each with its label and its count
+    (what an archive brought is read as carefully: known stages, whole numbers)."""
     labels = dict(StageName.choices)
     return [
-        {**entry, "label": str(labels[entry["stage"]])}
+        {
+            "stage": entry["stage"],
+            "label": str(labels[entry["stage"]]),
+            "count": _count(entry.get("count")),
+            "total": _count(entry.get("total")),
+        }
         for entry in report.without_model
         if isinstance(entry, dict) and entry.get("stage") in labels
     ]
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
 
 
 def draft_of(topic: Topic) -> dict[str, Any] | None:

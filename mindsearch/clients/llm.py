@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.aitunnel.ru/v1/"
 # Read at call time, so tests can shorten them.
 TIMEOUT_SECONDS = 120.0  # once the server began answering: the longest silence between two frames
-QUEUE_TIMEOUT_SECONDS = 900.0  # before its first frame: a local server finishing other requests
+QUEUE_TIMEOUT_SECONDS = 600.0  # before its first frame: a local server finishing other requests
 EMBEDDINGS_TIMEOUT_SECONDS = 60.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 SERVER_INFO_TIMEOUT_SECONDS = 5.0
@@ -138,10 +138,13 @@ class _Refused(Exception):
 class _Overflow(Exception):
     """A context-length 400: the window and the prompt's tokens, when the endpoint said them."""
 
-    def __init__(self, message: str, window: int | None, prompt_tokens: int | None) -> None:
+    def __init__(
+        self, message: str, window: int | None, prompt_tokens: int | None, most_output: int | None = None
+    ) -> None:
         super().__init__(message)
         self.window = window
         self.prompt_tokens = prompt_tokens
+        self.most_output = most_output  # "max_tokens is too large … supports at most N completion tokens"
 
 
 @dataclass(frozen=True)
@@ -510,7 +513,7 @@ async def _asked(client: httpx.AsyncClient, call: _Call, endpoint: _Endpoint) ->
         await _learn_answer(call, endpoint, answer)
         if answer.text.strip():
             return answer.completion(call)
-        if not answer.reasoning:
+        if not answer.reasoned:
             raise _Transient("The LLM returned an empty answer", kind=LLMBadAnswer)
         if call.widened:
             raise LLMBadAnswer(
@@ -567,6 +570,10 @@ async def _learn_refusal(call: _Call, endpoint: _Endpoint, refusal: _Refused, bo
 async def _fit_window(call: _Call, endpoint: _Endpoint, overflow: _Overflow) -> None:
     """Learn the window a context-length 400 told; ask once more with a smaller limit when the
     prompt alone fits it, else raise LLMContextOverflow."""
+    most = overflow.most_output
+    if most and not call.fitted and most < call.limit:
+        call.fitted, call.limit = True, most
+        return
     window = overflow.window
     if window:
         await _learn(call.key, endpoint, lambda known: setattr(known, "context_tokens", window))
@@ -849,6 +856,7 @@ _OVERFLOW = re.compile(
     r"context_length_exceeded|exceed_context_size",
     re.IGNORECASE,
 )
+_MOST_OUTPUT = re.compile(r"supports at most (\d+) completion tokens", re.IGNORECASE)
 _QUOTA = re.compile(
     r"insufficient_quota|exceeded your current quota|billing|out of credits?|credit balance", re.I
 )
@@ -911,6 +919,8 @@ def _status_failure(response: httpx.Response, body: dict[str, Any], model: str) 
 def _client_failure(
     status: int, error: dict[str, Any], message: str, code: str, body: dict[str, Any]
 ) -> Exception:
+    if (most := _number(_MOST_OUTPUT, message)) and status == 400:
+        return _Overflow(message, None, None, most_output=most)
     if _OVERFLOW.search(f"{code} {message}"):
         window = _positive(error.get("n_ctx")) or _number(_WINDOW, message)
         prompt = _positive(error.get("n_prompt_tokens")) or _number(_PROMPT, message)

@@ -32,7 +32,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from mindsearch import lifecycle
-from mindsearch.clients.llm import LLMError
+from mindsearch.clients.llm import Completion, LLMError
 from research import progress
 from research.models import Document, FollowUp, Report, RunEvent, SubQuery, Topic
 from research.pipeline import (
@@ -42,8 +42,9 @@ from research.pipeline import (
     passages,
     question_domain,
     report_writer,
+    window,
 )
-from research.pipeline.context import Cancelled, RunContext, StageError
+from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.prompting import data_block, image_context_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
 from research.pipeline.run import ROUND_STAGES, drive, topic_lock
@@ -66,6 +67,8 @@ EARLIER_FOLLOWUPS = 3
 # A follow-up with fewer words than this ("GPT-4o?") is answered in the topic's language.
 MIN_WORDS_FOR_LANGUAGE = 2
 EARLIER_ANSWER_CHARS = 1_500
+# The answer's token budget (less when the model's window is small: `window.answer_room`).
+ANSWER_TOKENS = 2_048
 # A section to expand: its heading and this much of its text are what passages are ranked by.
 SECTION_CONTEXT_CHARS = 1_500
 # The run's own path for one sub-query (`run.ROUND_STAGES`), without the per-year search, which
@@ -447,11 +450,9 @@ def _write(
 ) -> tuple[str, str]:
     """The answer's Markdown and the model that wrote it ("" for the extractive engine)."""
     if ctx.llm_enabled:
-        request = _request(ctx, followup, chosen, excerpts)
+        build = _request(ctx, followup, chosen)
         try:
-            body = async_to_sync(Draft(followup).ask)(
-                ctx, STAGE, load_prompt("followup"), request, private=private
-            )
+            body = async_to_sync(_ask)(ctx, followup, build, excerpts, query, private)
         except LLMError as exc:
             _warn(
                 ctx,
@@ -465,12 +466,70 @@ def _write(
     return extractive_answer(query, excerpts), ""
 
 
+async def _ask(
+    ctx: FollowUpContext,
+    followup: FollowUp,
+    build: Callable[[dict[int, str]], str],
+    excerpts: dict[int, str],
+    query: str,
+    private: bool,
+) -> str:
+    """The model's answer, streamed into the follow-up's draft, with the sources' texts fitted to
+    the model's window (`window.ask_within`); `excerpts` become the texts as sent, which the
+    citation check reads."""
+    prompt = load_prompt("followup")
+    draft = Draft(followup)
+
+    async def send(request: str, max_tokens: int | None) -> Completion:
+        return await draft.ask_completion(ctx, STAGE, prompt, request, private=private, max_tokens=max_tokens)
+
+    completion, sent = await window.ask_within(
+        ctx, STAGE, dict(excerpts), query, build, send, fixed=prompt.text, answer_tokens=ANSWER_TOKENS
+    )
+    if completion.truncated:
+        completion, sent = await _shorter(ctx, followup, build, send, excerpts, query, completion)
+    excerpts.update(sent)
+    return completion.text
+
+
+async def _shorter(
+    ctx: FollowUpContext,
+    followup: FollowUp,
+    build: Callable[[dict[int, str]], str],
+    send: window.Send,
+    excerpts: dict[int, str],
+    query: str,
+    cut: Completion,
+) -> tuple[Completion, dict[int, str]]:
+    """An answer cut off at its token limit is never a finished one: asked once more, shorter,
+    with twice the room where the window allows; cut again, it is kept and the thread says so."""
+    await db(_warn)(
+        ctx,
+        followup,
+        gettext_noop(
+            "The model's answer was cut off at its token limit (%(tokens)s tokens): asking for a shorter one"
+        ),
+        tokens=cut.completion_tokens,
+    )
+
+    def shorter(texts: dict[int, str]) -> str:
+        return build(texts) + "\n\n" + report_writer.SHORTER_INSTRUCTION
+
+    prompt = load_prompt("followup")
+    completion, sent = await window.ask_within(
+        ctx, STAGE, dict(excerpts), query, shorter, send, fixed=prompt.text, answer_tokens=2 * ANSWER_TOKENS
+    )
+    if completion.truncated:
+        await db(_warn)(ctx, followup, gettext_noop("The second answer was cut off too: it is kept as it is"))
+    return completion, sent
+
+
 def _request(
     ctx: FollowUpContext,
     followup: FollowUp,
     chosen: list[tuple[dict[str, Any], Document | None]],
-    excerpts: dict[int, str],
-) -> str:
+) -> Callable[[dict[int, str]], str]:
+    """The request for the follow-up's answer, made of the sources' texts it is given."""
     topic = ctx.topic
     report = Report.objects.filter(topic=topic).first()
     body = report_writer.SOURCES_HEADING.split(report.markdown)[0].strip() if report else ""
@@ -480,22 +539,27 @@ def _request(
             status=FollowUp.Status.COMPLETED, position__lt=followup.position
         ).order_by("-position")[:EARLIER_FOLLOWUPS][::-1]
     ]
-    blocks = [
-        f"[{source['n']}] {source.get('title') or source.get('url')}\n"
-        f"{source.get('url') or report_writer.PRIVATE_ORIGIN}\n\n{excerpts[source['n']]}"
-        for source, _document in sorted(chosen, key=lambda pair: pair[0]["n"])
-    ]
     context = f"Отчёт:\n{body[:REPORT_CONTEXT_CHARS]}"
     if earlier:
         context += "\n\nПредыдущие уточняющие вопросы:\n\n" + "\n\n".join(earlier)
-    return (
+    head = (
         f"Исходный запрос: {topic.question}\nУточняющий вопрос: {followup.question}\n"
         f"Язык ответа: {answer_language(followup.question, topic)}\n\n"
         + data_block(context)
         + "\n\nИсточники:\n"
-        + data_block("\n\n---\n\n".join(blocks))
-        + image_context_block(ctx)
     )
+    picture = image_context_block(ctx)
+    listed = sorted((source for source, _document in chosen), key=lambda source: source["n"])
+
+    def build(excerpts: dict[int, str]) -> str:
+        blocks = [
+            f"[{source['n']}] {source.get('title') or source.get('url')}\n"
+            f"{source.get('url') or report_writer.PRIVATE_ORIGIN}\n\n{excerpts[source['n']]}"
+            for source in listed
+        ]
+        return head + data_block("\n\n---\n\n".join(blocks)) + picture
+
+    return build
 
 
 def answer_language(question: str, topic: Topic) -> str:

@@ -13,10 +13,11 @@ import asyncio
 from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
+from mindsearch.clients.llm import Completion, LLMError
 from research.models import CacheEntry, Document, Scores, Summary
-from research.pipeline import extractive, passages
+from research.pipeline import extractive, passages, window
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import Asking, data_block
+from research.pipeline.prompting import Asking, ask_completion, data_block, load_prompt
 from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.SUMMARISE
@@ -64,11 +65,41 @@ SUMMARY = Asking(
 )
 
 
+# The summary's token budget (less when the model's window is small: `window.answer_room`).
+SUMMARY_TOKENS = 1_024
+
+
 async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
     excerpt = await db(passages.document_excerpt)(document, ctx.question, MAX_INPUT_CHARS)
-    request = f"Текст для summary:\n{data_block(excerpt)}"
     private = document.fetched_via == Document.FetchedVia.PRIVATE
-    text = await SUMMARY.answer(ctx, STAGE, request, str.strip, private=private)
+    text = await _asked(ctx, excerpt, private) if ctx.llm_enabled else ""
     if text:
         return text, Scores.Origin.LLM
     return extractive.extractive_summary(excerpt, ctx.question), Scores.Origin.FALLBACK
+
+
+async def _asked(ctx: RunContext, excerpt: str, private: bool) -> str:
+    """The model's summary of `excerpt`, fitted to its window (`window.ask_within`); "" when it
+    failed (the warning says so, and the extractive summary stands in)."""
+    prompt = load_prompt(SUMMARY.prompt)
+
+    async def send(request: str, max_tokens: int | None) -> Completion:
+        return await ask_completion(
+            ctx, STAGE, prompt, request, kind=SUMMARY.kind, private=private, max_tokens=max_tokens
+        )
+
+    try:
+        completion, _sent = await window.ask_within(
+            ctx,
+            STAGE,
+            {1: excerpt},
+            ctx.question,
+            lambda texts: f"Текст для summary:\n{data_block(texts[1])}",
+            send,
+            fixed=prompt.text,
+            answer_tokens=SUMMARY.max_tokens or SUMMARY_TOKENS,
+        )
+    except LLMError as exc:
+        await db(ctx.fell_back)(STAGE, SUMMARY.failed, exc)
+        return ""
+    return completion.text.strip()

@@ -193,6 +193,16 @@ def test_a_think_block_the_limit_left_unclosed_is_asked_again_with_a_larger_budg
     assert result.attempts == 2 and second["max_tokens"] > first["max_tokens"]
 
 
+def test_hidden_reasoning_that_spent_the_limit_is_asked_again_with_a_larger_budget(settings) -> None:
+    """OpenAI's reasoning models send no reasoning: only the usage says where the tokens went."""
+    long_thought = Dialect(reasoning="hidden", thinking=lambda messages: "x" * 20_000)  # ~5,000 tokens
+    with serve(settings, long_thought, model="o4-mini") as fake:
+        result = complete(max_tokens=10)
+        first, second = (request.json()["max_completion_tokens"] for request in fake.requests_to(CHAT))
+    assert result.text == ANSWER and result.attempts == 2 and second > first
+    assert result.reasoning_tokens >= 5000
+
+
 def test_a_model_that_only_reasons_is_an_empty_answer_after_one_larger_budget(settings) -> None:
     endless = Dialect(reasoning="reasoning_content", thinking=lambda messages: "hmm " * 40_000)
     with serve(settings, endless) as fake:
@@ -321,6 +331,22 @@ def test_the_window_the_server_reports(settings, routes) -> None:
         assert asyncio.run(llm.profile()).context_source == "server"
         settings.AITUNNEL_CONTEXT_TOKENS = 4096
         assert asyncio.run(llm.profile()).context_source == "setting"
+
+
+def test_a_limit_above_what_the_model_writes_is_lowered_once(settings) -> None:
+    too_large = {
+        "error": {
+            "message": "max_tokens is too large: 4096. This model supports at most 1024 completion tokens,"
+            " whereas you provided 4096.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "invalid_value",
+        }
+    }
+    with serve(settings) as fake:
+        fake.inject(Fault(400, body=too_large))
+        assert complete().attempts == 2
+        assert fake.requests_to(CHAT)[1].json()["max_tokens"] == 1024
 
 
 # --- cut answers, usage, time ------------------------------------------------------------------------

@@ -19,11 +19,13 @@ from django.urls import reverse
 
 from mindsearch.clients import llm as llm_client
 from mindsearch.models import ApiToken
-from research import export, progress
+from research import export, presenters, progress
+from research.management.commands.research import written_by
 from research.models import Report, RunEvent, Topic
-from research.pipeline import report_checks, report_writer, window
+from research.pipeline import report_checks, report_writer, summarise, window
 from research.pipeline.context import RunContext
 from tests.research.test_citation_report import researched, script_answers
+from tests.research.test_followups import answered, completed_topic
 from tests.support.fakes import Request, Response, Route, estimate_tokens, openai_chat
 from tests.support.world import World, prompt_kind
 
@@ -34,6 +36,11 @@ UNCITED = (
     "# Mixture of Tokens\n\n## Введение\n\nMixture of Tokens смешивает токены разных примеров в группы.\n\n"
     "## Заключение\n\nМетод обходится без дискретной маршрутизации."
 )
+RUSSIAN = (
+    "# Mixture of Tokens\n\n## Введение\n\nMixture of Tokens смешивает токены (Tokens) разных примеров "
+    "в группы [1].\n\n## Заключение\n\nМетод Mixture of Tokens обходится без дискретной маршрутизации [1]."
+)
+THOUGHT = "Okay, I need to write a structured report from the numbered sources."
 ENGLISH = (
     "# Mixture of Tokens\n\n## Introduction\n\nMixture of Tokens mixes tokens from different examples "
     "in groups [1].\n\n## Conclusion\n\nMixture of Tokens avoids discrete routing [1]."
@@ -158,6 +165,53 @@ def test_while_the_model_reasons_the_page_says_it_is_thinking_until_text_arrives
     assert "The model is thinking…" not in page and "Mixture of Tokens mixes" in page
 
 
+def reasoning_first(loopback: World, thought: str) -> None:
+    """The stand-in LLM streams its report answers as vLLM and DeepSeek do for a reasoning model:
+    `reasoning_content` deltas first, then the answer's."""
+    inner = openai_chat(loopback.script)
+
+    def route(request: Request) -> Response:
+        response = inner(request)
+        messages = (request.json() or {}).get("messages", [])
+        if prompt_kind(messages[0]["content"]) == "answer" and response.chunks is not None:
+            response.chunks = _thinking_first(list(response.chunks), thought)
+        return response
+
+    loopback.llm.routes[("POST", "/v1/chat/completions")] = route
+
+
+def _thinking_first(frames: list[bytes], thought: str) -> list[bytes]:
+    first = json.loads(frames[0][len(b"data: ") :])
+    pieces = [thought[i : i + 8] for i in range(0, len(thought), 8)]
+    thinking = []
+    for piece in pieces:
+        delta = {"index": 0, "delta": {"reasoning_content": piece}, "finish_reason": None}
+        frame = {**first, "choices": [delta]}
+        thinking.append(b"data: " + json.dumps(frame).encode() + b"\n\n")
+    return [frames[0], *thinking, *frames[1:]]
+
+
+def test_a_reasoning_model_s_report_shows_thinking_then_its_words_never_its_reasoning(
+    alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script_answers(loopback, RUSSIAN)
+    reasoning_first(loopback, THOUGHT)
+    seen: list[tuple[str, dict[str, Any] | None]] = []
+    save_draft = progress.save_draft
+
+    def saved(topic_id: int, text: str) -> int:  # the real save, and the card it makes
+        version = save_draft(topic_id, text)
+        seen.append((text, presenters.draft_of(Topic.objects.get(pk=topic_id))))
+        return version
+
+    monkeypatch.setattr(progress, "save_draft", saved)
+    topic = researched(alice)
+    assert seen[0][0] == "" and seen[0][1] == {"html": "", "version": 1, "thinking": True}
+    assert seen[-1][0].startswith("# Mixture of Tokens") and not (seen[-1][1] or {}).get("thinking")
+    assert not any("Okay, I need" in text for text, _card in seen)
+    assert "Okay, I need" not in topic.report.markdown and topic.report.marks == []
+
+
 # --- Whole topics against weak models ------------------------------------------------------------
 
 
@@ -185,23 +239,21 @@ def _finish_with_length(response: Response) -> None:
     stop, length = b'"finish_reason": "stop"', b'"finish_reason": "length"'
     if response.chunks is not None:
         response.chunks = (frame.replace(stop, length) for frame in response.chunks)
-    else:
-        body = response.body if isinstance(response.body, dict) else json.loads(response.body)
-        body["choices"][0]["finish_reason"] = "length"
-        response.body = body
+    elif isinstance(response.body, dict):
+        response.body["choices"][0]["finish_reason"] = "length"
 
 
-def context_limited(loopback: World, window_tokens: Callable[[int], int]) -> list[int]:
-    """The stand-in LLM refuses a report prompt longer than its window as vLLM and OpenAI do
+def context_limited(loopback: World, window_tokens: Callable[[int], int], kind: str = "answer") -> list[int]:
+    """The stand-in LLM refuses a `kind` prompt longer than its window as vLLM and OpenAI do
     (400, "maximum context length is N tokens"); the window is `window_tokens(first prompt's
-    tokens)`. The prompt sizes of the report requests, in order."""
+    tokens)`. The prompt sizes of the `kind` requests, in order."""
     inner: Route = openai_chat(loopback.script)
     sizes: list[int] = []
     limit: list[int] = []
 
     def route(request: Request) -> Response:
         messages = (request.json() or {}).get("messages", [])
-        if prompt_kind(messages[0]["content"]) != "answer":
+        if prompt_kind(messages[0]["content"]) != kind:
             return inner(request)
         tokens = estimate_tokens("".join(str(m.get("content", "")) for m in messages))
         sizes.append(tokens)
@@ -267,10 +319,10 @@ def test_an_overflowing_context_is_trimmed_and_the_report_written(
 
 
 def test_an_uncited_report_and_an_unreadable_plan_are_marked_on_the_page_in_files_and_the_api(
-    alice: User, alice_client: Client, loopback: World
+    alice: User, alice_client: Client, loopback: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     requests = script_answers(loopback, UNCITED)
-    loopback.script.plan = lambda user: "I would rather not plan this."
+    monkeypatch.setattr(loopback.script, "plan", lambda user: "I would rather not plan this.")
     topic = researched(alice)
     assert len(requests) == 2 and report_writer.UNCITED_FEEDBACK_RU in requests[1]  # asked once more
     assert topic.report.marks == ["uncited"]
@@ -294,3 +346,52 @@ def test_a_report_in_the_wrong_language_is_marked(alice: User, alice_client: Cli
     assert api_report(alice, topic)["marks"] == ["wrong_language"]
     Report.objects.filter(pk=topic.report.pk).update(marks=[])  # stored, not worked out on the page
     assert page_marks(alice_client, topic) == []
+
+
+def test_a_summary_prompt_over_the_window_is_trimmed_and_asked_once_more(
+    alice: User, loopback: World
+) -> None:
+    sizes = context_limited(loopback, lambda first: first // 2, kind="summarise")
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
+    ctx = RunContext.for_topic(topic)
+    excerpt = "\n\n".join(
+        [passage("Mixture of Tokens mixes tokens across examples.", "tokens", 40)]
+        + [passage(f"Arcade machines of the {n}0s.", "arcade", 80) for n in range(5, 9)]
+    )
+    summary = async_to_sync(summarise._asked)(ctx, excerpt, False)
+    assert summary.startswith("Mixture of Tokens mixes tokens across examples.")
+    assert len(sizes) == 2 and sizes[1] <= sizes[0] // 2
+    assert RunEvent.objects.filter(
+        topic=topic, stage="summarise", message__startswith="The sources did not fit"
+    )
+
+
+def test_the_console_says_the_model_was_given_up_on_when_one_was_configured(alice: User) -> None:
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens", llm_model="qwen3:0.6b")
+    Report.objects.create(topic=topic, markdown="Extracts [1].", model="")
+    assert written_by(topic) == "the extractive engine (the model qwen3:0.6b was given up on)"
+    assert "the model qwen3:0.6b was given up on" in export.report_markdown(topic)
+    Topic.objects.filter(pk=topic.pk).update(llm_model="")
+    topic.refresh_from_db()
+    assert written_by(topic) == "the extractive engine (no LLM configured)"
+
+
+def test_a_follow_up_answer_cut_off_is_asked_again_shorter(alice: User, loopback: World) -> None:
+    asked = answers_cut(loopback, lambda n: True)  # a follow-up's answer is asked like a report
+    followup = answered(completed_topic(alice))
+    assert len(asked) == 2 and report_writer.SHORTER_INSTRUCTION in asked[1]
+    lines = list(
+        RunEvent.objects.filter(topic=followup.topic, stage="followup").values_list("message", flat=True)
+    )
+    assert any(line.startswith("The model's answer was cut off at its token limit") for line in lines)
+    assert "The second answer was cut off too: it is kept as it is" in lines
+
+
+def test_marks_an_archive_brought_are_read_carefully(alice: User) -> None:
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens", status=Topic.Status.COMPLETED)
+    hostile = [{"stage": "plan", "count": "<b>9</b>", "total": 3}, {"stage": "nope", "count": 1}, "plan"]
+    marks = ["uncited", "<script>"]
+    report = Report.objects.create(topic=topic, markdown="x", marks=marks, without_model=hostile)
+    assert [mark["mark"] for mark in presenters.marks_of(report)] == ["uncited"]
+    plan = {"stage": "plan", "label": "Plan", "count": None, "total": 3}
+    assert presenters.without_model_of(report) == [plan]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('research', '0014_topic_checked'),
+        ('research', '0015_llmcall_reasoning_tokens'),
     ]
 
     operations = [
