@@ -8,7 +8,7 @@ content parts; and the real small model, SmolLM2-135M-Instruct on llama.cpp's ow
 (tests/support/llama_server.py; skipped, with why, when xllamacpp is not installed).
 
 Prints JSON, per profile: whether the topic completed, the stages that ran without the model
-(fell back), the marks of its report (cut off, uncited, wrong language, unsupported), wall time,
+(fell back) and those that warned, the marks of its report (cut off, uncited, wrong language, unsupported), wall time,
 LLM calls made (refused ones included), answer and reasoning tokens, and whether any reasoning
 text leaked into the report, plan, events or summaries. Exits 1 when a stand-in topic did not
 complete or leaked reasoning (the real model's fallbacks are expected and only reported).
@@ -124,7 +124,7 @@ def run_topic(owner: Any, question: str) -> dict[str, Any]:
         "status": topic.status,
         "error": topic.error,
         "wall_seconds": round(wall, 1),
-        "fell_back": sorted(
+        "warned_stages": sorted(
             {event.stage for event in topic.events.filter(level="warning") if event.stage != "llm"}
         ),
         "without_model": report.without_model if report else [],
