@@ -141,7 +141,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 def serve(port: int, n_ctx: int, threads: int) -> None:
     """The child: llama.cpp's server in a thread of this process, serving until SIGTERM."""
-    import xllamacpp
+    import xllamacpp  # type: ignore[import-untyped]  # no py.typed
 
     params = xllamacpp.CommonParams()
     params.model.path = str(model_path())
