@@ -8,9 +8,10 @@ content parts; and the real small model, SmolLM2-135M-Instruct on llama.cpp's ow
 (tests/support/llama_server.py; skipped, with why, when xllamacpp is not installed).
 
 Prints JSON, per profile: whether the topic completed, the stages that ran without the model
-(fell back) and those that warned, the marks of its report (cut off, uncited, wrong language, unsupported), wall time,
-LLM calls made (refused ones included), answer and reasoning tokens, and whether any reasoning
-text leaked into the report, plan, events or summaries. Exits 1 when a stand-in topic did not
+(fell back) and those that warned (with the warnings), the marks of its report (cut off,
+uncited, wrong language, unsupported), wall time, LLM calls made (refused ones included) and the
+failed ones with their errors, answer and reasoning tokens, and whether any reasoning text
+leaked into the report, plan, events or summaries. Exits 1 when a stand-in topic did not
 complete or leaked reasoning (the real model's fallbacks are expected and only reported).
 
     .venv/bin/python bench/models.py [--profiles think-tags,real-small] [--real-tokens 256]
@@ -131,7 +132,7 @@ def run_topic(owner: Any, question: str) -> dict[str, Any]:
         "report_marks": report.marks if report else [],
         "report_by": report.model if report else "",
         "llm_calls": calls.count(),
-        "failed_calls": calls.exclude(error="").count(),
+        "failed_calls": [f"{c.stage}: {c.error}"[:300] for c in calls.exclude(error="").order_by("pk")],
         "answer_tokens": completion - reasoning,
         "reasoning_tokens": reasoning,
         "reasoning_leaked": leaked(topic),
