@@ -17,9 +17,9 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import parse_json
 from research.models import CacheEntry, Scores
-from research.pipeline import extractive
+from research.pipeline import extractive, window
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import Asking, data_block, image_labels_block
+from research.pipeline.prompting import Asking, data_block, image_labels_block, load_prompt
 from research.pipeline.replies import default_scores, match_scores
 from research.pipeline.stage import StageName
 
@@ -64,8 +64,9 @@ async def score_batch(
 
     Shared by hit and summary scoring: both use prompts/score.txt and the same criteria.
     """
-    request = _scoring_request(ctx.asked, direction, items) + image_labels_block(ctx)
     titles = [title for title, _ in items]
+    fitted = await _fitted(ctx, stage, direction, items)
+    request = _scoring_request(ctx.asked, direction, fitted) + image_labels_block(ctx)
     matched = await _scoring(stage).answer(
         ctx,
         stage,
@@ -77,6 +78,31 @@ async def score_batch(
         return [m or default_scores() for m in matched], [_origin(m) for m in matched]
     fallback = extractive.score_texts(ctx.question, direction, items)
     return fallback, [Scores.Origin.FALLBACK] * len(items)
+
+
+# The scores' token budget, for fitting a batch to a small window (the answer is a short JSON).
+SCORE_TOKENS = 1_024
+
+
+async def _fitted(
+    ctx: RunContext, stage: str, direction: str, items: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The items with their texts fitted to the model's window when it is known (`window`); a
+    refusal of a window not known yet is this batch's keyword fallback, and later batches fit."""
+    if not ctx.llm_enabled:
+        return items
+    titles = [title for title, _ in items]
+
+    def build(texts: dict[int, str]) -> str:
+        listed = [(title, texts[i]) for i, title in enumerate(titles, 1)]
+        return _scoring_request(ctx.asked, direction, listed) + image_labels_block(ctx)
+
+    texts = {i: text for i, (_title, text) in enumerate(items, 1)}
+    prompt = load_prompt("score")
+    fitted = await window.fitted_to_known_window(
+        ctx, stage, texts, ctx.question, build, fixed=prompt.text, answer_tokens=SCORE_TOKENS
+    )
+    return [(title, fitted[i]) for i, title in enumerate(titles, 1)]
 
 
 def _scoring(stage: str) -> Asking:

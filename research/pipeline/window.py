@@ -158,6 +158,25 @@ async def ask_within(
         return await send(build(texts), answer_room(told, answer_tokens)), texts
 
 
+async def fitted_to_known_window(
+    ctx: RunContext,
+    stage: str,
+    texts: dict[int, str],
+    query: str,
+    build: Callable[[dict[int, str]], str],
+    *,
+    fixed: str,
+    answer_tokens: int,
+) -> dict[int, str]:
+    """`texts` fitted to the model's window when it is known (a setting, the server, or an
+    earlier context-length 400), as they are when not: for a prompt whose stage has its own
+    fallback when the model refuses it (scoring)."""
+    window = await llm_client.context_window()
+    if window is None:
+        return texts
+    return await _fitted(ctx, stage, texts, query, build, fixed=fixed, window=window, answer=answer_tokens)
+
+
 async def _fitted(
     ctx: RunContext,
     stage: str,

@@ -17,6 +17,7 @@ from tests.clients.test_llm import quick_llm  # noqa: F401 — the same autouse 
 from tests.support.fakes import (
     DEEPSEEK_REASONER,
     LLAMACPP,
+    LLAMACPP_REASONING,
     MAGISTRAL,
     NO_STREAM_USAGE,
     OLLAMA_REASONING,
@@ -157,7 +158,8 @@ def test_a_400_that_teaches_nothing_new_fails_at_once(settings) -> None:
 
 
 @pytest.mark.parametrize(
-    "dialect", [OLLAMA_THINK, OLLAMA_REASONING, VLLM_REASONING, DEEPSEEK_REASONER, MAGISTRAL]
+    "dialect",
+    [OLLAMA_THINK, OLLAMA_REASONING, VLLM_REASONING, DEEPSEEK_REASONER, MAGISTRAL, LLAMACPP_REASONING],
 )
 def test_reasoning_is_never_the_answer_in_a_stream(settings, dialect: Dialect) -> None:
     heard = Heard()

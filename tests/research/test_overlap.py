@@ -33,7 +33,8 @@ def limited(settings: Any) -> Iterator[World]:
 
 def _kinds(w: World) -> list[tuple[float, str]]:
     return [
-        (request.arrived, prompt_kind(request.json()["messages"][0]["content"])) for request in w.llm.requests
+        (request.arrived, prompt_kind(request.json()["messages"][0]["content"]))
+        for request in w.llm.requests_to("/v1/chat/completions")
     ]
 
 
@@ -90,7 +91,8 @@ def test_a_run_killed_in_the_overlapped_front_resumes_without_asking_twice(
     assert run_topic(topic.pk) == Topic.Status.COMPLETED
     searches = Counter((r.param("q"), r.param("pageno", "1")) for r in limited.searxng.requests)
     assert max(searches.values()) == 1
-    asked = Counter(request.json()["messages"][-1]["content"] for request in limited.llm.requests)
+    chats = limited.llm.requests_to("/v1/chat/completions")
+    asked = Counter(request.json()["messages"][-1]["content"] for request in chats)
     assert max(asked.values()) == 1
     assert not Hit.objects.filter(topic=topic, score__isnull=True).exists()
 

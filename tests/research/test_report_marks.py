@@ -22,7 +22,7 @@ from mindsearch.models import ApiToken
 from research import export, presenters, progress
 from research.management.commands.research import written_by
 from research.models import Report, RunEvent, Topic
-from research.pipeline import report_checks, report_writer, summarise, window
+from research.pipeline import report_checks, report_writer, scoring, summarise, window
 from research.pipeline.context import RunContext
 from tests.research.test_citation_report import researched, script_answers
 from tests.research.test_followups import answered, completed_topic
@@ -91,8 +91,9 @@ def test_the_answer_gets_its_room_and_the_rest_is_the_sources() -> None:
 
 
 def test_a_context_overflow_with_an_unknown_window_is_trimmed_to_what_it_says_and_asked_once_more(
-    alice: User, loopback: World
+    alice: User, loopback: World, settings: Any
 ) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 0  # not known
     topic = Topic.objects.create(owner=alice, question="mixture of tokens")
     ctx = RunContext.for_topic(topic)
     texts = {n: passage(f"Mixture of Tokens source {n}", "tokens", 300) for n in (1, 2)}
@@ -306,8 +307,9 @@ def test_a_report_cut_off_once_is_replaced_by_the_whole_second_answer(alice: Use
 
 
 def test_an_overflowing_context_is_trimmed_and_the_report_written(
-    alice: User, alice_client: Client, loopback: World
+    alice: User, alice_client: Client, loopback: World, settings: Any
 ) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 0  # not known until the 400 says it
     sizes = context_limited(loopback, lambda first: first * 3 // 4)
     topic = researched(alice)
     assert sizes[1] <= sizes[0] * 3 // 4  # asked once more, fitted; any later ask is fitted too
@@ -349,8 +351,9 @@ def test_a_report_in_the_wrong_language_is_marked(alice: User, alice_client: Cli
 
 
 def test_a_summary_prompt_over_the_window_is_trimmed_and_asked_once_more(
-    alice: User, loopback: World
+    alice: User, loopback: World, settings: Any
 ) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 0  # not known until the 400 says it
     sizes = context_limited(loopback, lambda first: first // 2, kind="summarise")
     topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
     ctx = RunContext.for_topic(topic)
@@ -395,3 +398,18 @@ def test_marks_an_archive_brought_are_read_carefully(alice: User) -> None:
     assert [mark["mark"] for mark in presenters.marks_of(report)] == ["uncited"]
     plan = {"stage": "plan", "label": "Plan", "count": None, "total": 3}
     assert presenters.without_model_of(report) == [plan]
+
+
+def test_a_scoring_batch_is_fitted_to_a_known_window(alice: User, loopback: World, settings: Any) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 1_500
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
+    ctx = RunContext.for_topic(topic)
+    items = [(f"Title {i}", passage(f"Mixture of Tokens fact {i}.", "tokens", 150)) for i in range(10)]
+    assert llm_client.estimate_tokens("".join(text for _title, text in items)) > 3_000
+    _scores, origins = async_to_sync(scoring.score_batch)(ctx, "score_summaries", "Mixture of Tokens", items)
+    assert origins == ["llm"] * 10  # every title still there, scored by the model
+    sent = loopback.llm.requests_to("/v1/chat/completions")[-1].json()["messages"]
+    assert llm_client.estimate_tokens("".join(m["content"] for m in sent)) < 1_500
+    assert RunEvent.objects.filter(
+        topic=topic, stage="score_summaries", message__startswith="The sources did not"
+    )

@@ -367,6 +367,8 @@ VLLM_REASONING = Dialect(reasoning="reasoning_content", context_tokens=None)  # 
 DEEPSEEK_REASONER = Dialect(reasoning="reasoning_content")  # DeepSeek's API, deepseek-reasoner
 MAGISTRAL = Dialect(reasoning="parts")  # Mistral's Magistral: thinking and text parts
 LLAMACPP = Dialect(context_style="llamacpp", stream_usage=False)
+# llama.cpp's server with --reasoning-format deepseek: reasoning_content, its own context 400
+LLAMACPP_REASONING = Dialect(reasoning="reasoning_content", context_style="llamacpp", stream_usage=False)
 NO_STREAM_USAGE = Dialect(stream_usage=False)
 
 QUOTA_ERROR = {

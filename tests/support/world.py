@@ -251,11 +251,15 @@ def search_pages(base_url: str, pages: list[tuple[str, str, str, int, str]]) -> 
 
 
 def service_settings(llm: FakeService, searxng: FakeService, reader: FakeService) -> dict[str, Any]:
-    """Settings that point MindSearch at loopback fakes, with no rate limits to wait for."""
+    """Settings that point MindSearch at loopback fakes, with no rate limits to wait for. The
+    model's window is stated, as a user of a hosted model would: the stand-in reports none, and
+    asking it (`llm.context_window`) would add its GETs to the requests the tests count; a test of
+    an unknown window sets AITUNNEL_CONTEXT_TOKENS to 0."""
     return {
         "AITUNNEL_BASE_URL": f"{llm.url}v1/",
         "AITUNNEL_API_KEY": "test-key",
         "AITUNNEL_MODEL": "test-model",
+        "AITUNNEL_CONTEXT_TOKENS": 128_000,
         "SEARXNG_URL": searxng.url,
         "JINA_READER_URL": reader.url,
         "MINDSEARCH_ALLOW_PRIVATE_URLS": True,
