@@ -70,11 +70,13 @@ class LlamaServer:
     process: subprocess.Popen[bytes]
 
     def settings(self) -> dict[str, Any]:
-        """MindSearch's settings pointed at this server (no key: local servers need none)."""
+        """MindSearch's settings pointed at this server (no key: local servers need none; the
+        window as the server reports it, in /props)."""
         return {
             "AITUNNEL_BASE_URL": f"{self.url}v1/",
             "AITUNNEL_API_KEY": "",
             "AITUNNEL_MODEL": MODEL_NAME,
+            "AITUNNEL_CONTEXT_TOKENS": 0,
             "LIMIT_AITUNNEL_RPS": 0,
         }
 
