@@ -24,12 +24,13 @@ XDIST := -n $(WORKERS) --dist worksteal
 help:  ## List the targets, one line each
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/' | expand -t 12
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-llm.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt 2>&1 | $(QUIET_PIP)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-llm.txt 2>&1 | $(QUIET_PIP)
 	touch $(STAMP)
 
-install: $(STAMP)  ## Create .venv and install requirements.txt (and tesseract, as root)
+install: $(STAMP)  ## Create .venv and install requirements*.txt (and tesseract, as root)
 	scripts/ensure-tesseract
 
 # Migrations run once, before web and worker start: concurrent DDL from two processes races.

@@ -18,6 +18,7 @@ import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -30,6 +31,9 @@ from django.utils.translation import gettext_lazy
 from django_q.status import Stat
 
 from mindsearch.clients import llm, probe, reader, websearch
+
+if TYPE_CHECKING:
+    from research.model_check import ModelCheck
 
 OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
 
@@ -114,6 +118,8 @@ async def check_llm() -> Check:
     try:
         answer = await llm.list_models(settings.STATUS_CHECK_TIMEOUT)
     except probe.Unreachable as exc:
+        if exc.connected:
+            return Check(name, WARN, _("Busy"), _busy(settings.STATUS_CHECK_TIMEOUT))
         return Check(name, ERROR, _("Not reachable"), f"{settings.AITUNNEL_BASE_URL}: {_unreachable(exc)}")
     if answer.status in (401, 403):
         return Check(name, ERROR, _("The API key was rejected"), f"HTTP {answer.status}")
@@ -149,6 +155,13 @@ async def check_searxng() -> Check:
     if not config.is_json:
         return Check(name, ERROR, _("Answered, but not with SearXNG's JSON"), settings.SEARXNG_URL)
     return _searxng_engines(name, config.engines or [])
+
+
+def _busy(seconds: float) -> str:
+    return _(
+        "%(url)s accepted the connection but sent no answer within %(seconds)g s: a local server "
+        "(llama.cpp, Ollama) answers one request at a time and may be writing another; research waits for it."
+    ) % {"url": settings.AITUNNEL_BASE_URL, "seconds": seconds}
 
 
 def _unreachable(exc: probe.Unreachable) -> str:
@@ -247,7 +260,10 @@ async def _round_trip(layer: object) -> None:
 
 
 async def _outside_checks() -> list[Check]:
-    return list(await asyncio.gather(check_channel_layer(), check_llm(), check_searxng(), check_reader()))
+    from mindsearch.status_services import check_abilities  # imports this module's Check
+
+    checks = check_channel_layer(), check_llm(), check_abilities(), check_searxng(), check_reader()
+    return list(await asyncio.gather(*checks))
 
 
 def run_checks() -> list[Check]:
@@ -255,8 +271,9 @@ def run_checks() -> list[Check]:
     key = f"status-checks:{translation.get_language()}"
     checks = cache.get(key)
     if checks is None:
-        channel, llm, searxng, reader = async_to_sync(_outside_checks)()
-        checks = [check_database(), check_worker(), channel, llm, searxng, reader, check_embeddings()]
+        channel, llm, abilities, searxng, reader = async_to_sync(_outside_checks)()
+        checks = [check_database(), check_worker(), channel, llm, abilities, searxng, reader]
+        checks.append(check_embeddings())
         from mcphub.status import check_sources  # imports this module's Check
 
         checks.append(check_sources())
@@ -274,6 +291,13 @@ PUBLIC_SUMMARIES = {
     OFF: gettext_lazy("Not configured"),
     ERROR: gettext_lazy("Unavailable; the administrator can see why"),
 }
+
+
+def check_the_model(language: str, user_id: int | None) -> ModelCheck:
+    """*Check the model*: one plan call and what the pipeline makes of it (research/model_check.py)."""
+    from research.model_check import check_model
+
+    return async_to_sync(check_model)(language, user_id)
 
 
 def checks_for(user: object) -> list[Check]:

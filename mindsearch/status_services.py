@@ -1,4 +1,5 @@
-"""Status lines for the optional services before the web: the vision model and the domain-data providers.
+"""Status lines beside the services': what the configured LLM can do, the vision model and the
+domain-data providers.
 
 Run with the other checks (`mindsearch/status.py`, cached a minute). Open-Meteo, Nominatim,
 TheSportsDB and OSRM are asked for real (under their global limits); the vision model only
@@ -18,6 +19,48 @@ from django.utils.translation import gettext_lazy
 
 from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, probe, thesportsdb
 from mindsearch.status import ERROR, OFF, OK, WARN, Check
+
+
+def _context_line(profile: llm.ModelProfile) -> str:
+    if profile.context_tokens is None:
+        return _(
+            "context window unknown: set AITUNNEL_CONTEXT_TOKENS (Ollama cuts longer prompts silently at "
+            "its num_ctx)"
+        )
+    where = {
+        "setting": _("from AITUNNEL_CONTEXT_TOKENS"),
+        "server": _("as the server reports it"),
+        "learned": _("learned from the endpoint's refusal of a longer prompt"),
+    }.get(profile.context_source, profile.context_source)
+    window = {"tokens": profile.context_tokens, "where": where}
+    return _("context window %(tokens)s tokens, %(where)s") % window
+
+
+def _streaming_line(streaming: bool | None) -> str:
+    if streaming is None:
+        return _("streaming not seen yet")
+    if streaming:
+        return _("streams its answers")
+    return _("does not stream: a report appears when it is finished")
+
+
+async def check_abilities() -> Check:
+    """What the LLM client knows of the model (`llm.profile()`): its context window and where
+    that came from, whether it reasons, whether it streamed, the parameters it refused. Nothing
+    that costs tokens is asked (the server's own /props or /models at most)."""
+    name = _("LLM abilities")
+    if not llm.is_configured():
+        return Check(name, OFF, _("Not configured"))
+    profile = await llm.profile()
+    reasoning = _("a reasoning model: its reasoning is kept out of the answers") if profile.reasoning else ""
+    lines = (_context_line(profile), reasoning, _streaming_line(profile.streaming))
+    refused = (
+        _("parameters the endpoint refused, now left out or renamed: %s") % ", ".join(profile.refused)
+        if profile.refused
+        else _("no parameter refused so far")
+    )
+    state = OK if profile.context_tokens else WARN
+    return Check(name, state, "; ".join(line for line in lines if line), f"{profile.model} — {refused}")
 
 
 async def check_vision() -> Check:

@@ -13,6 +13,7 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", login_not_required(metrics.metrics_view), name="metrics"),
     path("status/", views.status, name="status"),
+    path("status/model-check/", views.status_model_check, name="status_model_check"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/login/", views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

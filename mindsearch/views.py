@@ -9,22 +9,31 @@ from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import LoginView
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from mindsearch import signup_rate, throttle
 from mindsearch.forms import ApiTokenForm, SignUpForm, ThrottledAuthenticationForm
 from mindsearch.models import ApiToken, Invite
-from mindsearch.status import checks_for
+from mindsearch.status import check_the_model, checks_for
 
 
 def status(request: HttpRequest) -> HttpResponse:
     """What is configured and reachable; also where a new user lands before any topic exists."""
     return render(request, "status.html", {"checks": checks_for(request.user)})
+
+
+@require_POST
+def status_model_check(request: HttpRequest) -> HttpResponse:
+    """*Check the model* (staff): one plan call, and the page with what the pipeline makes of it."""
+    if not request.user.is_staff:
+        raise Http404
+    result = check_the_model(translation.get_language(), request.user.pk)
+    return render(request, "status.html", {"checks": checks_for(request.user), "model_check": result})
 
 
 @login_not_required

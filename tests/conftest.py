@@ -15,7 +15,7 @@ from tests.support.world import World, loopback_world
 
 # The slow tier (`make test-e2e`): what starts real processes (daphne, qcluster, a model server)
 # or drives the browser. `make test` runs everything else, in parallel, in a few minutes.
-E2E_FOLDERS = ("browser",)
+E2E_FOLDERS = ("browser", "e2e_llm")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

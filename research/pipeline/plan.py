@@ -14,6 +14,7 @@ from research.pipeline.stage import Outcome, StageName
 
 STAGE = StageName.PLAN
 MAX_SUBQUERIES = 3
+PREFIX = "ПОДЗАПРОС:"
 
 
 def run(ctx: RunContext) -> Outcome:
@@ -37,11 +38,19 @@ PLAN = Asking(
 )
 
 
+def request_for(asked: str) -> str:
+    """What the plan prompt is asked about a question (the status page's model check asks it too)."""
+    return f'Запрос: "{asked}"\nЯзык подзапросов: {language_of(asked)}'
+
+
+def read_plan(answer: str) -> list[str]:
+    """The sub-queries of the LLM's answer ([] when it holds none)."""
+    return parse_prefixed_lines(answer, PREFIX, limit=MAX_SUBQUERIES)
+
+
 def _plan(ctx: RunContext) -> tuple[list[str], str]:
-    request = f'Запрос: "{ctx.asked}"\nЯзык подзапросов: {language_of(ctx.asked)}' + image_context_block(ctx)
-    texts = async_to_sync(PLAN.answer)(
-        ctx, STAGE, request, lambda text: parse_prefixed_lines(text, "ПОДЗАПРОС:", limit=MAX_SUBQUERIES)
-    )
+    request = request_for(ctx.asked) + image_context_block(ctx)
+    texts = async_to_sync(PLAN.answer)(ctx, STAGE, request, read_plan)
     if texts:
         return texts, SubQuery.Origin.LLM
     if texts is not None:  # the LLM answered, without a sub-query

@@ -40,6 +40,7 @@ OWNED, ACCOUNT, PUBLIC, SHARED, STAFF, INERT = "owned", "account", "public", "sh
 ACCESS = {
     # mindsearch
     "status": ACCOUNT,
+    "status_model_check": STAFF,  # one plan call: it costs the operator tokens
     "signup": PUBLIC,
     "login": PUBLIC,
     "logout": ACCOUNT,
