@@ -12,9 +12,8 @@ from django.utils import translation
 
 from tests.support.world import World, loopback_world
 
-
 # The slow tier (`make test-e2e`): what starts real processes (daphne, qcluster, a model server)
-# or drives the browser. `make test` runs everything else, in parallel, in a few minutes.
+# or drives the browser. `make test` runs everything else, in parallel.
 E2E_FOLDERS = ("browser", "e2e_llm")
 
 
