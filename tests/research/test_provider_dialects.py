@@ -64,8 +64,8 @@ def test_a_topic_completes_against_each_provider_s_answers(
     topic = researched(alice)
     assert topic.report.markdown.startswith("#")
     assert Citation.objects.filter(report=topic.report).exclude(verdict="").exists()  # checked
-    leaks = {place: text for place, text in everything_shown(topic).items() if any(r in text for r in REASONING)}
-    assert not leaks, f"reasoning shown in {sorted(leaks)}"
+    leaks = [place for place, text in everything_shown(topic).items() if any(r in text for r in REASONING)]
+    assert not leaks, f"reasoning shown in {leaks}"
     asked = LLMCall.objects.filter(topic=topic, cache_hit=False).count()
     refused = chat_requests(loopback) - asked  # one extra request per parameter refused, at most
     assert 0 <= refused <= len(dialect.refuses) and (refused > 0) == bool(dialect.refuses)
