@@ -245,6 +245,8 @@ def import_topic(
 def _create(
     checked: Checked, owner: AbstractBaseUser, verdicts: list[dict[str, Any]], progress: Progress
 ) -> Topic:
+    from research.presenters import store_marked
+
     fields = dict(checked.topic)
     events = checked.tables["run_events"]
     fields["last_event_seq"] = max([fields["last_event_seq"], *(event["seq"] for event in events)])
@@ -270,6 +272,7 @@ def _create(
         report = Report.objects.create(topic=topic, **{**checked.report, "sources": sources})
         _restore_created_at(Report, [report], [checked.report])
         citations.create(report, verdicts)
+        store_marked(report)  # rendered here, in the worker, never by a page view (issue 26)
     return topic
 
 
