@@ -555,6 +555,15 @@ class FollowUp(models.Model):
         default=list, blank=True, help_text=_("Sources new in this answer, numbered after the topic's.")
     )
     citations = models.JSONField(default=list, blank=True, help_text=_("The citation check of the answer."))
+    # The answer rendered and marked once, for the source numbering it was rendered with
+    # (`presenters.followup_html`, issue 26); never exported, rebuilt on import.
+    rendering = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        editable=False,
+        help_text=_("The answer rendered once: {html, token, places, count, marked}."),
+    )
     model = models.CharField(max_length=200, blank=True, default="")
     error = models.TextField(blank=True, default="")
     draft = models.TextField(blank=True, default="", help_text=_("The answer so far while it is written."))

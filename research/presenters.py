@@ -166,15 +166,47 @@ def followup_item(followup: FollowUp, source_count: int, *, shared: bool = False
     item: dict[str, Any] = {"followup": followup}
     if followup.status == FollowUp.Status.COMPLETED:
         citations = followup_citations(followup)
-        marks = citation_marks(followup.answer, source_count, citations)
-        body = demoted_headings(followup.answer)
-        item["html"] = render_markdown(body, source_count=source_count, citation_marks=marks)
+        item["html"] = followup_html(followup, source_count, citations)
         item["sources"] = [{**source, "passage_url": _passage_url(source)} for source in followup.sources]
         item["citation_counts"] = citecheck.counts(citations) if citations else None
         item["usage"] = None if shared else followup_usage(followup)
     elif followup.is_pending and followup.draft.strip():
         item["draft_html"] = render_markdown(demoted_headings(SOURCES_HEADING.split(followup.draft)[0]))
     return item
+
+
+def followup_html(
+    followup: FollowUp, source_count: int, citations: list[Citation] | None = None
+) -> SafeString:
+    """A completed follow-up's answer rendered, its citations marked, in the active language:
+    stored when it was answered or imported (`store_thread`), else rendered now and kept. Its
+    numbers depend on the answers before it: a rendering for another count is done again."""
+    language = translation.get_language() or settings.LANGUAGE_CODE
+    stored = followup.rendering if isinstance(followup.rendering, dict) else {}
+    if stored.get("count") != source_count or not _well_formed(stored):
+        stored = {**report_rendering(followup.answer, source_count, demote=True), "count": source_count}
+    marked = stored.get("marked") if isinstance(stored.get("marked"), dict) else {}
+    if isinstance(marked.get(language), str):
+        return mark_safe(marked[language])  # noqa: S308 — stored from nh3's output below
+    rows = followup_citations(followup) if citations is None else citations
+    places = [(index, n) for index, n in stored["places"]]
+    html = with_marks(Prepared(stored["html"], stored["token"]), marks_at(places, rows))
+    stored["marked"] = {**marked, language: str(html)}
+    FollowUp.objects.filter(pk=followup.pk).update(rendering=stored)
+    followup.rendering = stored
+    return html
+
+
+def store_thread(topic: Topic) -> None:
+    """Render every answered follow-up of the topic in every language of the site, once, when
+    an answer is saved or the topic imported: a page view then only reads them."""
+    report = Report.objects.filter(topic=topic).only("sources").first()
+    numbered = len(report.sources) if report else 0
+    for followup in topic.followups.filter(status=FollowUp.Status.COMPLETED).order_by("position"):
+        numbered = max([numbered, *(s.get("n", 0) for s in followup.sources)])
+        for language, _name in settings.LANGUAGES:
+            with translation.override(language):
+                followup_html(followup, numbered)
 
 
 HEADING = re.compile(r"^(\s{0,3})(#{1,6})(?=\s)")
@@ -316,12 +348,13 @@ def draft_of(topic: Topic) -> dict[str, Any] | None:
     return {"html": render_markdown(SOURCES_HEADING.split(draft.text)[0]), "version": draft.version}
 
 
-def report_rendering(markdown: str, source_count: int) -> dict[str, Any]:
-    """What a page needs of a report's text, derived once when the report is saved (work linear
-    in its size): the safe HTML with tagged citation links (`rendering.prepared_markdown`), and
-    each citation's (sentence index, n) in reading order (`citecheck.citation_occurrences`)."""
-    body = SOURCES_HEADING.split(markdown)[0]
-    prepared = prepared_markdown(body, source_count=source_count)
+def report_rendering(markdown: str, source_count: int, *, demote: bool = False) -> dict[str, Any]:
+    """What a page needs of a report's text (or, `demote`d, a follow-up's answer), derived once
+    when it is saved (work linear in its size): the safe HTML with tagged citation links
+    (`rendering.prepared_markdown`), and each citation's (sentence index, n) in reading order
+    (`citecheck.citation_occurrences`)."""
+    body = markdown if demote else SOURCES_HEADING.split(markdown)[0]
+    prepared = prepared_markdown(demoted_headings(body) if demote else body, source_count=source_count)
     places = citecheck.citation_occurrences(body, source_count)
     return {"html": prepared.html, "token": prepared.token, "places": [list(place) for place in places]}
 

@@ -63,6 +63,9 @@ def imported(owner: User, body: str, importer: User) -> Topic:
         "created_at": data["report"]["created_at"],
     }
     data["citations"] = [row]
+    # Its follow-up's answer is the same text (the thread shows it on the topic and share pages).
+    data["followups"][0]["answer"] = body
+    data["followups"][0]["citations"] = [{k: v for k, v in row.items() if k != "created_at"}]
     return archive.import_topic(copy.deepcopy(data), importer)
 
 
@@ -87,11 +90,13 @@ def test_a_hostile_report_s_pages_each_cost_little_cpu(
 ) -> None:
     topic = imported(alice, SHAPES[shape], bob)
     _link, token = ShareLink.issue(topic)
+    followup = topic.followups.get()
     pages = {
         "topic": reverse("topic_detail", args=[topic.pk]),
         "share": reverse("shared_report", args=[token]),
         "card": reverse("citation_card", args=[topic.pk, 0]),
         "shared card": reverse("shared_citation_card", args=[token, 0]),
+        "follow-up card": reverse("followup_citation_card", args=[topic.pk, followup.pk, 0]),
     }
     anonymous = Client()
     for name, url in pages.items():
