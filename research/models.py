@@ -562,7 +562,7 @@ class FollowUp(models.Model):
         blank=True,
         default=None,
         editable=False,
-        help_text=_("The answer rendered once: {html, token, places, count, marked}."),
+        help_text=_("The answer rendered once: {html, token, places, digest, marked}."),
     )
     model = models.CharField(max_length=200, blank=True, default="")
     error = models.TextField(blank=True, default="")

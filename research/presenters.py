@@ -3,6 +3,7 @@ websocket (which re-renders fragments as the run goes on)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from functools import partial
@@ -183,8 +184,8 @@ def followup_html(
     numbers depend on the answers before it: a rendering for another count is done again."""
     language = translation.get_language() or settings.LANGUAGE_CODE
     stored = followup.rendering if isinstance(followup.rendering, dict) else {}
-    if stored.get("count") != source_count or not _well_formed(stored):
-        stored = {**report_rendering(followup.answer, source_count, demote=True), "count": source_count}
+    if not _well_formed(stored) or stored.get("digest") != digest(followup.answer, source_count):
+        stored = report_rendering(followup.answer, source_count, demote=True)
     marked = stored.get("marked") if isinstance(stored.get("marked"), dict) else {}
     if isinstance(marked.get(language), str):
         return mark_safe(marked[language])  # noqa: S308 — stored from nh3's output below
@@ -356,14 +357,25 @@ def report_rendering(markdown: str, source_count: int, *, demote: bool = False) 
     body = markdown if demote else SOURCES_HEADING.split(markdown)[0]
     prepared = prepared_markdown(demoted_headings(body) if demote else body, source_count=source_count)
     places = citecheck.citation_occurrences(body, source_count)
-    return {"html": prepared.html, "token": prepared.token, "places": [list(place) for place in places]}
+    return {
+        "html": prepared.html,
+        "token": prepared.token,
+        "places": [list(place) for place in places],
+        "digest": digest(markdown, source_count),
+    }
+
+
+def digest(markdown: str, source_count: int) -> str:
+    """What a rendering was made from: a text changed behind `save` (a queryset's update) is
+    rendered again rather than shown stale."""
+    return f"{hashlib.blake2b(markdown.encode(), digest_size=16).hexdigest()}:{source_count}"
 
 
 def stored_rendering(report: Report) -> tuple[Prepared, list[tuple[int, int]]]:
     """The report's stored rendering; a row saved before it was stored (or holding something
     else) is rendered now, once, and kept."""
     data = report.rendering
-    if not _well_formed(data):
+    if not _well_formed(data) or data.get("digest") != digest(report.markdown, len(report.sources)):
         data = report_rendering(report.markdown, len(report.sources))
         Report.objects.filter(pk=report.pk).update(rendering=data)
         report.rendering = data
@@ -376,9 +388,14 @@ def marked_html(report: Report, citations: list[Citation] | None = None) -> Safe
     report and its citations were saved (`store_marked`), else marked now and kept."""
     language = translation.get_language() or settings.LANGUAGE_CODE
     marked = report.rendering.get("marked") if isinstance(report.rendering, dict) else None
-    if isinstance(marked, dict) and isinstance(marked.get(language), str):
+    current = isinstance(report.rendering, dict) and report.rendering.get("digest") == digest(
+        report.markdown, len(report.sources)
+    )
+    if current and isinstance(marked, dict) and isinstance(marked.get(language), str):
         return mark_safe(marked[language])  # noqa: S308 — stored from nh3's output by `_marked_now`
     prepared, places = stored_rendering(report)
+    if not current:
+        marked = {}
     rows = list(report.citations.all()) if citations is None else citations
     html = with_marks(prepared, marks_at(places, rows))
     assert isinstance(report.rendering, dict)  # stored_rendering made it one

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='followup',
             name='rendering',
-            field=models.JSONField(blank=True, default=None, editable=False, help_text='The answer rendered once: {html, token, places, count, marked}.', null=True),
+            field=models.JSONField(blank=True, default=None, editable=False, help_text='The answer rendered once: {html, token, places, digest, marked}.', null=True),
         ),
         migrations.AddField(
             model_name='report',
