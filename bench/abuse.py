@@ -44,11 +44,21 @@ Two figures, each against a database of its own and real processes:
    channel-layer check (no worker runs here). Targets: /mcp 405 for all, descriptors back within
    +20, the channel layer ok on 200 of 200 probes.
 
+6. **Rendering** (issue 26, finding 3). Archives whose report is 15,000 dots, one huge sentence,
+   thousands of `[n]` markers (a sentence each, and all in one sentence) or one 200,000-character
+   line are imported (in this process, as the worker does); then the same daphne serves, one at a
+   time, each one's topic page (to its owner), share page and citation card (to anyone with the
+   link). For each page: daphne's CPU for the request and `/healthz`'s slowest answer meanwhile
+   (asked every 50 ms). Targets: under 100 ms of CPU per page, `/healthz` under 100 ms.
+
 Prints JSON; exits 1 when a target is missed.
 
     nice -n 10 .venv/bin/python bench/abuse.py [--clients 20] [--megabytes 100] [--subqueries 600]
         [--skip-bodies] [--skip-fairness] [--skip-archives] [--skip-files] [--skip-connections]
+        [--skip-render]
     .venv/bin/python bench/abuse.py --skip-bodies --skip-fairness --skip-archives --skip-connections
+    .venv/bin/python bench/abuse.py --skip-bodies --skip-fairness --skip-archives --skip-files \
+        --skip-connections   # the rendering part alone
 """
 
 from __future__ import annotations
@@ -93,6 +103,8 @@ def main() -> None:
         report["hostile_files"] = hostile_files()
     if not args.skip_connections:
         report["connections"] = connections()
+    if not args.skip_render:
+        report["render"] = render_costs()
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ok"] = all(part.get("ok", True) for part in report.values() if isinstance(part, dict))
     print_report(report, ok=report["ok"])
@@ -109,6 +121,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--skip-archives", action="store_true")
     parser.add_argument("--skip-files", action="store_true")
     parser.add_argument("--skip-connections", action="store_true")
+    parser.add_argument("--skip-render", action="store_true")
     return parser.parse_args()
 
 
@@ -337,14 +350,17 @@ def _one_file(port: int, process: Any, token: str, path: str, body: Any) -> dict
     }
 
 
-def _timed_get(port: int, path: str) -> float:
+def _timed_get(port: int, path: str, cookie: str = "") -> float:
     import http.client
 
     started = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
-        conn.request("GET", path)
-        conn.getresponse().read()
+        conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
+        response = conn.getresponse()
+        response.read()
+        if cookie and response.status != 200:
+            raise RuntimeError(f"{path} answered {response.status}")
         return time.monotonic() - started
     finally:
         conn.close()
@@ -609,6 +625,81 @@ def _readyz(port: int) -> bool:
     except HTTPError as error:
         body = error.read()
     return json.loads(body).get("channels") == "ok"
+
+
+# --- 6. Rendering ----------------------------------------------------------------------------------
+
+RENDER_TARGETS = {"cpu_ms_under": 100, "healthz_max_ms_under": 100}
+
+
+def render_costs() -> dict[str, Any]:
+    import psutil
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    from research.models import ShareLink
+    from tests.reliability.test_render_cost import SHAPES, imported
+
+    writer = User.objects.get_or_create(username="abuse-render-writer")[0]
+    reader = User.objects.get_or_create(username="abuse-render-reader")[0]
+    client = Client()
+    client.force_login(reader)  # a session in the database, which daphne reads too
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    pages: dict[str, dict[str, tuple[str, str]]] = {}
+    results: dict[str, Any] = {}
+    # A plain report first, whose pages load the templates (not timed): each hostile topic's
+    # own pages are then timed on their first view, before any cache holds them.
+    for shape, body in {"warm": "A claim [1].", **SHAPES}.items():
+        started = time.process_time()
+        topic = imported(writer, body, reader)
+        results[shape] = {"import_cpu_s": round(time.process_time() - started, 3), "chars": len(body)}
+        _link, token = ShareLink.issue(topic)
+        pages[shape] = {
+            "topic": (reverse("topic_detail", args=[topic.pk]), cookie),
+            "share": (reverse("shared_report", args=[token]), ""),
+            "card": (reverse("shared_citation_card", args=[token, 0]), ""),
+        }
+    with daphne(production_env()) as (port, proc):
+        process = psutil.Process(proc.pid)
+        for _ in range(5):
+            get_page(port)
+        for path, sent_cookie in pages.pop("warm").values():
+            _timed_get(port, path, sent_cookie)
+        results.pop("warm")
+        for shape, views in pages.items():
+            for name, (path, sent_cookie) in views.items():
+                results[shape][name] = _one_page(port, process, path, sent_cookie)
+    ok = all(page["ok"] for views in results.values() for page in views.values() if isinstance(page, dict))
+    return {**results, "targets": RENDER_TARGETS, "ok": ok}
+
+
+def _one_page(port: int, process: Any, path: str, cookie: str) -> dict[str, Any]:
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def health() -> None:
+        while not stop.is_set():
+            latencies.append(_timed_get(port, "/healthz"))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=health, daemon=True)
+    watcher.start()
+    time.sleep(0.2)
+    cpu_before = sum(process.cpu_times()[:2])
+    wall = _timed_get(port, path, cookie)
+    cpu = sum(process.cpu_times()[:2]) - cpu_before
+    time.sleep(0.2)
+    stop.set()
+    watcher.join()
+    worst = max(latencies) if latencies else float("inf")
+    return {
+        "daphne_cpu_ms": round(cpu * 1000, 1),  # with the /healthz answers meanwhile
+        "wall_ms": round(wall * 1000, 1),
+        "healthz_max_ms": round(worst * 1000, 1),
+        "ok": cpu * 1000 < RENDER_TARGETS["cpu_ms_under"]
+        and worst * 1000 < RENDER_TARGETS["healthz_max_ms_under"],
+    }
 
 
 if __name__ == "__main__":

@@ -468,10 +468,30 @@ class Report(models.Model):
         blank=True,
         help_text=_("Stages that ran without the configured model: [{stage, count, total}]."),
     )
+    # Derived from the markdown when the report is saved (`presenters.report_rendering`), so a
+    # page view never parses the report (issue 26); never exported, rebuilt on import.
+    rendering = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        editable=False,
+        help_text=_("The report rendered once: {html, token, places} (see presenters.report_rendering)."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
         return f"Report on {self.topic}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Saving the text (or the sources it cites) renders it again, once, here."""
+        from research.presenters import report_rendering
+
+        update_fields = kwargs.get("update_fields")
+        if update_fields is None or {"markdown", "sources"} & set(update_fields):
+            self.rendering = report_rendering(self.markdown, len(self.sources))
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, "rendering"}
+        super().save(*args, **kwargs)
 
 
 class ReportDraft(models.Model):
@@ -535,6 +555,15 @@ class FollowUp(models.Model):
         default=list, blank=True, help_text=_("Sources new in this answer, numbered after the topic's.")
     )
     citations = models.JSONField(default=list, blank=True, help_text=_("The citation check of the answer."))
+    # The answer rendered and marked once, for the source numbering it was rendered with
+    # (`presenters.followup_html`, issue 26); never exported, rebuilt on import.
+    rendering = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        editable=False,
+        help_text=_("The answer rendered once: {html, token, places, digest, marked}."),
+    )
     model = models.CharField(max_length=200, blank=True, default="")
     error = models.TextField(blank=True, default="")
     draft = models.TextField(blank=True, default="", help_text=_("The answer so far while it is written."))

@@ -3,6 +3,7 @@ websocket (which re-renders fragments as the run goes on)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from functools import partial
@@ -10,7 +11,8 @@ from typing import Any
 
 from django.conf import settings
 from django.template.loader import render_to_string
-from django.utils.safestring import SafeString
+from django.utils import translation
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
 from research import fragments, usage
@@ -29,7 +31,7 @@ from research.models import (
 from research.pipeline import citecheck, deep, passages
 from research.pipeline.report_writer import SOURCES_HEADING
 from research.pipeline.stage import StageName
-from research.rendering import CitationMark, render_markdown
+from research.rendering import CitationMark, Prepared, prepared_markdown, render_markdown, with_marks
 
 # The progress bars, in run order; every stage's label is StageName's.
 STAGES = [
@@ -165,15 +167,47 @@ def followup_item(followup: FollowUp, source_count: int, *, shared: bool = False
     item: dict[str, Any] = {"followup": followup}
     if followup.status == FollowUp.Status.COMPLETED:
         citations = followup_citations(followup)
-        marks = citation_marks(followup.answer, source_count, citations)
-        body = demoted_headings(followup.answer)
-        item["html"] = render_markdown(body, source_count=source_count, citation_marks=marks)
+        item["html"] = followup_html(followup, source_count, citations)
         item["sources"] = [{**source, "passage_url": _passage_url(source)} for source in followup.sources]
         item["citation_counts"] = citecheck.counts(citations) if citations else None
         item["usage"] = None if shared else followup_usage(followup)
     elif followup.is_pending and followup.draft.strip():
         item["draft_html"] = render_markdown(demoted_headings(SOURCES_HEADING.split(followup.draft)[0]))
     return item
+
+
+def followup_html(
+    followup: FollowUp, source_count: int, citations: list[Citation] | None = None
+) -> SafeString:
+    """A completed follow-up's answer rendered, its citations marked, in the active language:
+    stored when it was answered or imported (`store_thread`), else rendered now and kept. Its
+    numbers depend on the answers before it: a rendering for another count is done again."""
+    language = translation.get_language() or settings.LANGUAGE_CODE
+    stored = followup.rendering if isinstance(followup.rendering, dict) else {}
+    if not _well_formed(stored) or stored.get("digest") != digest(followup.answer, source_count):
+        stored = report_rendering(followup.answer, source_count, demote=True)
+    marked = stored.get("marked") if isinstance(stored.get("marked"), dict) else {}
+    if isinstance(marked.get(language), str):
+        return mark_safe(marked[language])  # noqa: S308 — stored from nh3's output below
+    rows = followup_citations(followup) if citations is None else citations
+    places = [(index, n) for index, n in stored["places"]]
+    html = with_marks(Prepared(stored["html"], stored["token"]), marks_at(places, rows))
+    stored["marked"] = {**marked, language: str(html)}
+    FollowUp.objects.filter(pk=followup.pk).update(rendering=stored)
+    followup.rendering = stored
+    return html
+
+
+def store_thread(topic: Topic) -> None:
+    """Render every answered follow-up of the topic in every language of the site, once, when
+    an answer is saved or the topic imported: a page view then only reads them."""
+    report = Report.objects.filter(topic=topic).only("sources").first()
+    numbered = len(report.sources) if report else 0
+    for followup in topic.followups.filter(status=FollowUp.Status.COMPLETED).order_by("position"):
+        numbered = max([numbered, *(s.get("n", 0) for s in followup.sources)])
+        for language, _name in settings.LANGUAGES:
+            with translation.override(language):
+                followup_html(followup, numbered)
 
 
 HEADING = re.compile(r"^(\s{0,3})(#{1,6})(?=\s)")
@@ -261,10 +295,8 @@ def report_of(topic: Topic) -> dict[str, Any] | None:
         report = topic.report
     except Report.DoesNotExist:
         return None
-    body = SOURCES_HEADING.split(report.markdown)[0]
     citations = list(report.citations.all())
-    marks = citation_marks(body, len(report.sources), citations)
-    html = render_markdown(body, source_count=len(report.sources), citation_marks=marks)
+    html = marked_html(report, citations)
     return {
         "report": report,
         "html": html,
@@ -317,13 +349,99 @@ def draft_of(topic: Topic) -> dict[str, Any] | None:
     return {"html": render_markdown(SOURCES_HEADING.split(draft.text)[0]), "version": draft.version}
 
 
+def report_rendering(markdown: str, source_count: int, *, demote: bool = False) -> dict[str, Any]:
+    """What a page needs of a report's text (or, `demote`d, a follow-up's answer), derived once
+    when it is saved (work linear in its size): the safe HTML with tagged citation links
+    (`rendering.prepared_markdown`), and each citation's (sentence index, n) in reading order
+    (`citecheck.citation_occurrences`)."""
+    body = markdown if demote else SOURCES_HEADING.split(markdown)[0]
+    prepared = prepared_markdown(demoted_headings(body) if demote else body, source_count=source_count)
+    places = citecheck.citation_occurrences(body, source_count)
+    return {
+        "html": prepared.html,
+        "token": prepared.token,
+        "places": [list(place) for place in places],
+        "digest": digest(markdown, source_count),
+    }
+
+
+def digest(markdown: str, source_count: int) -> str:
+    """What a rendering was made from: a text changed behind `save` (a queryset's update) is
+    rendered again rather than shown stale."""
+    return f"{hashlib.blake2b(markdown.encode(), digest_size=16).hexdigest()}:{source_count}"
+
+
+def stored_rendering(report: Report) -> tuple[Prepared, list[tuple[int, int]]]:
+    """The report's stored rendering; a row saved before it was stored (or holding something
+    else) is rendered now, once, and kept."""
+    data = report.rendering
+    if not _well_formed(data) or data.get("digest") != digest(report.markdown, len(report.sources)):
+        data = report_rendering(report.markdown, len(report.sources))
+        Report.objects.filter(pk=report.pk).update(rendering=data)
+        report.rendering = data
+    places = [(index, n) for index, n in data["places"]]
+    return Prepared(data["html"], data["token"]), places
+
+
+def marked_html(report: Report, citations: list[Citation] | None = None) -> SafeString:
+    """The report's HTML with its citations marked, in the active language: stored when the
+    report and its citations were saved (`store_marked`), else marked now and kept."""
+    language = translation.get_language() or settings.LANGUAGE_CODE
+    marked = report.rendering.get("marked") if isinstance(report.rendering, dict) else None
+    current = isinstance(report.rendering, dict) and report.rendering.get("digest") == digest(
+        report.markdown, len(report.sources)
+    )
+    if current and isinstance(marked, dict) and isinstance(marked.get(language), str):
+        return mark_safe(marked[language])  # noqa: S308 — stored from nh3's output by `_marked_now`
+    prepared, places = stored_rendering(report)
+    if not current:
+        marked = {}
+    rows = list(report.citations.all()) if citations is None else citations
+    html = with_marks(prepared, marks_at(places, rows))
+    assert isinstance(report.rendering, dict)  # stored_rendering made it one
+    report.rendering["marked"] = {**(marked if isinstance(marked, dict) else {}), language: str(html)}
+    Report.objects.filter(pk=report.pk).update(rendering=report.rendering)
+    return html
+
+
+def store_marked(report: Report) -> None:
+    """Mark the report's citations with their verdicts in every language of the site, once, when
+    the report and its citations have been saved: a page view then only reads the result."""
+    report.rendering = {**(report.rendering or {}), "marked": {}}
+    citations = list(report.citations.all())
+    for language, _name in settings.LANGUAGES:
+        with translation.override(language):
+            marked_html(report, citations)
+
+
+def _well_formed(data: Any) -> bool:
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("html"), str)
+        and isinstance(data.get("token"), str)
+        and bool(re.fullmatch(r"[0-9a-f]{16}", data["token"]))
+        and isinstance(data.get("places"), list)
+        and all(
+            isinstance(place, list) and len(place) == 2 and all(type(v) is int for v in place)
+            for place in data["places"]
+        )
+    )
+
+
 def citation_marks(body: str, source_count: int, citations: list[Citation]) -> list[CitationMark | None]:
     """Each citation of the body, in reading order, marked with its verdict (None: unchecked,
     as in reports written before the check existed)."""
     if not citations:
         return []
-    by_place = {(c.sentence_index, c.n): c for c in citations}
-    return [_mark(by_place.get(place)) for place in citecheck.citation_occurrences(body, source_count)]
+    return marks_at(citecheck.citation_occurrences(body, source_count), citations)
+
+
+def marks_at(places: Iterable[tuple[int, int]], citations: list[Citation]) -> list[CitationMark | None]:
+    """The mark of each citation at `places` ((sentence index, n), reading order)."""
+    if not citations:
+        return []
+    by_place = {(c.sentence_index, c.n): _mark(c) for c in citations}
+    return [by_place.get(place) for place in places]
 
 
 def _mark(citation: Citation | None) -> CitationMark | None:

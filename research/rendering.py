@@ -49,20 +49,44 @@ def render_markdown(
     again after sanitising by a one-time token in their title, which the text itself cannot know.
     """
     token = secrets.token_hex(8) if citation_marks else ""
+    clean = _sanitised(text, source_count, anchor_prefix, token)
+    if token:
+        clean = _marked(clean, token, citation_marks)
+    return mark_safe(clean)  # noqa: S308 — nh3 has just removed everything not on the allow-list
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Markdown rendered once (when a report is saved), ready to be marked on each page view:
+    the safe HTML whose citation links carry `token` in their title, and the token."""
+
+    html: str
+    token: str
+
+
+def prepared_markdown(text: str, *, source_count: int, anchor_prefix: str = "source") -> Prepared:
+    """`render_markdown`'s costly part, done once: every citation link tagged for `with_marks`."""
+    token = secrets.token_hex(8)
+    return Prepared(_sanitised(text, source_count, anchor_prefix, token), token)
+
+
+def with_marks(prepared: Prepared, citation_marks: Sequence[CitationMark | None]) -> SafeString:
+    """The prepared HTML with each citation link marked (one linear pass over the HTML)."""
+    return mark_safe(_marked(prepared.html, prepared.token, citation_marks))  # noqa: S308 — nh3's output
+
+
+def _sanitised(text: str, source_count: int, anchor_prefix: str, token: str) -> str:
     if source_count:
         counter = itertools.count()
         text = CITATION.sub(lambda m: _citation(m, source_count, anchor_prefix, token, counter), text)
     html = md.markdown(text, extensions=["tables", "sane_lists", "fenced_code"], output_format="html")
-    clean = nh3.clean(
+    return nh3.clean(
         html,
         tags=ALLOWED_TAGS,
         attributes=ALLOWED_ATTRIBUTES,
         url_schemes={"http", "https", "mailto"},
         link_rel="noopener noreferrer nofollow",
     )
-    if token:
-        clean = _marked(clean, token, citation_marks)
-    return mark_safe(clean)  # noqa: S308 — nh3 has just removed everything not on the allow-list
 
 
 def _citation(match: re.Match, count: int, prefix: str, token: str, counter: itertools.count) -> str:

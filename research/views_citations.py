@@ -3,7 +3,8 @@ site, the passage the cited sentence rests on with the sentence's words marked, 
 citation check's verdict when there is one (static/js/citations.js asks for it).
 
 A citation is named by its place among the report's citations in reading order — the order in
-which `rendering.render_markdown` links them and `citecheck.citation_occurrences` finds them — so
+which `rendering.render_markdown` links them and `citecheck.citation_occurrences` finds them (for
+a report, stored with it: `presenters.report_rendering`) — so
 two citations of one source in different sentences show different passages.
 """
 
@@ -25,7 +26,7 @@ from research.models import Citation, Document, FollowUp, Report, Topic
 from research.pipeline import citecheck, diversity
 from research.pipeline.followup import sources_by_number
 from research.pipeline.report_writer import CITATION, SOURCES_HEADING
-from research.presenters import followup_citations
+from research.presenters import followup_citations, stored_rendering
 from research.views import ShareGone, _reported, _shared, _topic
 from retrieval.highlight import highlight_all
 from retrieval.models import Chunk
@@ -81,7 +82,8 @@ def card(report: Report, index: int, *, link_private: bool) -> dict[str, Any]:
     def checked(sentence_index: int, n: int) -> Citation | None:
         return Citation.objects.filter(report=report, sentence_index=sentence_index, n=n).first()
 
-    return _card(report.topic, body, len(report.sources), sources, checked, index, link_private=link_private)
+    _prepared, occurrences = stored_rendering(report)
+    return _card(report.topic, body, occurrences, sources, checked, index, link_private=link_private)
 
 
 def followup_card(followup: FollowUp, index: int, *, link_private: bool) -> dict[str, Any]:
@@ -93,21 +95,22 @@ def followup_card(followup: FollowUp, index: int, *, link_private: bool) -> dict
     def checked(sentence_index: int, n: int) -> Citation | None:
         return rows.get((sentence_index, n))
 
-    count = max(sources, default=0)
-    return _card(followup.topic, followup.answer, count, sources, checked, index, link_private=link_private)
+    occurrences = citecheck.citation_occurrences(followup.answer, max(sources, default=0))
+    return _card(
+        followup.topic, followup.answer, occurrences, sources, checked, index, link_private=link_private
+    )
 
 
 def _card(
     topic: Topic,
     body: str,
-    source_count: int,
+    occurrences: list[tuple[int, int]],
     sources: dict[Any, dict[str, Any]],
     checked: Callable[[int, int], Citation | None],
     index: int,
     *,
     link_private: bool,
 ) -> dict[str, Any]:
-    occurrences = citecheck.citation_occurrences(body, source_count)
     if not 0 <= index < len(occurrences):
         raise Http404("The report has no such citation.")
     sentence_index, n = occurrences[index]

@@ -224,6 +224,8 @@ def import_topic(
     """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved.
     `progress(done, total)` hears of the rows saved so far (the import job's page shows it);
     `archive_bytes`, what the archive unpacked to, is kept on the topic (never 0: it is imported)."""
+    from research.presenters import store_thread
+
     checked = check(data)
     verdicts = citations.check(data, checked.report)
     tables = checked.tables
@@ -234,6 +236,7 @@ def import_topic(
             checked.topic["archive_bytes"] = max(1, archive_bytes)
             topic = _create(checked, owner, verdicts, progress or (lambda done, total: None))
             followups.create(topic, thread, checked.new_ids)
+            store_thread(topic)  # rendered here, in the worker, never by a page view (issue 26)
             image.create(topic, picture)
             return topic
     except DatabaseError:
@@ -245,6 +248,8 @@ def import_topic(
 def _create(
     checked: Checked, owner: AbstractBaseUser, verdicts: list[dict[str, Any]], progress: Progress
 ) -> Topic:
+    from research.presenters import store_marked
+
     fields = dict(checked.topic)
     events = checked.tables["run_events"]
     fields["last_event_seq"] = max([fields["last_event_seq"], *(event["seq"] for event in events)])
@@ -270,6 +275,7 @@ def _create(
         report = Report.objects.create(topic=topic, **{**checked.report, "sources": sources})
         _restore_created_at(Report, [report], [checked.report])
         citations.create(report, verdicts)
+        store_marked(report)  # rendered here, in the worker, never by a page view (issue 26)
     return topic
 
 

@@ -31,6 +31,7 @@ anything broken, wrapped in prose or cut short falls back to the local verdict.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 import re
@@ -78,8 +79,13 @@ CITATION = re.compile(r"\[(\d{1,3})\](?!\()")
 # A sentence ends at a full stop (its citations after it belong to it), and also at a colon or
 # semicolon its writer cited: "… Tesla stated: [2] Тесла умер в 1943 году. [3]" is two claims of
 # two sources, not one that neither source backs (the evidence benchmark's false alarms).
+# Linear on any text (issue 26): a run of stops is tried from its first stop only (the
+# look-behind) and never given back (possessive), so 15,000 dots are one attempt, not 15,000
+# attempts of 15,000 steps each; what follows each part cannot be what it holds, so nothing
+# that matched before is lost.
 _SENTENCE_END = re.compile(
-    r"(?:[.!?…]+[»\"”’)]*(?:\s*\[\d{1,3}\])*|[:;][»\"”’)]*(?:\s*\[\d{1,3}\])+)(?=\s+[«\"“„(*_]*[A-ZА-ЯЁ0-9])",
+    r"(?:(?<![.!?…])[.!?…]++[»\"”’)]*+(?:\s*\[\d{1,3}\])*+"
+    r"|[:;][»\"”’)]*+(?:\s*\[\d{1,3}\])+)(?=\s+[«\"“„(*_]*[A-ZА-ЯЁ0-9])",
     re.UNICODE,
 )
 _NOT_PROSE = re.compile(r"^\s*(?:#{1,6}\s|```|~~~|[-*_]{3,}\s*$|\|?\s*:?-{3,})")
@@ -211,14 +217,19 @@ def citation_occurrences(body: str, source_count: int) -> list[tuple[int, int]]:
     meets them, so the page can mark each citation with its verdict; a citation outside any
     sentence (a heading) gets index -1."""
     spans = sentence_spans(body)
+    starts = [start for start, _end in spans]
     found = []
     for match in CITATION.finditer(body):
         n = int(match.group(1))
-        if not 1 <= n <= source_count:
-            continue
-        index = next((i for i, (s, e) in enumerate(spans) if s <= match.start() < e), -1)
-        found.append((index, n))
+        if 1 <= n <= source_count:
+            found.append((_sentence_at(spans, starts, match.start()), n))
     return found
+
+
+def _sentence_at(spans: list[tuple[int, int]], starts: list[int], offset: int) -> int:
+    """The index of the sentence holding `offset` (the spans are sorted and apart), or -1."""
+    index = bisect.bisect_right(starts, offset) - 1
+    return index if index >= 0 and offset < spans[index][1] else -1
 
 
 # --- Local check --------------------------------------------------------------------------------

@@ -258,6 +258,8 @@ def _warn(ctx: RunContext, followup: FollowUp, message: str, **args: Any) -> Non
 
 
 def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
+    from research.presenters import store_thread
+
     topic = ctx.topic
     _tell(
         ctx,
@@ -308,6 +310,7 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
         locked.status, locked.finished_at = FollowUp.Status.COMPLETED, timezone.now()
         locked.draft, locked.error = "", ""
         locked.save()
+        store_thread(locked.topic)  # rendered once here, never by a page view (issue 26)
     _tell(ctx, followup, gettext_noop("Follow-up %(number)s answered"), number=followup.position)
 
 

@@ -125,6 +125,8 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
 
 def _save(ctx: RunContext, material: Material, answer: Answer, verdicts: list[citecheck.Verdict]) -> None:
     """The report with its citations' verdicts and what the checks of the whole report found."""
+    from research.presenters import store_marked
+
     sources = material.sources
     markdown = f"{answer.body}\n\n{sources_section(ctx.question, sources)}\n"
     marks = report_checks.marks_of(
@@ -146,6 +148,7 @@ def _save(ctx: RunContext, material: Material, answer: Answer, verdicts: list[ci
             without_model=without,
         )
         Citation.objects.bulk_create(citation_rows(report, verdicts))
+        store_marked(report)  # the page only reads it (issue 26)
         ReportDraft.objects.filter(topic=ctx.topic).delete()
     if marks:
         ctx.warn(

@@ -1,0 +1,161 @@
+"""A page view costs bounded CPU whatever an imported archive's report holds (issue 26, finding
+3): the report is split into sentences and rendered once, when it is saved or imported, in work
+linear in its size; a topic page, a share page and a citation card only mark the stored HTML.
+
+The old code split 15,000 dots in ~6 s (a sentence-end pattern tried again from every dot) and
+placed each citation by a scan of every sentence: 13 s per page view."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.cache import caches
+from django.test import Client
+from django.urls import reverse
+
+from research import archive
+from research.models import Citation, Report, ShareLink, Topic
+from research.pipeline import citecheck
+from research.presenters import report_rendering
+from tests.reliability.conftest import _finished_topic
+
+pytestmark = pytest.mark.django_db
+
+# A generous bound (the finding's pages took 13 s; these take a few milliseconds) that still
+# fails any page that parses the report again.
+PAGE_CPU_SECONDS = 0.1
+
+# The hostile shapes: the finding's 15,000 dots, one huge sentence, thousands of [n] markers
+# (one sentence each, and all in one sentence), and one very long line without a stop.
+SHAPES = {
+    "dots": "A claim " + "." * 15_000 + " [1]",
+    "huge_sentence": "word " * 40_000 + "[1].",
+    "markers": "Claim number one [1]. " * 3_000,
+    "markers_in_one_sentence": "Claim " + "[1] " * 5_000 + ".",
+    "long_line": "x" * 200_000 + " [1]",
+}
+
+
+def imported(owner: User, body: str, importer: User) -> Topic:
+    """`owner`'s finished topic exported, its report's text replaced by `body` with a verdict on
+    its first sentence, and imported by `importer` (as the import job does)."""
+    data = json.loads(archive.dumps(archive.topic_data(_finished_topic(owner))))
+    data["report"]["markdown"] = body
+    row = {
+        "sentence_index": 0,
+        "sentence": "A claim",
+        "n": 1,
+        "verdict": "weak",
+        "local_verdict": "weak",
+        "method": "lexical",
+        "score": 0.6,
+        "coverage": 0.6,
+        "similarity": None,
+        "passage": "A passage.",
+        "note": "",
+        "created_at": data["report"]["created_at"],
+    }
+    data["citations"] = [row]
+    # Its follow-up's answer is the same text (the thread shows it on the topic and share pages).
+    data["followups"][0]["answer"] = body
+    data["followups"][0]["citations"] = [{k: v for k, v in row.items() if k != "created_at"}]
+    return archive.import_topic(copy.deepcopy(data), importer)
+
+
+def cpu_of(get: Callable[[], Any]) -> float:
+    """The CPU seconds of the least of three views, each after a garbage collection and with
+    the panels' cache emptied (what a process's cache holds can be evicted: it is no defence;
+    a collection of the objects earlier tests left is not the page's cost)."""
+    spent = []
+    for _ in range(3):
+        caches["fragments"].clear()
+        gc.collect()
+        started = time.process_time()
+        response = get()
+        spent.append(time.process_time() - started)
+        assert response.status_code == 200
+    return min(spent)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_hostile_report_s_pages_each_cost_little_cpu(
+    shape: str, alice: User, bob: User, bob_client: Client
+) -> None:
+    topic = imported(alice, SHAPES[shape], bob)
+    _link, token = ShareLink.issue(topic)
+    followup = topic.followups.get()
+    pages = {
+        "topic": reverse("topic_detail", args=[topic.pk]),
+        "share": reverse("shared_report", args=[token]),
+        "card": reverse("citation_card", args=[topic.pk, 0]),
+        "shared card": reverse("shared_citation_card", args=[token, 0]),
+        "follow-up card": reverse("followup_citation_card", args=[topic.pk, followup.pk, 0]),
+    }
+    anonymous = Client()
+    for name, url in pages.items():
+        client = anonymous if name.startswith("share") else bob_client
+        client.get(url)  # the first view of a process may load templates and translations
+        spent = cpu_of(partial(client.get, url))
+        assert spent < PAGE_CPU_SECONDS, f"{name} of {shape}: {spent:.3f} s of CPU"
+
+
+def test_the_citation_the_card_shows_is_the_one_the_page_marked(
+    alice: User, bob: User, bob_client: Client
+) -> None:
+    topic = imported(alice, "A claim [1]. Another claim [1].", bob)
+    page = bob_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert "citation citation-weak" in page  # the first sentence's verdict, marked from the stored HTML
+    card = bob_client.get(reverse("citation_card", args=[topic.pk, 0])).content.decode()
+    assert "A passage." in card
+    assert bob_client.get(reverse("citation_card", args=[topic.pk, 2])).status_code == 404
+
+
+def test_a_report_saved_before_the_rendering_was_stored_is_rendered_once_on_view(
+    alice: User, alice_client: Client
+) -> None:
+    topic = _finished_topic(alice)
+    Report.objects.filter(topic=topic).update(rendering=None)  # as the migration leaves old rows
+    Citation.objects.create(
+        report=topic.report,
+        sentence_index=0,
+        sentence="Found",
+        n=1,
+        verdict="unsupported",
+        method="lexical",
+        score=0.1,
+    )
+    page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert "citation citation-unsupported" in page
+    stored = Report.objects.get(topic=topic).rendering
+    assert stored is not None and stored["places"] == [[0, 1]]
+
+
+def test_saving_the_text_renders_it_again(alice: User) -> None:
+    report = _finished_topic(alice).report
+    report.markdown = "New text [1]. More [1]."
+    report.save(update_fields=["markdown"])
+    stored = Report.objects.get(pk=report.pk).rendering
+    assert stored is not None and stored["places"] == [[0, 1], [1, 1]]
+
+
+def _operations(body: str) -> float:
+    started = time.process_time()
+    report_rendering(body, 1)
+    citecheck.sentence_spans(body)
+    return time.process_time() - started
+
+
+@pytest.mark.parametrize("unit", ["." * 2_000, "Claim [1]. " * 300, "Claim " + "[1] " * 600])
+def test_the_check_and_the_rendering_grow_linearly(unit: str) -> None:
+    """Four times the text costs about four times the work (quadratic work would be sixteen)."""
+    small = min(_operations("A " + unit + " [1]") for _ in range(3))
+    large = min(_operations("A " + unit * 4 + " [1]") for _ in range(3))
+    assert large < 8 * max(small, 0.002), (small, large)
