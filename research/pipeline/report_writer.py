@@ -429,7 +429,9 @@ async def _ask_report(ctx: RunContext, material: Material, extra: str, *, stream
     marked. A second answer (not `streamed`) is asked once: cut off, it is kept, marked."""
     prompt = load_prompt("answer")
     draft = Draft(ctx) if streamed else None
-    completion = await _ask_fitted(ctx, material, prompt, extra, draft, REPORT_TOKENS)
+    # A second answer (for citations, for the language) keeps the room the first had, as a cut
+    # first answer asked again does: the sources are cut shorter for it.
+    completion = await _ask_fitted(ctx, material, prompt, extra, draft, REPORT_TOKENS, whole=not streamed)
     if completion.truncated and streamed:
         await db(ctx.warn)(
             STAGE,

@@ -69,6 +69,9 @@ async def score_batch(
     if len(parts) > 1:
         scored = [await score_batch(ctx, stage, direction, part, private=private) for part in parts]
         return [s for scores, _ in scored for s in scores], [o for _, origins in scored for o in origins]
+    if not await _fits(ctx, direction, items):  # one item, and the prompt alone fills the window
+        await db(ctx.fell_back)(stage, _scoring(stage).failed, llm_client.LLMContextOverflow(NO_ROOM))
+        return extractive.score_texts(ctx.question, direction, items), [Scores.Origin.FALLBACK] * len(items)
     titles = [title for title, _ in items]
     fitted = await _fitted(ctx, stage, direction, items)
     request = _scoring_request(ctx.asked, direction, fitted) + image_labels_block(ctx)
@@ -97,6 +100,9 @@ SCORED_ITEM = (
 MIN_SCORED_TOKENS = 96
 
 
+NO_ROOM = "the scoring prompt with one result and its scores does not fit the model's context window"
+
+
 def score_tokens(titles: list[str]) -> int:
     """The token limit of the scores of items with these `titles`."""
     item = llm_client.estimate_tokens(SCORED_ITEM)
@@ -107,23 +113,29 @@ async def _split_to_fit(
     ctx: RunContext, direction: str, items: list[tuple[str, str]]
 ) -> list[list[tuple[str, str]]]:
     """`items` as one batch, or in halves (each split again as needed) when the model's window is
-    known and too small for the batch's prompt, its scores and `MIN_SCORED_TOKENS` of every text."""
-    window_tokens = await llm_client.context_window() if ctx.llm_enabled and len(items) > 1 else None
-    if window_tokens is None:
-        return [items]
-    empty = [(title, "") for title, _ in items]
-    request = _scoring_request(ctx.asked, direction, empty) + image_labels_block(ctx)
-    fixed = load_prompt("score").text + request
-    texts = sum(min(llm_client.estimate_tokens(text), MIN_SCORED_TOKENS) for _, text in items)
-    answer = window.answer_room(window_tokens, score_tokens([title for title, _ in items]))
-    needed = llm_client.estimate_tokens(fixed) + answer + texts + window.margin(window_tokens)
-    if needed <= window_tokens and answer >= score_tokens([title for title, _ in items]):
+    known and too small for the batch (`_fits`)."""
+    if len(items) < 2 or await _fits(ctx, direction, items):
         return [items]
     half = len(items) // 2
     return [
         *await _split_to_fit(ctx, direction, items[:half]),
         *await _split_to_fit(ctx, direction, items[half:]),
     ]
+
+
+async def _fits(ctx: RunContext, direction: str, items: list[tuple[str, str]]) -> bool:
+    """Whether the model's window (when it is known) holds the batch's prompt, its scores and
+    `MIN_SCORED_TOKENS` of every text (less where a text is shorter)."""
+    window_tokens = await llm_client.context_window() if ctx.llm_enabled else None
+    if window_tokens is None:
+        return True
+    empty = [(title, "") for title, _ in items]
+    request = _scoring_request(ctx.asked, direction, empty) + image_labels_block(ctx)
+    fixed = llm_client.estimate_tokens(load_prompt("score").text + request)
+    texts = sum(min(llm_client.estimate_tokens(text), MIN_SCORED_TOKENS) for _, text in items)
+    wanted = score_tokens([title for title, _ in items])
+    answer = window.answer_room(window_tokens, wanted)
+    return answer >= wanted and fixed + answer + texts + window.margin(window_tokens) <= window_tokens
 
 
 async def _fitted(

@@ -307,6 +307,34 @@ def test_a_report_cut_off_once_is_replaced_by_the_whole_second_answer(alice: Use
     assert topic.report.marks == []
 
 
+def test_a_cut_report_asked_again_keeps_its_room_in_a_small_window(
+    alice: User, loopback: World, settings: Any
+) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 2_500  # the sources must be cut to fit
+    answers_cut(loopback, lambda n: True)
+    researched(alice)
+    asked = [r.json() for r in loopback.llm.requests_to("/v1/chat/completions")]
+    reports = [r for r in asked if prompt_kind(r["messages"][0]["content"]) == "answer"]
+    assert 2 <= len(reports) <= 3  # cut, cut (then, uncited, once more for citations)
+    room = window.answer_room(2_500, report_writer.REPORT_TOKENS)
+    first, second = reports[0]["max_tokens"], reports[1]["max_tokens"]
+    # The first may lend some of its room to the sources' least; the cut one asked again gets all.
+    assert first >= room // 2 and second >= room
+    text = "\n".join(m["content"] for m in reports[1]["messages"])
+    assert report_writer.SHORTER_INSTRUCTION in text
+    assert llm_client.estimate_tokens(text) + second <= 2_500
+
+
+def test_a_report_is_asked_at_most_twice_for_length_and_once_for_citations(
+    alice: User, loopback: World
+) -> None:
+    script_answers(loopback, UNCITED)
+    asked = answers_cut(loopback, lambda n: True)
+    topic = researched(alice)
+    assert len(asked) == 3 and report_writer.UNCITED_FEEDBACK_RU in asked[2]
+    assert set(topic.report.marks) >= {"truncated", "uncited"}
+
+
 def test_an_overflowing_context_is_trimmed_and_the_report_written(
     alice: User, alice_client: Client, loopback: World, settings: Any
 ) -> None:
@@ -435,3 +463,18 @@ def test_a_scoring_batch_too_big_for_a_known_window_is_split_not_squeezed(
         assert request["max_tokens"] >= scoring.score_tokens([f"Title {i}" for i in listed])
     texts = ["".join(m["content"] for m in request["messages"]) for request in asked]
     assert sorted(i for text in texts for i in range(10) if f"Title {i}\n" in text) == list(range(10))
+
+
+def test_a_window_the_scoring_prompt_fills_alone_is_scored_by_keywords_without_asking(
+    alice: User, loopback: World, settings: Any
+) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 1_500  # less than the prompt, one result and its scores
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
+    ctx = RunContext.for_topic(topic)
+    items = [(f"Title {i}", passage(f"Mixture of Tokens fact {i}.", "tokens", 150)) for i in range(4)]
+    _scores, origins = async_to_sync(scoring.score_batch)(ctx, "score_summaries", "Mixture of Tokens", items)
+    assert origins == ["fallback"] * 4
+    assert loopback.llm.requests_to("/v1/chat/completions") == []
+    assert RunEvent.objects.filter(
+        topic=topic, stage="score_summaries", message__startswith="LLM scoring failed"
+    )
