@@ -14,7 +14,7 @@ failed ones with their errors, answer and reasoning tokens, and whether any reas
 leaked into the report, plan, events or summaries. Exits 1 when a stand-in topic did not
 complete or leaked reasoning (the real model's fallbacks are expected and only reported).
 
-    .venv/bin/python bench/models.py [--profiles think-tags,real-small] [--real-tokens 256]
+    .venv/bin/python bench/models.py [--profiles think-tags,real-small] [--real-context 2048]
 """
 
 from __future__ import annotations
@@ -46,12 +46,6 @@ def parse_args() -> argparse.Namespace:
     parser = argument_parser(__doc__)
     parser.add_argument(
         "--profiles", default=",".join(PROFILES), help=f"comma-separated, of {', '.join(PROFILES)}"
-    )
-    parser.add_argument(
-        "--real-tokens",
-        type=int,
-        default=256,
-        help="AITUNNEL_MAX_TOKENS for the real model: what a stage without a limit of its own may take",
     )
     parser.add_argument("--real-context", type=int, default=2048, help="the real server's n_ctx")
     return parser.parse_args()
@@ -89,7 +83,7 @@ def run_profile(name: str, owner: Any, args: argparse.Namespace) -> dict[str, An
             if reason := missing():
                 return {"skipped": f"{reason} not installed (make install)"}
             server = stack.enter_context(llama_server(n_ctx=args.real_context))
-            overrides.update(server.settings(), AITUNNEL_MAX_TOKENS=args.real_tokens)
+            overrides.update(server.settings())
         else:
             dialect = getattr(fakes, STAND_INS[name])
             w.llm.routes[("POST", "/v1/chat/completions")] = fakes.openai_chat(w.script, dialect=dialect)

@@ -199,12 +199,21 @@ def endpoint_key(model: str = "") -> str:
 
 
 def estimate_tokens(text: str) -> int:
-    """A conservative token count of `text` without a tokenizer: a token per 3 Latin characters,
-    per 2 others (Cyrillic and CJK cost more tokens per character)."""
-    if not text:
-        return 0
-    latin = sum(1 for ch in text if ord(ch) < 128)
-    return (latin + 2) // 3 + (len(text) - latin + 1) // 2
+    """A conservative token count of `text` without a tokenizer, for small local models too:
+    a token per 4 ASCII letters, per digit, per punctuation mark and per 4 spaces; a token per
+    character of other scripts (Cyrillic, Greek), two per character of three bytes and more (CJK).
+    Measured against SmolLM2's tokenizer (tests/data/token_counts.json): never under by 10%."""
+    letters = singles = spaces = 0
+    for ch in text:
+        if ord(ch) >= 128:
+            singles += (len(ch.encode()) + 1) // 2
+        elif ch.isalpha():
+            letters += 1
+        elif ch.isspace():
+            spaces += 1
+        else:
+            singles += 1
+    return (letters + 3) // 4 + singles + (spaces + 3) // 4
 
 
 def _messages_text(messages: list[dict[str, Any]]) -> str:

@@ -69,6 +69,8 @@ CANDIDATES_ACROSS = 8
 PASSAGE_CHARS = 600  # the best window as stored and shown
 LLM_PASSAGE_CHARS = 1_000  # what the LLM sees of a source for one claim
 LLM_BATCH = 12  # claims per verification call
+# A verdict's JSON object with its one short reason: a batch's answer is a verdict per claim and one more.
+VERDICT_TOKENS = 64
 # A local verdict the LLM's does not overturn: a number the source does not contain, or a claim
 # whose words the source holds nearly all. A verifier slips now and then (SciFact pairs and the
 # evidence benchmark both show it), and on these two the words are the better witness.
@@ -736,6 +738,7 @@ async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str
                 verification_request(batch, ctx.asked) + image_labels_block(ctx),
                 kind=CacheEntry.Kind.CITATION_CHECKS,
                 private=private,
+                max_tokens=VERDICT_TOKENS * (len(batch) + 1),
             )
         except LLMError as exc:
             log.info("citation verification failed: %s", exc)

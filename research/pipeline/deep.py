@@ -34,7 +34,7 @@ from research.event_text import phrase
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
 from research.pipeline import passages
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import ask, data_block, image_labels_block, load_prompt
+from research.pipeline.prompting import LINE_TOKENS, ask, data_block, image_labels_block, load_prompt
 from research.pipeline.question_domain import merge_with_question
 from research.pipeline.replies import parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
@@ -240,6 +240,7 @@ async def _propose(ctx: RunContext, direction: Direction, asked: list[str]) -> l
             request,
             kind=CacheEntry.Kind.SEARCH_QUERIES,
             private=direction.private,
+            max_tokens=LINE_TOKENS * (PROPOSALS_PER_SUBQUERY + 1),
         )
     except LLMError as exc:
         await db(ctx.warn)(STAGE, f"The LLM could not propose sub-queries ({exc}); using keywords.")

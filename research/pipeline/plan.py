@@ -8,7 +8,7 @@ from django.utils.translation import gettext_noop
 from research.models import CacheEntry, SubQuery
 from research.pipeline import extractive
 from research.pipeline.context import RunContext
-from research.pipeline.prompting import Asking, image_context_block
+from research.pipeline.prompting import LINE_TOKENS, Asking, image_context_block
 from research.pipeline.replies import language_of, parse_prefixed_lines
 from research.pipeline.stage import Outcome, StageName
 
@@ -35,6 +35,7 @@ PLAN = Asking(
     "plan",
     CacheEntry.Kind.SEARCH_QUERIES,
     gettext_noop("The LLM could not plan (%(error)s); using keyword sub-queries instead."),
+    max_tokens=LINE_TOKENS * (MAX_SUBQUERIES + 1),
 )
 
 

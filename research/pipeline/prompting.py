@@ -63,6 +63,11 @@ def image_context_block(ctx: RunContext) -> str:
     return "\n\nКонтекст изображения (описание от модели зрения):\n" + data_block(ctx.image_context)
 
 
+# What one short line of an answer (a sub-query, a search query) may take, Russian counted: the
+# limits of the stages that ask for lines are a line's worth each and one more.
+LINE_TOKENS = 64
+
+
 async def ask(
     ctx: RunContext,
     stage: str,
@@ -184,19 +189,28 @@ class Asking:
     prompt: str
     kind: str
     failed: str
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # what the answer needs: a small model writes up to any limit
 
     async def answer(
-        self, ctx: RunContext, stage: str, request: str, parse: Callable[[str], T], *, private: bool = False
+        self,
+        ctx: RunContext,
+        stage: str,
+        request: str,
+        parse: Callable[[str], T],
+        *,
+        private: bool = False,
+        max_tokens: int | None = None,
     ) -> T | None:
         """`parse` of the LLM's answer to `request`; None when the LLM is off, or failed (an
-        LLMError, from the LLM or from `parse` on an unusable answer: then `failed` is warned of)."""
+        LLMError, from the LLM or from `parse` on an unusable answer: then `failed` is warned of).
+        `max_tokens`: this request's limit, when it depends on the request (else the Asking's)."""
         if not ctx.llm_enabled:
             return None
         prompt = load_prompt(self.prompt)
+        max_tokens = max_tokens or self.max_tokens
         try:
             text = await ask(
-                ctx, stage, prompt, request, kind=self.kind, private=private, max_tokens=self.max_tokens
+                ctx, stage, prompt, request, kind=self.kind, private=private, max_tokens=max_tokens
             )
             return parse(text)
         except llm_client.LLMError as exc:

@@ -10,7 +10,7 @@ from django.utils.translation import gettext_noop
 from research.models import CacheEntry, SearchQuery, SubQuery, Topic
 from research.pipeline import extractive, question_domain
 from research.pipeline.context import RunContext, db
-from research.pipeline.prompting import Asking
+from research.pipeline.prompting import LINE_TOKENS, Asking
 from research.pipeline.replies import parse_prefixed_lines, split_by_language
 from research.pipeline.stage import Outcome, StageName
 
@@ -51,6 +51,7 @@ WRITE = Asking(
     "queries",
     CacheEntry.Kind.SEARCH_QUERIES,
     gettext_noop("The LLM could not write queries (%(error)s); using keywords instead."),
+    max_tokens=LINE_TOKENS * (2 * PER_LANGUAGE + 1),
 )
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from django.db.models import Count
 
-from research.models import HitScore, Report, SubQuery, Summary, SummaryScore, Topic
+from research.models import HitScore, Report, RunEvent, SubQuery, Summary, SummaryScore, Topic
 from research.pipeline import citecheck
+from research.pipeline.question_domain import looks_like_small_talk
 from research.pipeline.replies import question_language, report_language
 from research.pipeline.stage import StageName
 
@@ -70,6 +71,8 @@ def without_model(topic: Topic, report_model: str, fell_back: Iterable[str] = ()
         if count
     ]
     named = {entry["stage"] for entry in listed}
+    if _routed_by_keywords(topic):
+        fell_back = [*fell_back, StageName.ROUTE]
     listed += [
         {"stage": str(stage), "count": None, "total": None}
         for stage in dict.fromkeys(fell_back)
@@ -79,6 +82,14 @@ def without_model(topic: Topic, report_model: str, fell_back: Iterable[str] = ()
     return sorted(
         listed, key=lambda entry: order.index(entry["stage"]) if entry["stage"] in order else len(order)
     )
+
+
+def _routed_by_keywords(topic: Topic) -> bool:
+    """The route fell back to keywords (the model failed, or named no domain we know): its line in
+    the event log says so, also when another process ran it (small talk is never asked)."""
+    if looks_like_small_talk(topic.question):
+        return False
+    return RunEvent.objects.filter(topic=topic, stage=StageName.ROUTE, data__by_llm=False).exists()
 
 
 def _origins(rows: Any, fallback: str = "fallback", llm: str = "llm") -> tuple[int, int]:

@@ -427,12 +427,15 @@ def _write(ctx: RunContext, material: Material, *, feedback: str = "", instructi
 async def _ask_report(ctx: RunContext, material: Material, extra: str, *, streamed: bool) -> Answer:
     """The LLM's report; when `streamed`, its text reaches the page and the console as it is
     written. (A second answer, asked with the citation check's verdicts, is not: the first stays
-    shown.) An answer cut off at its token limit is asked for once more, shorter, with more room
-    where the window allows; when that is cut off too, it is kept, marked."""
+    shown.) A first answer cut off at its token limit is asked for once more, shorter, with at
+    least as much room (the sources are cut shorter for it); when that is cut off too, it is kept,
+    marked. A second answer (not `streamed`) is asked once: cut off, it is kept, marked."""
     prompt = load_prompt("answer")
     draft = Draft(ctx) if streamed else None
-    completion = await _ask_fitted(ctx, material, prompt, extra, draft, REPORT_TOKENS)
-    if completion.truncated:
+    # A second answer (for citations, for the language) keeps the room the first had, as a cut
+    # first answer asked again does: the sources are cut shorter for it.
+    completion = await _ask_fitted(ctx, material, prompt, extra, draft, REPORT_TOKENS, whole=not streamed)
+    if completion.truncated and streamed:
         await db(ctx.warn)(
             STAGE,
             gettext_noop(
@@ -442,7 +445,7 @@ async def _ask_report(ctx: RunContext, material: Material, extra: str, *, stream
             args={"tokens": completion.completion_tokens},
         )
         extra_shorter = extra + "\n\n" + SHORTER_INSTRUCTION
-        second = await _ask_fitted(ctx, material, prompt, extra_shorter, draft, 2 * REPORT_TOKENS)
+        second = await _ask_fitted(ctx, material, prompt, extra_shorter, draft, 2 * REPORT_TOKENS, whole=True)
         if second.truncated:
             await db(ctx.warn)(
                 STAGE,
@@ -457,10 +460,18 @@ async def _ask_report(ctx: RunContext, material: Material, extra: str, *, stream
 
 
 async def _ask_fitted(
-    ctx: RunContext, material: Material, prompt: Prompt, extra: str, draft: Draft | None, answer_tokens: int
+    ctx: RunContext,
+    material: Material,
+    prompt: Prompt,
+    extra: str,
+    draft: Draft | None,
+    answer_tokens: int,
+    *,
+    whole: bool = False,
 ) -> Completion:
-    """The report asked with the sources' texts fitted to the model's window (`window.ask_within`);
-    the texts as sent are what the citation check reads from then on."""
+    """The report asked with the sources' texts fitted to the model's window (`window.ask_within`;
+    `whole`: the answer keeps all of its room, the texts are cut shorter for it); the texts as
+    sent are what the citation check reads from then on."""
 
     def build(texts: dict[int, str]) -> str:
         return _request(ctx.asked, material, texts) + image_context_block(ctx) + extra
@@ -489,6 +500,7 @@ async def _ask_fitted(
         send,
         fixed=prompt.text,
         answer_tokens=answer_tokens,
+        whole_answer=whole,
     )
     material.excerpts.update(sent)
     return completion

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from django.utils.translation import gettext_noop
 
+from mindsearch.clients import llm as llm_client
 from mindsearch.clients.llm import parse_json
 from research.models import CacheEntry, Scores
 from research.pipeline import extractive, window
@@ -64,6 +65,13 @@ async def score_batch(
 
     Shared by hit and summary scoring: both use prompts/score.txt and the same criteria.
     """
+    parts = await _split_to_fit(ctx, direction, items)
+    if len(parts) > 1:
+        scored = [await score_batch(ctx, stage, direction, part, private=private) for part in parts]
+        return [s for scores, _ in scored for s in scores], [o for _, origins in scored for o in origins]
+    if not await _fits(ctx, direction, items):  # one item, and the prompt alone fills the window
+        await db(ctx.fell_back)(stage, _scoring(stage).failed, llm_client.LLMContextOverflow(NO_ROOM))
+        return extractive.score_texts(ctx.question, direction, items), [Scores.Origin.FALLBACK] * len(items)
     titles = [title for title, _ in items]
     fitted = await _fitted(ctx, stage, direction, items)
     request = _scoring_request(ctx.asked, direction, fitted) + image_labels_block(ctx)
@@ -73,6 +81,7 @@ async def score_batch(
         request,
         lambda text: match_scores(titles, parse_json(text, expect=(list, dict))),
         private=private,
+        max_tokens=score_tokens(titles),
     )
     if matched is not None:
         return [m or default_scores() for m in matched], [_origin(m) for m in matched]
@@ -80,8 +89,53 @@ async def score_batch(
     return fallback, [Scores.Origin.FALLBACK] * len(items)
 
 
-# The scores' token budget, for fitting a batch to a small window (the answer is a short JSON).
-SCORE_TOKENS = 1_024
+# One item's scores as prompts/score.txt asks for them, without its title: the answer is a JSON
+# object per item, and a small model writes up to any limit, so the limit is the items' worth.
+SCORED_ITEM = (
+    '{"заголовок": "", "соответствие_запросу": 10, "соответствие_направлению": 10, "полнота": 10, '
+    '"точность": 10, "структура": 10, "итоговый_рейтинг": 10},\n'
+)
+# What an item's text keeps at least, in a batch fitted to a small window: less, and the batch is
+# split in two instead (a text trimmed to nothing cannot be scored).
+MIN_SCORED_TOKENS = 96
+
+
+NO_ROOM = "the scoring prompt with one result and its scores does not fit the model's context window"
+
+
+def score_tokens(titles: list[str]) -> int:
+    """The token limit of the scores of items with these `titles`."""
+    item = llm_client.estimate_tokens(SCORED_ITEM)
+    return item + sum(item + llm_client.estimate_tokens(title) for title in titles)
+
+
+async def _split_to_fit(
+    ctx: RunContext, direction: str, items: list[tuple[str, str]]
+) -> list[list[tuple[str, str]]]:
+    """`items` as one batch, or in halves (each split again as needed) when the model's window is
+    known and too small for the batch (`_fits`)."""
+    if len(items) < 2 or await _fits(ctx, direction, items):
+        return [items]
+    half = len(items) // 2
+    return [
+        *await _split_to_fit(ctx, direction, items[:half]),
+        *await _split_to_fit(ctx, direction, items[half:]),
+    ]
+
+
+async def _fits(ctx: RunContext, direction: str, items: list[tuple[str, str]]) -> bool:
+    """Whether the model's window (when it is known) holds the batch's prompt, its scores and
+    `MIN_SCORED_TOKENS` of every text (less where a text is shorter)."""
+    window_tokens = await llm_client.context_window() if ctx.llm_enabled else None
+    if window_tokens is None:
+        return True
+    empty = [(title, "") for title, _ in items]
+    request = _scoring_request(ctx.asked, direction, empty) + image_labels_block(ctx)
+    fixed = llm_client.estimate_tokens(load_prompt("score").text + request)
+    texts = sum(min(llm_client.estimate_tokens(text), MIN_SCORED_TOKENS) for _, text in items)
+    wanted = score_tokens([title for title, _ in items])
+    answer = window.answer_room(window_tokens, wanted)
+    return answer >= wanted and fixed + answer + texts + window.margin(window_tokens) <= window_tokens
 
 
 async def _fitted(
@@ -100,7 +154,7 @@ async def _fitted(
     texts = {i: text for i, (_title, text) in enumerate(items, 1)}
     prompt = load_prompt("score")
     fitted = await window.fitted_to_known_window(
-        ctx, stage, texts, ctx.question, build, fixed=prompt.text, answer_tokens=SCORE_TOKENS
+        ctx, stage, texts, ctx.question, build, fixed=prompt.text, answer_tokens=score_tokens(titles)
     )
     return [(title, fitted[i]) for i, title in enumerate(titles, 1)]
 

@@ -58,15 +58,15 @@ def _save(document: Document, text: str, origin: str) -> int:
     return Summary.objects.filter(document__topic_id=document.topic_id).count()
 
 
+# The summary's token budget: a few sentences or points (a small model otherwise writes to any
+# limit); less when the model's window is small (`window.answer_room`).
+SUMMARY_TOKENS = 400
 SUMMARY = Asking(
     "summarise",
     CacheEntry.Kind.SUMMARIES,
     gettext_noop("LLM summary failed (%(error)s); using an extractive summary."),
+    max_tokens=SUMMARY_TOKENS,
 )
-
-
-# The summary's token budget (less when the model's window is small: `window.answer_room`).
-SUMMARY_TOKENS = 1_024
 
 
 async def _summary_of(ctx: RunContext, document: Document) -> tuple[str, str]:
@@ -97,7 +97,7 @@ async def _asked(ctx: RunContext, excerpt: str, private: bool) -> str:
             lambda texts: f"Текст для summary:\n{data_block(texts[1])}",
             send,
             fixed=prompt.text,
-            answer_tokens=SUMMARY.max_tokens or SUMMARY_TOKENS,
+            answer_tokens=SUMMARY_TOKENS,
         )
     except LLMError as exc:
         await db(ctx.fell_back)(STAGE, SUMMARY.failed, exc)

@@ -57,10 +57,14 @@ def answer_room(window: int | None, wanted: int) -> int:
     return wanted if window is None else max(1, min(wanted, int(window * ANSWER_SHARE)))
 
 
+def margin(window: int) -> int:
+    """Tokens of `window` kept free of the estimate's errors and the chat template's own."""
+    return MARGIN_TOKENS + int(window * MARGIN_SHARE)
+
+
 def source_budget(window: int, fixed_tokens: int, answer_tokens: int) -> int:
     """Tokens left for the sources' texts in `window`."""
-    margin = MARGIN_TOKENS + int(window * MARGIN_SHARE)
-    return window - fixed_tokens - answer_tokens - margin
+    return window - fixed_tokens - answer_tokens - margin(window)
 
 
 def tokens(texts: dict[int, str]) -> int:
@@ -68,7 +72,7 @@ def tokens(texts: dict[int, str]) -> int:
 
 
 def fit(
-    texts: dict[int, str], query: str, budget: int, *, window: int = 0
+    texts: dict[int, str], query: str, budget: int, *, window: int = 0, floor: int = MIN_SOURCE_TOKENS
 ) -> tuple[dict[int, str], Trimmed | None]:
     """`texts` (by source number) within `budget` tokens: least relevant passages left out
     first, then every text cut to its share; None when they fit as they are."""
@@ -82,7 +86,7 @@ def fit(
     fitted = {n: SEPARATOR.join(parts) for n, parts in kept.items()}
     cut = 0
     if tokens(fitted) > budget:
-        fitted, cut = _cut_to_share(fitted, budget)
+        fitted, cut = _cut_to_share(fitted, budget, floor)
     changed = sum(1 for n in texts if fitted[n] != texts[n])
     return fitted, Trimmed(window, dropped, cut, changed, before, tokens(fitted))
 
@@ -112,9 +116,9 @@ def _drop_least_relevant(
     return kept, len(left_out)
 
 
-def _cut_to_share(texts: dict[int, str], budget: int) -> tuple[dict[int, str], int]:
-    """Every text over its even share of `budget` cut at a word end; how many were cut."""
-    share = max(MIN_SOURCE_TOKENS, budget // max(1, len(texts)))
+def _cut_to_share(texts: dict[int, str], budget: int, floor: int) -> tuple[dict[int, str], int]:
+    """Every text over its even share of `budget` (at least `floor`) cut at a word end; how many were cut."""
+    share = max(floor, budget // max(1, len(texts)))
     cut = {}
     for n, text in texts.items():
         count = llm_client.estimate_tokens(text)
@@ -138,14 +142,24 @@ async def ask_within(
     *,
     fixed: str,
     answer_tokens: int,
+    whole_answer: bool = False,
 ) -> tuple[llm_client.Completion, dict[int, str]]:
     """`send(request, max_tokens)` of the request `build` makes of the sources' `texts`, fitted to
     the model's window (`fixed`: the rest of the prompt, the system message); the answer and the
-    texts as they were sent. Asked once more, trimmed, after a context-length refusal."""
+    texts as they were sent. Asked once more, trimmed, after a context-length refusal. With
+    `whole_answer` the answer keeps all of its room, however short that leaves the texts."""
     window = await llm_client.context_window()
     if window is not None:
         texts = await _fitted(
-            ctx, stage, texts, query, build, fixed=fixed, window=window, answer=answer_tokens
+            ctx,
+            stage,
+            texts,
+            query,
+            build,
+            fixed=fixed,
+            window=window,
+            answer=answer_tokens,
+            whole_answer=whole_answer,
         )
     try:
         return await send(build(texts), answer_room(window, answer_tokens)), texts
@@ -154,7 +168,17 @@ async def ask_within(
         if told is None or (window is not None and told >= window):
             sent = llm_client.estimate_tokens(fixed + build(texts))
             told = int(sent * OVERFLOW_SHARE) + answer_room(window, answer_tokens)
-        texts = await _fitted(ctx, stage, texts, query, build, fixed=fixed, window=told, answer=answer_tokens)
+        texts = await _fitted(
+            ctx,
+            stage,
+            texts,
+            query,
+            build,
+            fixed=fixed,
+            window=told,
+            answer=answer_tokens,
+            whole_answer=whole_answer,
+        )
         return await send(build(texts), answer_room(told, answer_tokens)), texts
 
 
@@ -187,14 +211,28 @@ async def _fitted(
     fixed: str,
     window: int,
     answer: int,
+    whole_answer: bool = False,
 ) -> dict[int, str]:
-    """The texts fitted to `window`; the event log says what was left out."""
+    """The texts fitted to `window`, with room for the answer (`answer_room`). In a small window
+    every text keeps at least `MIN_SOURCE_TOKENS`, taken from up to half the answer's room; with
+    `whole_answer` (a cut answer asked again) the texts are cut shorter instead. The event log
+    says what was left out."""
     empty = {n: "" for n in texts}
     fixed_tokens = llm_client.estimate_tokens(fixed + build(empty))
-    budget = source_budget(window, fixed_tokens, answer_room(window, answer))
-    budget = max(budget, MIN_SOURCE_TOKENS * len(texts))
-    fitted, trimmed = fit(texts, query, budget, window=window)
-    if trimmed is not None:
+    room = answer_room(window, answer)
+    budget = source_budget(window, fixed_tokens, room)
+    least = MIN_SOURCE_TOKENS * len(texts)
+    if budget < least and not whole_answer:
+        budget = min(least, budget + room // 2)
+    budget = max(budget, 0)
+    floor = MIN_SOURCE_TOKENS if budget >= least else budget // max(1, len(texts))
+    fitted, trimmed = fit(texts, query, budget, window=window, floor=floor)
+    # The texts' own tokens summed may be fewer than they cost inside the request (joined,
+    # numbered): what the whole prompt overshoots comes off the texts once more.
+    over = llm_client.estimate_tokens(fixed + build(fitted)) - (fixed_tokens + budget)
+    if over > 0:
+        fitted, trimmed = fit(texts, query, max(0, tokens(fitted) - over), window=window, floor=0)
+    if trimmed is not None and trimmed.sources:
         await db(ctx.warn)(
             stage,
             gettext_noop(

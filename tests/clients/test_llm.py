@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -362,3 +364,14 @@ def test_list_models_of_a_server_without_the_list(settings) -> None:
     with FakeService() as service:  # no /models at all
         settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
         assert asyncio.run(llm.list_models(2.0)).status == 404
+
+
+def test_the_token_estimate_never_undercounts_a_real_tokenizer_by_more_than_a_tenth() -> None:
+    """Real counts of SmolLM2's tokenizer (llama.cpp's /tokenize) of SciFact and XQuAD-ru train
+    texts, the Russian plan prompt and code-like text: the estimate fits prompts to a small window,
+    so it may count more, never much less; English prose is not counted double either."""
+    table = json.loads((Path(__file__).parents[1] / "data" / "token_counts.json").read_text())
+    for row in table["texts"]:
+        estimate = llm.estimate_tokens(row["text"])
+        assert estimate >= row["tokens"] * 0.9, (row["source"], estimate, row["tokens"])
+        assert estimate <= row["tokens"] * 2, (row["source"], estimate, row["tokens"])

@@ -33,16 +33,10 @@ QUESTION = "What is Mixture of Tokens, where is it used and what improvements ex
 FOLLOW_UP = "Which improvements of Mixture of Tokens are there?"
 
 
-# What a stage asks without a limit of its own may take (AITUNNEL_MAX_TOKENS): the small model
-# rambles on to any limit, and CI's two cores write ~10–30 tokens a second.
-STAGE_TOKENS = 256
-
-
 def pointed_at(settings: Any, server: LlamaServer) -> Iterator[World]:
     with loopback_world(settings) as world:
         for name, value in server.settings().items():
             setattr(settings, name, value)
-        settings.AITUNNEL_MAX_TOKENS = STAGE_TOKENS
         llm.forget_endpoints()
         yield world
         llm.forget_endpoints()

@@ -26,7 +26,7 @@ from research.pipeline import report_checks, report_writer, scoring, summarise, 
 from research.pipeline.context import RunContext
 from tests.research.test_citation_report import researched, script_answers
 from tests.research.test_followups import answered, completed_topic
-from tests.support.fakes import Request, Response, Route, estimate_tokens, openai_chat
+from tests.support.fakes import Request, Response, Route, openai_chat
 from tests.support.world import World, prompt_kind
 
 pytestmark = pytest.mark.django_db
@@ -247,7 +247,8 @@ def _finish_with_length(response: Response) -> None:
 def context_limited(loopback: World, window_tokens: Callable[[int], int], kind: str = "answer") -> list[int]:
     """The stand-in LLM refuses a `kind` prompt longer than its window as vLLM and OpenAI do
     (400, "maximum context length is N tokens"); the window is `window_tokens(first prompt's
-    tokens)`. The prompt sizes of the `kind` requests, in order."""
+    tokens)`, counted as the client estimates them (a real tokenizer counts a little less). The
+    prompt sizes of the `kind` requests, in order."""
     inner: Route = openai_chat(loopback.script)
     sizes: list[int] = []
     limit: list[int] = []
@@ -256,7 +257,7 @@ def context_limited(loopback: World, window_tokens: Callable[[int], int], kind: 
         messages = (request.json() or {}).get("messages", [])
         if prompt_kind(messages[0]["content"]) != kind:
             return inner(request)
-        tokens = estimate_tokens("".join(str(m.get("content", "")) for m in messages))
+        tokens = llm_client.estimate_tokens("".join(str(m.get("content", "")) for m in messages))
         sizes.append(tokens)
         limit.extend([] if limit else [window_tokens(tokens)])
         if tokens > limit[0]:
@@ -306,6 +307,34 @@ def test_a_report_cut_off_once_is_replaced_by_the_whole_second_answer(alice: Use
     assert topic.report.marks == []
 
 
+def test_a_cut_report_asked_again_keeps_its_room_in_a_small_window(
+    alice: User, loopback: World, settings: Any
+) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 2_500  # the sources must be cut to fit
+    answers_cut(loopback, lambda n: True)
+    researched(alice)
+    asked = [r.json() for r in loopback.llm.requests_to("/v1/chat/completions")]
+    reports = [r for r in asked if prompt_kind(r["messages"][0]["content"]) == "answer"]
+    assert 2 <= len(reports) <= 3  # cut, cut (then, uncited, once more for citations)
+    room = window.answer_room(2_500, report_writer.REPORT_TOKENS)
+    first, second = reports[0]["max_tokens"], reports[1]["max_tokens"]
+    # The first may lend some of its room to the sources' least; the cut one asked again gets all.
+    assert first >= room // 2 and second >= room
+    text = "\n".join(m["content"] for m in reports[1]["messages"])
+    assert report_writer.SHORTER_INSTRUCTION in text
+    assert llm_client.estimate_tokens(text) + second <= 2_500
+
+
+def test_a_report_is_asked_at_most_twice_for_length_and_once_for_citations(
+    alice: User, loopback: World
+) -> None:
+    script_answers(loopback, UNCITED)
+    asked = answers_cut(loopback, lambda n: True)
+    topic = researched(alice)
+    assert len(asked) == 3 and report_writer.UNCITED_FEEDBACK_RU in asked[2]
+    assert set(topic.report.marks) >= {"truncated", "uncited"}
+
+
 def test_an_overflowing_context_is_trimmed_and_the_report_written(
     alice: User, alice_client: Client, loopback: World, settings: Any
 ) -> None:
@@ -340,6 +369,18 @@ def test_an_uncited_report_and_an_unreadable_plan_are_marked_on_the_page_in_file
     )
 
 
+@pytest.mark.parametrize(
+    "answer", ["I cannot classify this.", '{"domain": "astrology", "needs_search": true}']
+)
+def test_a_route_that_fell_back_to_keywords_is_listed_as_without_the_model(
+    alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    monkeypatch.setattr(loopback.script, "route", lambda user: answer)
+    topic = researched(alice)
+    assert RunEvent.objects.filter(topic=topic, stage="route", message__contains="by keywords")
+    assert {"stage": "route", "count": None, "total": None} in api_report(alice, topic)["without_model"]
+
+
 def test_a_report_in_the_wrong_language_is_marked(alice: User, alice_client: Client, loopback: World) -> None:
     script_answers(loopback, ENGLISH)
     topic = researched(alice)
@@ -354,7 +395,8 @@ def test_a_summary_prompt_over_the_window_is_trimmed_and_asked_once_more(
     alice: User, loopback: World, settings: Any
 ) -> None:
     settings.AITUNNEL_CONTEXT_TOKENS = 0  # not known until the 400 says it
-    sizes = context_limited(loopback, lambda first: first // 2, kind="summarise")
+    # The window leaves the system prompt, the summary's room and a few lines of the excerpt.
+    sizes = context_limited(loopback, lambda first: first * 9 // 10, kind="summarise")
     topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
     ctx = RunContext.for_topic(topic)
     excerpt = "\n\n".join(
@@ -363,7 +405,7 @@ def test_a_summary_prompt_over_the_window_is_trimmed_and_asked_once_more(
     )
     summary = async_to_sync(summarise._asked)(ctx, excerpt, False)
     assert summary.startswith("Mixture of Tokens mixes tokens across examples.")
-    assert len(sizes) == 2 and sizes[1] <= sizes[0] // 2
+    assert len(sizes) == 2 and sizes[1] <= sizes[0] * 9 // 10
     assert RunEvent.objects.filter(
         topic=topic, stage="summarise", message__startswith="The sources did not fit"
     )
@@ -400,16 +442,39 @@ def test_marks_an_archive_brought_are_read_carefully(alice: User) -> None:
     assert presenters.without_model_of(report) == [plan]
 
 
-def test_a_scoring_batch_is_fitted_to_a_known_window(alice: User, loopback: World, settings: Any) -> None:
-    settings.AITUNNEL_CONTEXT_TOKENS = 1_500
+def test_a_scoring_batch_too_big_for_a_known_window_is_split_not_squeezed(
+    alice: User, loopback: World, settings: Any
+) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 2_500
     topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
     ctx = RunContext.for_topic(topic)
     items = [(f"Title {i}", passage(f"Mixture of Tokens fact {i}.", "tokens", 150)) for i in range(10)]
-    assert llm_client.estimate_tokens("".join(text for _title, text in items)) > 3_000
+    assert llm_client.estimate_tokens("".join(text for _title, text in items)) > 2_500
     _scores, origins = async_to_sync(scoring.score_batch)(ctx, "score_summaries", "Mixture of Tokens", items)
     assert origins == ["llm"] * 10  # every title still there, scored by the model
-    sent = loopback.llm.requests_to("/v1/chat/completions")[-1].json()["messages"]
-    assert llm_client.estimate_tokens("".join(m["content"] for m in sent)) < 1_500
+    asked = [r.json() for r in loopback.llm.requests_to("/v1/chat/completions")]
+    assert 1 < len(asked) < 10  # in smaller batches, each as big as fits
+    for request in asked:
+        text = "".join(m["content"] for m in request["messages"])
+        assert llm_client.estimate_tokens(text) + request["max_tokens"] <= 2_500
+        listed = [i for i in range(10) if f"Title {i}\n" in text]
+        # Every text keeps its opening and more, and the answer has room for every item's scores.
+        assert all(f"Mixture of Tokens fact {i}. tokens tokens tokens" in text for i in listed)
+        assert request["max_tokens"] >= scoring.score_tokens([f"Title {i}" for i in listed])
+    texts = ["".join(m["content"] for m in request["messages"]) for request in asked]
+    assert sorted(i for text in texts for i in range(10) if f"Title {i}\n" in text) == list(range(10))
+
+
+def test_a_window_the_scoring_prompt_fills_alone_is_scored_by_keywords_without_asking(
+    alice: User, loopback: World, settings: Any
+) -> None:
+    settings.AITUNNEL_CONTEXT_TOKENS = 1_500  # less than the prompt, one result and its scores
+    topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
+    ctx = RunContext.for_topic(topic)
+    items = [(f"Title {i}", passage(f"Mixture of Tokens fact {i}.", "tokens", 150)) for i in range(4)]
+    _scores, origins = async_to_sync(scoring.score_batch)(ctx, "score_summaries", "Mixture of Tokens", items)
+    assert origins == ["fallback"] * 4
+    assert loopback.llm.requests_to("/v1/chat/completions") == []
     assert RunEvent.objects.filter(
-        topic=topic, stage="score_summaries", message__startswith="The sources did not"
+        topic=topic, stage="score_summaries", message__startswith="LLM scoring failed"
     )
