@@ -9,7 +9,7 @@ from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.views import LoginView
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone, translation
@@ -27,11 +27,13 @@ def status(request: HttpRequest) -> HttpResponse:
     return render(request, "status.html", {"checks": checks_for(request.user)})
 
 
-@require_POST
 def status_model_check(request: HttpRequest) -> HttpResponse:
-    """*Check the model* (staff): one plan call, and the page with what the pipeline makes of it."""
+    """*Check the model* (staff): one plan call, and the page with what the pipeline makes of it.
+    Anyone else gets 404 whatever the method, as for every URL that is not theirs."""
     if not request.user.is_staff:
         raise Http404
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     result = check_the_model(translation.get_language(), request.user.pk)
     return render(request, "status.html", {"checks": checks_for(request.user), "model_check": result})
 

@@ -117,7 +117,10 @@ def snapshot() -> dict[str, list]:
     """Every row of every MindSearch table and of the users, to show nothing changed."""
     models = [*apps.get_app_config("research").get_models(), *apps.get_app_config("retrieval").get_models()]
     models += [*apps.get_app_config("mindsearch").get_models(), User]
+    # `rendering`: a report's or answer's HTML, made once on the first view of a row saved before
+    # it was stored (research/presenters.py) — a cache of the text, not a change to it.
     skip = {"last_login", "last_used_at", "heartbeat_at", "updated_at", "hit_count", "last_hit_at"}
+    skip.add("rendering")
     rows = {}
     for model in models:
         fields = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]

@@ -83,7 +83,9 @@ def test_the_outside_checks_are_made_once_a_minute(alice_client: Client, service
     for _ in range(5):
         assert alice_client.get("/status/").status_code == 200
     assert len([r for r in services.requests if r.path == "/config"]) == 1
-    assert len([r for r in services.requests if r.path == "/v1/models"]) == 1
+    # The model list of the LLM check, and the window the server reports for the abilities row
+    # (llm.profile, remembered for the process): each asked once, not once a page.
+    assert len([r for r in services.requests if r.path == "/v1/models"]) == 2
 
 
 # --- The topic websocket ------------------------------------------------------------------------
