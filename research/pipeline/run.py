@@ -25,28 +25,25 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from research.models import Report, RunEvent, Topic
-from research.pipeline import (
+from research.pipeline import overlap, private, read_and_summarise
+from research.pipeline.context import Cancelled, RunContext, StageError
+from research.pipeline.stage import Outcome, Stage, StageName
+from research.pipeline.stages import (
     answer,
     deep,
-    direct,
     domain,
-    local_rag,
-    overlap,
     plan,
-    private,
     private_search,
     queries,
-    read_and_summarise,
     route,
     score_hits,
     score_summaries,
+    search,
     summarise,
     vision,
-    web_search,
     years,
 )
-from research.pipeline.context import Cancelled, RunContext, StageError
-from research.pipeline.stage import Outcome, Stage, StageName
+from research.pipeline.stages.answer import direct, local_rag
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +51,7 @@ log = logging.getLogger(__name__)
 ROUND_STAGES: tuple[Stage, ...] = (
     queries,
     private_search,
-    web_search,
+    search,
     years,
     score_hits,
     read_and_summarise,  # read, each page summarised as it is saved
@@ -184,7 +181,7 @@ def drive(ctx: RunContext, stages: Iterable[Stage], *, show: bool = True) -> Non
     for stage in stages:
         if _stage(ctx, stage, show=show) is Outcome.SEARCH_AGAIN:  # years added sub-queries
             _stage(ctx, private_search, show=show)
-            _stage(ctx, web_search, show=show)
+            _stage(ctx, search, show=show)
 
 
 def _stage(ctx: RunContext, stage: Stage, *, show: bool = True) -> Outcome:
