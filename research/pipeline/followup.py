@@ -39,8 +39,8 @@ from research.pipeline import citecheck, classifier, extractive, passages, quest
 from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.prompting import data_block, image_context_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
-from research.pipeline.run import ROUND_STAGES, drive, topic_lock
-from research.pipeline.stage import Stage, StageName
+from research.pipeline.run import ROUND_STAGES, Stage, drive, topic_lock
+from research.pipeline.stage import StageName
 from research.pipeline.stages.answer import report_writer
 from research.pipeline.text import BM25, tokenize
 

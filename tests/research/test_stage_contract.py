@@ -17,8 +17,9 @@ from research import images, presenters, watchers
 from research.models import Document, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic, TopicImage
 from research.pipeline import followup, read_and_summarise, run
 from research.pipeline.context import RunContext
-from research.pipeline.stage import Outcome, Stage, StageName
-from research.pipeline.stages import domain, private_search, queries, read, route, search, vision, years
+from research.pipeline.run import Stage
+from research.pipeline.stage import Outcome, StageName
+from research.pipeline.stages import domain, queries, read, route, search, vision, years
 from research.pipeline.stages.answer import direct, local_rag
 from tests.support.code import ROOT, application_modules, name_of
 from tests.support.domain_world import picture
@@ -299,7 +300,6 @@ def test_years_asks_the_run_loop_to_search_and_its_done_state_is_a_row(alice: Us
     assert run.plan_topic(topic.pk) is True
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
     queries.run(ctx)
-    private_search.run(ctx)
     search.run(ctx)
     assert years.run(ctx) is Outcome.SEARCH_AGAIN
     per_year = SearchQuery.objects.filter(subquery__topic=topic, subquery__origin=SubQuery.Origin.PERIOD)
@@ -334,12 +334,6 @@ def test_only_the_run_loop_runs_a_stage() -> None:
         if lines:
             calls[name] = lines
     assert not calls, f"stages run outside the run loop: {calls}"
-
-
-def test_the_web_search_does_not_search_the_owners_documents() -> None:
-    assert "search_documents" not in inspect.getsource(search)
-    assert run.ROUND_STAGES.index(private_search) < run.ROUND_STAGES.index(search)
-    assert followup.SEARCH_STAGES.index(private_search) < followup.SEARCH_STAGES.index(search)
 
 
 # --- the route decides, the run loop dispatches --------------------------------------------------
