@@ -54,9 +54,13 @@ test-e2e: install  ## The slow tier: real daphne/qcluster processes, the browser
 	$(DEV) $(PY) -m pytest $(XDIST) -m e2e
 
 # mypy's modules still allowed errors are listed in pyproject.toml; that list only shrinks.
-lint: install  ## ruff, ruff format --check, mypy with django-stubs, and the migrations check
+# The import rules are configuration, in pyproject.toml: ruff's banned-API rule (TID251: HTTP and MCP
+# clients only in mindsearch/clients/) and import-linter's contracts (apps depend downward, stages
+# independent of each other, the pipeline's layers).
+lint: install  ## ruff (with the banned-API rule), ruff format --check, import-linter, mypy, the migrations check
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(PY) .ci/mypy_ratchet.py
 	$(DEV) $(PY) manage.py makemigrations --check --dry-run
 
@@ -65,4 +69,4 @@ format: install  ## Format with ruff and apply its safe fixes
 	$(PY) -m ruff check --fix .
 
 clean:  ## Remove .venv and the tools' caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
