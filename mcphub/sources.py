@@ -38,6 +38,7 @@ from mindsearch.clients import mcp
 from research.models import CacheEntry, Hit, SearchQuery
 from research.pipeline import cache
 from research.pipeline.context import RunContext, db
+from research.pipeline.stage import StageName
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def any_enabled() -> bool:
     return McpSource.objects.filter(enabled=True).exists()
 
 
-def search(ctx: RunContext, stage: str, save_hit: SaveHit) -> bool:
+def search(ctx: RunContext, stage: StageName, save_hit: SaveHit) -> bool:
     """Ask every enabled source for every search query of the topic (saving new hits with
     `save_hit`); whether the topic has hits from MCP sources, of this run or an earlier one."""
     sources = list(McpSource.objects.filter(enabled=True))
@@ -144,7 +145,7 @@ def search(ctx: RunContext, stage: str, save_hit: SaveHit) -> bool:
     return Hit.objects.filter(topic=ctx.topic, engine__startswith=ENGINE_PREFIX).exists()
 
 
-def _search(ctx: RunContext, stage: str, save_hit: SaveHit, sources: list[McpSource]) -> int:
+def _search(ctx: RunContext, stage: StageName, save_hit: SaveHit, sources: list[McpSource]) -> int:
     queries = list(
         SearchQuery.objects.filter(subquery__topic=ctx.topic)
         .select_related("subquery")
@@ -163,7 +164,7 @@ def _search(ctx: RunContext, stage: str, save_hit: SaveHit, sources: list[McpSou
 
 
 async def _ask_all(
-    ctx: RunContext, stage: str, sources: list[McpSource], queries: list[SearchQuery]
+    ctx: RunContext, stage: StageName, sources: list[McpSource], queries: list[SearchQuery]
 ) -> list[list[list[dict[str, Any]] | None]]:
     return list(await asyncio.gather(*(_ask_source(ctx, stage, source, queries) for source in sources)))
 
@@ -212,7 +213,7 @@ def _cache_key(source: McpSource, query: str) -> str:
 
 
 async def _ask_source(
-    ctx: RunContext, stage: str, source: McpSource, queries: list[SearchQuery]
+    ctx: RunContext, stage: StageName, source: McpSource, queries: list[SearchQuery]
 ) -> list[list[dict[str, Any]] | None]:
     """This source's results for each query (None where it was not asked: it failed first)."""
     answers: list[list[dict[str, Any]] | None] = [None] * len(queries)

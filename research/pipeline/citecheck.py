@@ -44,6 +44,7 @@ from typing import Any
 from mindsearch.clients.llm import LLMError, parse_json
 from research.pipeline import passages
 from research.pipeline.replies import is_russian
+from research.pipeline.stage import StageName
 from research.pipeline.text import tokenize
 
 log = logging.getLogger(__name__)
@@ -720,7 +721,7 @@ def _with_llm(verdict: Verdict, judged: str, reason: str) -> Verdict:
     return replace(verdict, verdict=judged, method=LLM, note=reason)
 
 
-async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: str) -> list[Verdict]:
+async def verify(ctx: Any, verdicts: list[Verdict], *, private: bool, stage: StageName) -> list[Verdict]:
     """The verdicts with the LLM's where it gave a usable one; batches go out concurrently (the
     client's global rate limit paces them). A failed call leaves its batch's local verdicts."""
     from research.models import CacheEntry

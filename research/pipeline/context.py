@@ -98,14 +98,16 @@ class RunContext:
     def owner_id(self) -> int:
         return self.topic.owner_id
 
-    def emit(self, stage: str, message: str, **fields: Any) -> RunEvent:
+    def emit(self, stage: StageName, message: str, **fields: Any) -> RunEvent:
         """`fields` are record_event's: with `args`, `message` is a msgid the page translates."""
         event = record_event(self.topic, stage, message, **fields)
         for listener in self.listeners:
             listener(event)
         return event
 
-    def begin(self, stage: str, message: str, pending: int = 1, total: int = 1, /, **args: Any) -> RunEvent:
+    def begin(
+        self, stage: StageName, message: str, pending: int = 1, total: int = 1, /, **args: Any
+    ) -> RunEvent:
         """The event that `stage` sets to work on `pending` of its `total` steps, the others done
         before (by a run that stopped, or in an earlier round); a stage of one step by default.
         `message` is a msgid, `args` its values (never named `pending` or `total`: those are the
@@ -115,16 +117,16 @@ class RunContext:
         return self.emit(stage, message, args=args, done=total - pending, total=total)
 
     def finish(
-        self, stage: str, message: str, /, *, data: dict[str, Any] | None = None, **args: Any
+        self, stage: StageName, message: str, /, *, data: dict[str, Any] | None = None, **args: Any
     ) -> RunEvent:
         """The event that a stage of one step has done it (1 of 1): `message` is a msgid, `args`
         its values; `data` is the event's own (what the page shows beside the line)."""
         return self.emit(stage, message, args=args, done=1, total=1, data=data)
 
-    def warn(self, stage: str, message: str, **fields: Any) -> RunEvent:
+    def warn(self, stage: StageName, message: str, **fields: Any) -> RunEvent:
         return self.emit(stage, message, level=RunEvent.Level.WARNING, **fields)
 
-    def fell_back(self, stage: str, message: str, error: Exception) -> RunEvent:
+    def fell_back(self, stage: StageName, message: str, error: Exception) -> RunEvent:
         """The warning that a step failed with `error` and the stage goes on another way (the
         extractive engine, keywords): `message` is a msgid with `%(error)s`."""
         self.fallen_back.append(stage)

@@ -28,6 +28,7 @@ from research.event_text import english, phrase
 from research.models import Document, Hit, SubQuery, Topic
 from research.pipeline import rerank
 from research.pipeline.context import RunContext, StageError
+from research.pipeline.stage import StageName
 from retrieval.models import Chunk, UploadedDocument
 from retrieval.search import Passage, hybrid_search, reciprocal_rank_fusion
 
@@ -90,7 +91,7 @@ def check_before_planning(ctx: RunContext) -> None:
         raise StageError(no_documents_message(0))
 
 
-def have_documents(ctx: RunContext, stage: str) -> bool:
+def have_documents(ctx: RunContext, stage: StageName) -> bool:
     """True when there is something to search; a documents-only topic cannot go on without."""
     ready, indexing = document_counts(ctx.topic.owner)
     if ready:
@@ -106,7 +107,7 @@ def have_documents(ctx: RunContext, stage: str) -> bool:
 # --- Search stage: passages become hits ----------------------------------------------------------
 
 
-def search_documents(ctx: RunContext, stage: str) -> None:
+def search_documents(ctx: RunContext, stage: StageName) -> None:
     """Passages from the owner's documents for every sub-query that has none yet."""
     if ctx.topic.sources == Topic.Sources.WEB:
         return
@@ -205,7 +206,7 @@ def save_hits(topic: Topic, subquery: SubQuery, passages: list[Passage]) -> int:
 # --- Read stage: the best passages become documents ----------------------------------------------
 
 
-def read_documents(ctx: RunContext, stage: str) -> list[Document]:
+def read_documents(ctx: RunContext, stage: StageName) -> list[Document]:
     """Documents from each sub-query's best passages; returns the private ones not yet summarised."""
     if ctx.topic.sources == Topic.Sources.WEB:
         return []

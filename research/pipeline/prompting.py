@@ -21,6 +21,7 @@ from research import budget
 from research.models import LLMCall
 from research.pipeline import cache as result_cache
 from research.pipeline.context import RunContext, db
+from research.pipeline.stage import StageName
 
 PROMPTS = Path(__file__).with_name("prompts")
 DATA_OPEN, DATA_CLOSE = "<<<ДАННЫЕ", "ДАННЫЕ>>>"
@@ -70,7 +71,7 @@ LINE_TOKENS = 64
 
 async def ask(
     ctx: RunContext,
-    stage: str,
+    stage: StageName,
     prompt: Prompt,
     user_content: str,
     *,
@@ -98,7 +99,7 @@ async def ask(
 
 async def ask_completion(
     ctx: RunContext,
-    stage: str,
+    stage: StageName,
     prompt: Prompt,
     user_content: str,
     *,
@@ -194,7 +195,7 @@ class Asking:
     async def answer(
         self,
         ctx: RunContext,
-        stage: str,
+        stage: StageName,
         request: str,
         parse: Callable[[str], T],
         *,
@@ -220,7 +221,7 @@ class Asking:
 
 def _save(
     ctx: RunContext,
-    stage: str,
+    stage: StageName,
     prompt: Prompt,
     kind: str,
     key: str,
@@ -241,7 +242,7 @@ def _save(
         )
 
 
-def _record(ctx: RunContext, stage: str, prompt: Prompt, usage: dict[str, Any], **fields: Any) -> None:
+def _record(ctx: RunContext, stage: StageName, prompt: Prompt, usage: dict[str, Any], **fields: Any) -> None:
     LLMCall.objects.create(
         user_id=ctx.owner_id,
         topic_id=ctx.topic.pk,

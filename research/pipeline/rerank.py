@@ -33,6 +33,7 @@ from mindsearch.clients import rerank as client
 from research.models import CacheEntry, Hit
 from research.pipeline import cache
 from research.pipeline.context import RunContext
+from research.pipeline.stage import StageName
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -77,7 +78,7 @@ def apply(items: Sequence[T], order: list[int] | None) -> list[T]:
 # --- Web hits, before scoring ---------------------------------------------------------------------
 
 
-def order_web_hits(ctx: RunContext, stage: str) -> None:
+def order_web_hits(ctx: RunContext, stage: StageName) -> None:
     """Give every sub-query's web hits their place by the reranker, once (see the module)."""
     if not is_on():
         return
@@ -126,7 +127,7 @@ class PassageReorderer:
     it keeps every later order as it is (one event, not one per phrasing)."""
 
     ctx: RunContext
-    stage: str
+    stage: StageName
     ranked: int = 0
     failed: bool = False
     texts_of: Callable[[Any], str] = field(default=lambda passage: passage.text)
@@ -144,11 +145,11 @@ class PassageReorderer:
         return apply(passages, outcome.order)
 
 
-def passage_reorderer(ctx: RunContext, stage: str) -> PassageReorderer | None:
+def passage_reorderer(ctx: RunContext, stage: StageName) -> PassageReorderer | None:
     return PassageReorderer(ctx, stage) if is_on(private=True) else None
 
 
-def _failed(ctx: RunContext, stage: str, error: str, *, web: bool) -> None:
+def _failed(ctx: RunContext, stage: StageName, error: str, *, web: bool) -> None:
     ctx.warn(
         stage,
         gettext_noop("The reranker failed (%(error)s); the web hits keep the search engine's order.")

@@ -208,7 +208,8 @@ def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:
         return False
     except StageError as exc:
         ctx.topic.fail(str(exc))
-        ctx.emit(ctx.topic.stage or StageName.RUN, str(exc), level=RunEvent.Level.ERROR)
+        stage = StageName(ctx.topic.stage) if ctx.topic.stage else StageName.RUN
+        ctx.emit(stage, str(exc), level=RunEvent.Level.ERROR)
         return False
     return True
 

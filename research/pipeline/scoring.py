@@ -38,7 +38,7 @@ def in_batches(rows: list[T], key: Callable[[T], Hashable]) -> list[list[T]]:
 
 async def score_all(
     ctx: RunContext,
-    stage: str,
+    stage: StageName,
     batches: list[list[T]],
     score: Callable[[list[T]], Awaitable[dict[str, Any] | None]],
     *,
@@ -59,7 +59,7 @@ async def score_all(
 
 
 async def score_batch(
-    ctx: RunContext, stage: str, direction: str, items: list[tuple[str, str]], *, private: bool = False
+    ctx: RunContext, stage: StageName, direction: str, items: list[tuple[str, str]], *, private: bool = False
 ) -> tuple[list[dict[str, float]], list[str]]:
     """Five criteria per (title, text) item, and where each came from (llm or fallback).
 
@@ -139,7 +139,7 @@ async def _fits(ctx: RunContext, direction: str, items: list[tuple[str, str]]) -
 
 
 async def _fitted(
-    ctx: RunContext, stage: str, direction: str, items: list[tuple[str, str]]
+    ctx: RunContext, stage: StageName, direction: str, items: list[tuple[str, str]]
 ) -> list[tuple[str, str]]:
     """The items with their texts fitted to the model's window when it is known (`window`); a
     refusal of a window not known yet is this batch's keyword fallback, and later batches fit."""
@@ -159,7 +159,7 @@ async def _fitted(
     return [(title, fitted[i]) for i, title in enumerate(titles, 1)]
 
 
-def _scoring(stage: str) -> Asking:
+def _scoring(stage: StageName) -> Asking:
     """Scoring hits or summaries: the same prompt, answers cached apart."""
     hits = stage == StageName.SCORE_HITS
     kind = CacheEntry.Kind.RANKED_RESULTS if hits else CacheEntry.Kind.RANKED_SUMMARIES

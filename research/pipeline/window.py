@@ -25,6 +25,7 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients import llm as llm_client
 from research.pipeline.context import RunContext, db
 from research.pipeline.passages import SEPARATOR, split_passages
+from research.pipeline.stage import StageName
 from research.pipeline.text import BM25, tokenize
 
 # The answer gets at most this share of the window (the rest is the prompt).
@@ -134,7 +135,7 @@ def _cut_to_share(texts: dict[int, str], budget: int, floor: int) -> tuple[dict[
 
 async def ask_within(
     ctx: RunContext,
-    stage: str,
+    stage: StageName,
     texts: dict[int, str],
     query: str,
     build: Callable[[dict[int, str]], str],
@@ -184,7 +185,7 @@ async def ask_within(
 
 async def fitted_to_known_window(
     ctx: RunContext,
-    stage: str,
+    stage: StageName,
     texts: dict[int, str],
     query: str,
     build: Callable[[dict[int, str]], str],
@@ -203,7 +204,7 @@ async def fitted_to_known_window(
 
 async def _fitted(
     ctx: RunContext,
-    stage: str,
+    stage: StageName,
     texts: dict[int, str],
     query: str,
     build: Callable[[dict[int, str]], str],

@@ -14,6 +14,7 @@ from mindsearch.clients import llm
 from research.models import LLMCall, RunEvent, Topic
 from research.pipeline import prompting
 from research.pipeline.context import RunContext
+from research.pipeline.stage import StageName
 from tests.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
 from tests.support.fakes import OLLAMA_THINK, OPENAI_REASONING, QUOTA_ERROR, FakeService, Fault, openai_chat
 
@@ -35,7 +36,9 @@ def context(owner: User) -> RunContext:
 
 def ask(ctx: RunContext, **kwargs) -> llm.Completion:
     prompt = prompting.load_prompt("plan")
-    return asyncio.run(prompting.ask_completion(ctx, "plan", prompt, "Plan it", kind="plan", **kwargs))
+    return asyncio.run(
+        prompting.ask_completion(ctx, StageName.PLAN, prompt, "Plan it", kind="plan", **kwargs)
+    )
 
 
 def test_another_server_behind_the_same_model_name_is_asked_itself(settings, alice: User) -> None:
@@ -75,7 +78,9 @@ def test_a_reasoning_models_hidden_reasoning_is_counted(settings, alice: User) -
     ctx = context(alice)
     ctx.model = "o4-mini"
     with server(settings, "Plan", model_ids=("o4-mini",), dialect=OPENAI_REASONING):
-        text = asyncio.run(prompting.ask(ctx, "plan", prompting.load_prompt("plan"), "Plan it", kind="plan"))
+        text = asyncio.run(
+            prompting.ask(ctx, StageName.PLAN, prompting.load_prompt("plan"), "Plan it", kind="plan")
+        )
     call = LLMCall.objects.get(topic=ctx.topic)
     assert text == "Plan" and call.reasoning_tokens > 0
     assert call.completion_tokens > call.reasoning_tokens

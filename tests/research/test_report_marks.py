@@ -24,6 +24,7 @@ from research.management.commands.research import written_by
 from research.models import Report, RunEvent, Topic
 from research.pipeline import report_checks, scoring, window
 from research.pipeline.context import RunContext
+from research.pipeline.stage import StageName
 from research.pipeline.stages import summarise
 from research.pipeline.stages.answer import report_writer
 from tests.research.test_citation_report import researched, script_answers
@@ -109,7 +110,7 @@ def test_a_context_overflow_with_an_unknown_window_is_trimmed_to_what_it_says_an
 
     completion, used = async_to_sync(window.ask_within)(
         ctx,
-        "answer",
+        StageName.ANSWER,
         texts,
         "mixture",
         lambda t: "\n".join(t.values()),
@@ -452,7 +453,9 @@ def test_a_scoring_batch_too_big_for_a_known_window_is_split_not_squeezed(
     ctx = RunContext.for_topic(topic)
     items = [(f"Title {i}", passage(f"Mixture of Tokens fact {i}.", "tokens", 150)) for i in range(10)]
     assert llm_client.estimate_tokens("".join(text for _title, text in items)) > 2_500
-    _scores, origins = async_to_sync(scoring.score_batch)(ctx, "score_summaries", "Mixture of Tokens", items)
+    _scores, origins = async_to_sync(scoring.score_batch)(
+        ctx, StageName.SCORE_SUMMARIES, "Mixture of Tokens", items
+    )
     assert origins == ["llm"] * 10  # every title still there, scored by the model
     asked = [r.json() for r in loopback.llm.requests_to("/v1/chat/completions")]
     assert 1 < len(asked) < 10  # in smaller batches, each as big as fits
@@ -474,7 +477,9 @@ def test_a_window_the_scoring_prompt_fills_alone_is_scored_by_keywords_without_a
     topic = Topic.objects.create(owner=alice, question="Mixture of Tokens")
     ctx = RunContext.for_topic(topic)
     items = [(f"Title {i}", passage(f"Mixture of Tokens fact {i}.", "tokens", 150)) for i in range(4)]
-    _scores, origins = async_to_sync(scoring.score_batch)(ctx, "score_summaries", "Mixture of Tokens", items)
+    _scores, origins = async_to_sync(scoring.score_batch)(
+        ctx, StageName.SCORE_SUMMARIES, "Mixture of Tokens", items
+    )
     assert origins == ["fallback"] * 4
     assert loopback.llm.requests_to("/v1/chat/completions") == []
     assert RunEvent.objects.filter(

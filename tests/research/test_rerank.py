@@ -16,6 +16,7 @@ from research.models import CacheEntry, Hit, RunEvent, SubQuery, Topic
 from research.pipeline import private, rerank
 from research.pipeline.context import RunContext
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stage import StageName
 from tests.research.test_private_sources import PHRASE, alices_documents
 from tests.support.fakes import FakeService, Fault
 from tests.support.rerank import PATH, rerank_settings, reranker
@@ -179,7 +180,7 @@ def test_private_passages_are_reranked_before_fusion(
     alices_documents(alice)
     ctx = private_context(alice)
     plain = private.find_passages(alice, PHRASINGS)
-    reorder = rerank.passage_reorderer(ctx, "search")
+    reorder = rerank.passage_reorderer(ctx, StageName.SEARCH)
     assert reorder is not None
     reranked = private.find_passages(alice, PHRASINGS, reorder=reorder)
     assert len(service.requests_to(PATH)) == len(PHRASINGS) and reorder.ranked == len(PHRASINGS)
@@ -207,7 +208,7 @@ def test_a_failing_reranker_keeps_the_retrieval_order_of_passages(
     ctx = private_context(alice)
     plain = private.find_passages(alice, PHRASINGS)
     service.inject(Fault(502, body="Bad Gateway"))
-    reorder = rerank.passage_reorderer(ctx, "search")
+    reorder = rerank.passage_reorderer(ctx, StageName.SEARCH)
     with caplog.at_level(logging.WARNING, logger="research.pipeline.rerank"):
         found = private.find_passages(alice, PHRASINGS, reorder=reorder)
     assert [p.chunk_id for p in found] == [p.chunk_id for p in plain]

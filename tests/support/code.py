@@ -1,6 +1,5 @@
-"""The application's own source, for the tests that read rules off it (tests/test_code_rules.py,
-tests/clients/test_outside_world.py, tests/research/test_workflow.py, the stage contract): one
-answer to "which modules are the application"."""
+"""The application's own source, for the one test that reads a rule off it (tests/test_user_types.py):
+one answer to "which modules are the application"."""
 
 from __future__ import annotations
 

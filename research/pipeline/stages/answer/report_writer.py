@@ -191,14 +191,16 @@ class StreamedText:
         self.text = self.saved = ""
         await db(self.discard)()
 
-    async def ask(self, ctx: RunContext, stage: str, prompt: Prompt, request: str, *, private: bool) -> str:
+    async def ask(
+        self, ctx: RunContext, stage: StageName, prompt: Prompt, request: str, *, private: bool
+    ) -> str:
         """The LLM's answer text (`ask_completion`'s)."""
         return (await self.ask_completion(ctx, stage, prompt, request, private=private)).text
 
     async def ask_completion(
         self,
         ctx: RunContext,
-        stage: str,
+        stage: StageName,
         prompt: Prompt,
         request: str,
         *,

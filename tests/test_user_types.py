@@ -1,10 +1,13 @@
-"""Rules of the code, read off the source: which app may import which (docs/ARCHITECTURE.md names
-the few modules that close the circle of app dependencies), and no `Any` for a user or an owner."""
+"""No `Any` for a user or an owner: a user is `User`, or `mindsearch.querysets.AnyUser` where an
+anonymous visitor may come. Read off the source, as no linter has the rule (ruff's ANN401 is off:
+`Any` is honest for Django's **kwargs). Which app may import which is `make lint`'s, in
+import-linter's contracts (pyproject.toml); this file also checks those contracts cover every app."""
 
 from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 from django.apps import apps
@@ -13,60 +16,17 @@ from tests.support.code import ROOT, application_modules, application_packages, 
 
 APPS = application_packages()
 
-# Where an app may import an app that depends on it (docs/ARCHITECTURE.md, "What depends on what").
-CLOSES_THE_CIRCLE = {
-    "mindsearch": {
-        "mindsearch/api.py",
-        "mindsearch/asgi.py",
-        "mindsearch/worker.py",
-        "mindsearch/metrics.py",
-        "mindsearch/status.py",
-    },
-    "retrieval": set(),
-    "research": {"research/pipeline/stages/search.py"},
-}
-DEPENDS_ON = {"mindsearch": set(), "retrieval": {"mindsearch"}, "research": {"mindsearch", "retrieval"}}
 
-
-def imported_apps(path: Path) -> set[str]:
-    """The apps a module imports, at its top or inside a function."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        found.update(name.split(".")[0] for name in names if name.split(".")[0] in APPS)
-    return found
-
-
-def test_the_application_is_the_projects_own_django_apps() -> None:
-    """tests/support/code.py finds the same packages Django runs as the project's own."""
+def test_the_import_contracts_cover_the_projects_own_django_apps() -> None:
+    """tests/support/code.py and import-linter (`root_packages`) see the packages Django runs as
+    the project's own: a new app is checked by `make lint`'s contracts from its first commit."""
     own = {
         config.name.split(".")[0]
         for config in apps.get_app_configs()
         if Path(config.path).parent == ROOT  # not the libraries in the .venv inside it
     }
-    assert set(APPS) == own == {"mindsearch", "research", "retrieval", "mcphub"}
-
-
-def test_apps_import_only_what_they_depend_on_outside_the_named_modules() -> None:
-    strays = []
-    for app, allowed in DEPENDS_ON.items():
-        for path in application_modules(app):
-            relative = path.relative_to(ROOT).as_posix()
-            extra = imported_apps(path) - allowed - {app}
-            if extra and relative not in CLOSES_THE_CIRCLE[app]:
-                strays.append(f"{relative} imports {', '.join(sorted(extra))}")
-    assert strays == [], "name it in docs/ARCHITECTURE.md and here, or avoid the import"
-
-
-def test_the_named_modules_still_close_the_circle() -> None:
-    for app, paths in CLOSES_THE_CIRCLE.items():
-        for relative in paths:
-            assert imported_apps(ROOT / relative) - DEPENDS_ON[app] - {app}, relative
+    linted = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
+    assert set(APPS) == own == set(linted) == {"mindsearch", "research", "retrieval", "mcphub"}
 
 
 USER_NAME = re.compile(r"(?:^|_)(?:user|owner)")  # user, owner_id, _owner, request_user, get_owner
