@@ -29,6 +29,7 @@ ID_OPERATIONS = [
     ("POST", "/api/topics/{topic}/plan/approve", None),
     ("GET", "/api/topics/{topic}/events", None),
     ("GET", "/api/topics/{topic}/report", None),
+    ("GET", "/api/topics/{topic}/versions", None),
     ("GET", "/api/topics/{topic}/report.md", None),
     ("GET", "/api/topics/{topic}/image", None),
     ("GET", "/api/topics/{topic}/followups", None),

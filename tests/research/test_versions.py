@@ -139,3 +139,16 @@ def test_a_later_version_does_not_reuse_old_web_results(alice: User) -> None:
         patch.setattr(timezone, "now", lambda: later)
         cache.put(cache.Kind.DOCS, key, {"markdown": "new"})
     assert cache.get(cache.Kind.DOCS, key, newer_than=second.web_fresh_since) == {"markdown": "new"}
+
+
+def test_the_api_lists_versions_and_carries_what_changed(alice: User, alice_client: Client) -> None:
+    first = completed(alice, BEFORE, SOURCES_BEFORE)
+    second = completed(alice, AFTER, SOURCES_AFTER, series=first.pk, previous_version=first)
+    versions.record_changes(second)
+    topic = alice_client.get(f"/api/topics/{second.pk}").json()
+    assert (topic["series"], topic["previous_version"]) == (first.pk, first.pk)
+    listed = alice_client.get(f"/api/topics/{first.pk}/versions").json()
+    assert [(v["number"], v["id"], v["current"]) for v in listed] == [(1, first.pk, True), (2, second.pk, False)]
+    report = alice_client.get(f"/api/topics/{second.pk}/report").json()
+    assert report["changes"]["sources"]["added"][0]["url"] == "https://d.example/study"
+    assert alice_client.get(f"/api/topics/{first.pk}/report").json()["changes"] is None

@@ -189,6 +189,7 @@ WRITERS_ALLOWED = {
     "retrieval/ingest.py": "the ingest moves the upload it holds through its statuses, not a topic",
     "mindsearch/worker.py": "`broker.fail` marks a queued task failed, not a topic",
     "mindsearch/clients/reader.py": "`ReaderError.status` is an HTTP status code",
+    "research/delivery.py": "a delivery's own status (`Delivery.status`), not a topic's",
 }
 # Methods that write rows when called on a manager, a queryset or a row.
 WRITE_METHODS = {"create", "bulk_create", "get_or_create", "update_or_create", "update", "bulk_update"}
