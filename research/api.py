@@ -26,12 +26,14 @@ from mindsearch.api_common import (
     invalid,
     page_of,
 )
-from research import export, images, versions, workflow
+from research import export, images, keep, versions, workflow
 from research.forms import SubQueryForm, TopicForm
-from research.models import Citation, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
+from research.models import Citation, Document, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
 from research.pipeline import cache
 from research.presenters import followup_item, report_of, thread_context
 from research.views import image_response
+from retrieval.api import DocumentOut
+from retrieval.uploads import UploadRejected
 
 router = Router()
 
@@ -528,6 +530,24 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
         "without_model": shown["without_model"],
         "changes": report.changes,
     }
+
+
+@router.post(
+    "/topics/{topic_id}/sources/{document_id}/keep",
+    response={201: DocumentOut, 200: DocumentOut, **errors(404)},
+    tags=["documents"],
+)
+def keep_source(request: HttpRequest, topic_id: int, document_id: int) -> Status:
+    """Add a web page the topic read (a `documents` id of its sources) to my documents: stored as
+    the reader got it, with its address and read date, and indexed; 200 when already there."""
+    document = Document.objects.filter(topic=_topic(request, topic_id), pk=document_id).first()
+    if document is None:
+        raise Http404(f"Page {document_id} of topic {topic_id} not found.")
+    try:
+        upload, created = keep.keep(request.auth, document)
+    except UploadRejected as rejected:
+        raise invalid(("path", "document_id"), [rejected.message]) from None
+    return Status(201 if created else 200, upload)
 
 
 @router.get("/topics/{topic_id}/versions", response={200: list[VersionOut], **errors(404)}, tags=["topics"])

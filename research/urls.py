@@ -31,6 +31,11 @@ urlpatterns = [
     path("topics/<int:topic_id>/schedule/pause/", views_schedules.schedule_pause, name="schedule_pause"),
     path("topics/<int:topic_id>/schedule/delete/", views_schedules.schedule_delete, name="schedule_delete"),
     path("unsubscribe/<str:token>/", views_schedules.schedule_unsubscribe, name="schedule_unsubscribe"),
+    path(
+        "topics/<int:topic_id>/documents/<int:document_id>/keep/",
+        views_schedules.source_keep,
+        name="source_keep",
+    ),
     path("topics/<int:topic_id>/share/", views.share_create, name="share_create"),
     path("topics/<int:topic_id>/share/<int:link_id>/revoke/", views.share_revoke, name="share_revoke"),
     path("topics/<int:topic_id>/image/", views.topic_image, name="topic_image"),

@@ -1,4 +1,5 @@
-"""Versions of a topic and its schedule on the topic page; the unsubscribe link of e-mails."""
+"""Keeping a topic current: its versions and schedule on the topic page, the unsubscribe link of
+e-mails, and *Add to my documents* on a web source (research/keep.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
 from mindsearch.email_address import mail_configured, verified_address
-from research import delivery, schedules, versions
+from research import delivery, keep, schedules, versions
 from research.forms import ScheduleForm
-from research.models import Report, Topic, TopicSchedule
+from research.models import Document, Report, Topic, TopicSchedule
 from research.presenters import topic_page_context
+from retrieval.uploads import UploadRejected
 
 
 def _topic(request: HttpRequest, topic_id: int) -> Topic:
@@ -110,3 +112,24 @@ def schedule_unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
         {"done": schedule is not None, "bad": schedule is None},
         status=status,
     )
+
+
+@require_POST
+def source_keep(request: HttpRequest, topic_id: int, document_id: int) -> HttpResponse:
+    """Add a page the report was written from to the user's documents (htmx: the button's place
+    says what happened; otherwise back to the page with a message)."""
+    topic = _topic(request, topic_id)
+    document = get_object_or_404(Document, topic=topic, pk=document_id)
+    try:
+        upload, created = keep.keep(request.user, document)
+    except UploadRejected as rejected:
+        message, status, upload = rejected.message, 400, None
+    else:
+        message = (
+            _("Added to your documents; it is being indexed.") if created else _("Already in your documents.")
+        )
+        status = 200
+    if request.headers.get("HX-Request"):
+        return render(request, "research/_kept.html", {"message": message, "upload": upload}, status=status)
+    (messages.success if status == 200 else messages.error)(request, message)
+    return redirect("topic_detail", topic_id=topic.pk)

@@ -71,6 +71,7 @@ ACCESS = {
     "topic_export": OWNED,
     "share_create": OWNED,
     "schedule_save": OWNED,
+    "source_keep": OWNED,
     "schedule_pause": OWNED,
     "schedule_delete": OWNED,
     "schedule_unsubscribe": PUBLIC,  # a signed link in an e-mail: it can only stop that schedule's e-mails
@@ -116,6 +117,7 @@ ACCESS = {
     "api:list_events": OWNED,
     "api:get_report": OWNED,
     "api:list_versions": OWNED,
+    "api:keep_source": OWNED,
     "api:get_report_markdown": OWNED,
     "api:get_topic_image": OWNED,
     "api:list_followups": OWNED,

@@ -101,7 +101,7 @@ def test_research_again_makes_a_version_and_the_page_lists_them(alice: User, ali
 
 def test_a_share_link_shows_the_newest_version_unless_pinned(alice: User) -> None:
     first = completed(alice, BEFORE, SOURCES_BEFORE)
-    loose, loose_token = ShareLink.issue(first)
+    _loose, loose_token = ShareLink.issue(first)
     pinned, pinned_token = ShareLink.issue(first)
     pinned.pinned = True
     pinned.save()
@@ -148,7 +148,10 @@ def test_the_api_lists_versions_and_carries_what_changed(alice: User, alice_clie
     topic = alice_client.get(f"/api/topics/{second.pk}").json()
     assert (topic["series"], topic["previous_version"]) == (first.pk, first.pk)
     listed = alice_client.get(f"/api/topics/{first.pk}/versions").json()
-    assert [(v["number"], v["id"], v["current"]) for v in listed] == [(1, first.pk, True), (2, second.pk, False)]
+    assert [(v["number"], v["id"], v["current"]) for v in listed] == [
+        (1, first.pk, True),
+        (2, second.pk, False),
+    ]
     report = alice_client.get(f"/api/topics/{second.pk}/report").json()
     assert report["changes"]["sources"]["added"][0]["url"] == "https://d.example/study"
     assert alice_client.get(f"/api/topics/{first.pk}/report").json()["changes"] is None
