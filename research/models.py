@@ -67,7 +67,7 @@ class Topic(models.Model):
         GENERAL = "general", _("General")
 
     class Route(models.TextChoices):
-        """What the route stage decided (research/pipeline/route.py); the run loop dispatches on it."""
+        """What the route stage decided (research/pipeline/stages/route.py); the run loop dispatches on it."""
 
         SEARCH = "search", _("Search")
         DIRECT = "direct", _("Direct answer")
@@ -93,11 +93,11 @@ class Topic(models.Model):
     period_end = models.DateField(null=True, blank=True)
     # Empty until routed; a branch that cannot answer stores the next one (documents → direct → search).
     route = models.CharField(max_length=10, choices=Route.choices, blank=True, default="")
-    # The per-year search (research/pipeline/years.py) has looked at the first search's hits.
+    # The per-year search (research/pipeline/stages/years.py) has looked at the first search's hits.
     years_checked = models.BooleanField(default=False)
-    # The picture was looked at (research/pipeline/vision.py): described, or said why not.
+    # The picture was looked at (research/pipeline/stages/vision.py): described, or said why not.
     vision_checked = models.BooleanField(default=False)
-    # The domain's live data was asked for (research/pipeline/domain.py): a document, or said why not.
+    # The domain's live data was asked for (research/pipeline/stages/domain.py): a document, or said why not.
     domain_data_checked = models.BooleanField(default=False)
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
     stage = models.CharField(max_length=30, blank=True, default="")
@@ -201,7 +201,7 @@ class Topic(models.Model):
 
 
 class TopicImage(models.Model):
-    """The picture a question was asked with (research/pipeline/vision.py), stored privately.
+    """The picture a question was asked with (research/pipeline/stages/vision.py), stored privately.
 
     Only re-encoded pixels are kept (`research/images.py`): no EXIF, GPS or other metadata of
     the upload survives. The vision model's description of it is saved here once it is made.
@@ -280,7 +280,8 @@ class RoundQuerySet(OwnedQuerySet):
 
 
 class Round(models.Model):
-    """One finished round of a deep topic and the information growth it measured (research/pipeline/deep.py).
+    """One finished round of a deep topic and the information growth it measured
+    (research/pipeline/stages/deep.py).
 
     Growth = relevant documents new in this round / relevant documents known before it; the
     topic stops searching when it falls under the threshold or at the last allowed round.
