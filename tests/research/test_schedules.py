@@ -173,7 +173,7 @@ def test_a_weekly_topic_reports_exactly_what_changed_and_mails_it_once(
 
     assert len(inbox.messages) == 1
     mail = inbox.messages[0]
-    assert mail["To"] == "alice@example.org" and "What changed" in mail["Subject"]
+    assert mail["To"] == "alice@example.org" and "Что изменилось" in mail["Subject"]  # the topic's language
     body = inbox.text(mail)
     assert "three times faster on long documents" in body and "pretraining" in body
     assert mail.get_body(preferencelist=("html",)) is not None
@@ -266,7 +266,7 @@ def test_a_failing_receiver_is_retried_then_given_up_with_one_notice(
     item.refresh_from_db()
     assert (item.status, item.attempts) == (Delivery.Status.GIVEN_UP, 3)
     assert "HTTP 500" in item.last_error
-    assert len(inbox.messages) == 1 and "needs attention" in inbox.messages[0]["Subject"]
+    assert len(inbox.messages) == 1 and "требует внимания" in inbox.messages[0]["Subject"]
     schedule.refresh_from_db()
     assert "given up after 3 tries" in schedule.last_error
 
