@@ -283,7 +283,7 @@ async def _read_first(ctx: RunContext, subquery: SubQuery, number: int) -> Docum
     if hit is None:
         return None
     try:
-        page = await read.read_page(hit.url, user=ctx.owner_id)
+        page = await read.read_page(hit.url, user=ctx.owner_id, fresh_since=ctx.topic.web_fresh_since)
     except (reader.ReadError, fetch.FetchError) as exc:
         await db(ctx.warn)(
             read.STAGE,

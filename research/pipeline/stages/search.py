@@ -252,7 +252,7 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
     # The default category adds nothing to the key, so earlier entries stay valid.
     key = cache.make_key(*parts, categories) if categories else cache.make_key(*parts)
     kept = MAX_RESULTS_PER_PAGE if ctx.llm_enabled else RESULTS_PER_QUERY
-    cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key)
+    cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key, newer_than=ctx.topic.web_fresh_since)
     if cached is not None:
         return {**cached, "results": cached["results"][:kept], "time_range": time_range}
     response = await websearch.search(
