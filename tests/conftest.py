@@ -12,6 +12,9 @@ from django.utils import translation
 
 from tests.support.world import World, loopback_world
 
+# The count of checks run, shown at the end of every run (tests/support/assertion_count.py).
+pytest_plugins = ("tests.support.assertion_count",)
+
 # The slow tier (`make test-e2e`): what starts real processes (daphne, qcluster, a model server)
 # or drives the browser. `make test` runs everything else, in parallel.
 E2E_FOLDERS = ("browser", "e2e_llm")

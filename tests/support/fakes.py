@@ -122,7 +122,12 @@ class FakeService:
         self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True  # a hanging answer must not hold up shutdown
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # shutdown() waits for the loop to look at its flag, once per poll interval: at the
+        # default 0.5 s every service of every test cost 0.25 s on average to stop (a fifth of
+        # a pipeline test's time); at 0.02 s it is 10 ms, for 50 idle wake-ups a second.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     @property
     def url(self) -> str:
