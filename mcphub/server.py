@@ -195,14 +195,36 @@ async def get_report(ctx: Context, topic_id: TopicId) -> dict[str, Any]:
     return await _run(ctx, _report, topic_id)
 
 
-def _approve(request: HttpRequest, topic_id: int) -> dict[str, Any]:
-    return _dump(research_api.TopicOut, research_api.approve_plan(request, topic_id))
+def _approve(request: HttpRequest, topic_id: int, version: str) -> dict[str, Any]:
+    return _dump(research_api.TopicOut, research_api.approve_plan(request, topic_id, version))
+
+
+def _plan(request: HttpRequest, topic_id: int) -> dict[str, Any]:
+    return _dump(research_api.PlanOut, research_api.get_plan(request, topic_id))
 
 
 @server.tool()
-async def approve_plan(ctx: Context, topic_id: TopicId) -> dict[str, Any]:
-    """Run a topic's plan as it is (a topic started without auto_approve waits for this)."""
-    return await _run(ctx, _approve, topic_id)
+async def get_plan(ctx: Context, topic_id: TopicId) -> dict[str, Any]:
+    """A topic's plan: its sub-queries in order, whether it still waits for approval, and its
+    version (pass it to approve_plan to approve exactly this plan)."""
+    return await _run(ctx, _plan, topic_id)
+
+
+@server.tool()
+async def approve_plan(
+    ctx: Context,
+    topic_id: TopicId,
+    version: Annotated[
+        str,
+        Field(
+            max_length=64,
+            description="The plan's version from get_plan: a plan changed since then is not approved.",
+        ),
+    ] = "",
+) -> dict[str, Any]:
+    """Run a topic's plan (a topic started without auto_approve waits for this). With `version`,
+    only the plan you were shown: one changed since is refused and nothing is approved."""
+    return await _run(ctx, _approve, topic_id, version)
 
 
 def _list(request: HttpRequest, query: str, status: str | None, limit: int, offset: int) -> dict[str, Any]:

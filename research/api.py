@@ -146,7 +146,20 @@ class PlanOut(Schema):
     topic_id: int
     status: TopicStatus
     editable: bool = Field(description="True while the plan waits for review.")
+    version: str = Field(
+        description="The plan's fingerprint: pass it when approving to approve this plan and no other."
+    )
     subqueries: list[SubQueryOut]
+
+
+PlanVersion = Annotated[
+    str,
+    Query(
+        "",
+        max_length=64,
+        description="The plan `version` you reviewed (GET …/plan): one changed since is refused (409).",
+    ),
+]
 
 
 class PlanItemIn(Schema):
@@ -446,6 +459,7 @@ def _plan(topic: Topic) -> dict[str, Any]:
         "topic_id": topic.pk,
         "status": topic.status,
         "editable": topic.status == Topic.Status.AWAITING_APPROVAL,
+        "version": topic.plan_version(),
         "subqueries": list(topic.subqueries.order_by("round", "position", "id")),
     }
 
@@ -478,11 +492,12 @@ def edit_plan(request: HttpRequest, topic_id: int, payload: PlanIn) -> dict[str,
 
 
 @router.post("/topics/{topic_id}/plan/approve", response={200: TopicOut, **errors(404, 409)}, tags=["plan"])
-def approve_plan(request: HttpRequest, topic_id: int) -> Topic:
-    """Run exactly the reviewed plan."""
+def approve_plan(request: HttpRequest, topic_id: int, version: PlanVersion = "") -> Topic:
+    """Run exactly the reviewed plan. With `version` (from the plan's GET), a plan changed
+    since then is refused (409) and nothing is approved."""
     topic = _topic(request, topic_id)
     try:
-        workflow.approve_plan(topic)
+        workflow.approve_plan(topic, workflow.ShownPlan(version=version or None))
     except workflow.Refused as refused:
         raise HttpError(409, refused.message) from None
     return topic

@@ -6,6 +6,7 @@ reads the rows of the one before and writes its own, so a re-queued run resumes 
 
 from __future__ import annotations
 
+import hashlib
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -174,6 +175,14 @@ class Topic(models.Model):
         self.error = error
         self.finished_at = timezone.now()
         self.save(update_fields=["status", "error", "finished_at", "updated_at"])
+
+    def plan_version(self) -> str:
+        """A short fingerprint of the plan as stored (its sub-queries' ids, order and texts): a page,
+        a script or the console sends back the one it was shown, to approve that plan and no other."""
+        digest = hashlib.sha256()
+        for pk, text in self.subqueries.order_by("round", "position", "id").values_list("pk", "text"):
+            digest.update(f"{pk}\x1f{text}\x1e".encode())
+        return digest.hexdigest()[:16]
 
     def set_status(self, status: str, **fields: Any) -> None:
         self.status = status

@@ -291,23 +291,21 @@ def _refused_as_404(step: Callable[..., object], *args: Any, **kwargs: Any) -> N
 
 @require_POST
 def plan_approve(request: HtmxHttpRequest, topic_id: int) -> HttpResponse:
-    """Approve exactly what the page shows: typed edits and a typed, not yet added sub-query too."""
+    """Approve exactly what the page shows — typed edits and a typed, not yet added sub-query
+    too — in one workflow step; a plan changed elsewhere since the page showed it is refused."""
     topic = _reviewable(request, topic_id)
-    if (failed := _with_typed_saved(request, topic)) is not None:
-        return failed
-    if request.POST.get("text", "").strip():
-        form = SubQueryForm(request.POST)
-        try:
-            if form.is_valid():
-                workflow.add_subquery(topic, form.cleaned_data["text"])
-        except workflow.Refused as refused:  # the plan is full, or was approved in another tab
-            form.add_error("text", refused.message)
-        if form.errors:
-            return _plan_response(request, topic, form=form)
+    typed = _typed_plan(request, topic)
+    form = SubQueryForm(request.POST) if request.POST.get("text", "").strip() else None
+    if any(sq.errors for sq in typed) or (form is not None and not form.is_valid()):
+        return _plan_response(request, topic, typed=typed, form=form)
+    items: list[tuple[int | None, str]] = [(sq.pk, sq.text) for sq in typed]
+    if form is not None:
+        items.append((None, form.cleaned_data["text"]))
+    shown = workflow.ShownPlan(version=request.POST.get("plan_version") or None, items=items)
     try:
-        workflow.approve_plan(topic)
-    except workflow.Refused as refused:  # an empty plan, or too many topics running
-        return _plan_response(request, topic, error=refused.message, keep_new=False)
+        workflow.approve_plan(topic, shown)
+    except workflow.Refused as refused:  # changed or approved elsewhere, empty, too big, too many running
+        return _plan_response(request, topic, error=refused.message)
     return redirect("topic_detail", topic_id=topic.pk)
 
 

@@ -15,6 +15,8 @@ topics planning, awaiting approval, queued or running at a time (`OverLimit`, a 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
@@ -48,6 +50,10 @@ class BadQuestion(Refused):
 
 class OverLimit(Refused):
     """A fair-use limit: too many sub-queries in a plan, or too many topics running at once."""
+
+
+class PlanChanged(Refused):
+    """The plan was changed elsewhere (another tab, a script) after the user was shown it."""
 
 
 # --- Fair-use limits ---------------------------------------------------------------------------
@@ -202,23 +208,27 @@ def replace_plan(topic: Topic, items: list[tuple[int | None, str]]) -> None:
 
     Sub-queries left out are deleted; one whose text changed becomes the user's own.
     """
-    check_plan_size(len(items))
     with transaction.atomic():
-        _lock_reviewable(topic)
-        existing = {subquery.pk: subquery for subquery in topic.subqueries.all()}
-        ids = [pk for pk, _text in items if pk is not None]
-        for pk in ids:
-            if pk not in existing:
-                raise NotInPlan(_("Sub-query %(id)s is not part of this plan.") % {"id": pk})
-        if len(ids) != len(set(ids)):
-            raise Refused(_("A sub-query appears twice in the plan."))
-        topic.subqueries.exclude(pk__in=ids).delete()
-        for position, (item_id, text) in enumerate(items):
-            if item_id is None:
-                origin = SubQuery.Origin.USER
-                SubQuery.objects.create(topic=topic, text=text, position=position, origin=origin)
-            else:
-                _save_subquery(existing[item_id], text, position)
+        _replace_locked(_lock_reviewable(topic), items)
+
+
+def _replace_locked(topic: Topic, items: list[tuple[int | None, str]]) -> None:
+    """`replace_plan` within a transaction that holds the topic's row lock."""
+    check_plan_size(len(items))
+    existing = {subquery.pk: subquery for subquery in topic.subqueries.all()}
+    ids = [pk for pk, _text in items if pk is not None]
+    for pk in ids:
+        if pk not in existing:
+            raise NotInPlan(_("Sub-query %(id)s is not part of this plan.") % {"id": pk})
+    if len(ids) != len(set(ids)):
+        raise Refused(_("A sub-query appears twice in the plan."))
+    topic.subqueries.exclude(pk__in=ids).delete()
+    for position, (item_id, text) in enumerate(items):
+        if item_id is None:
+            origin = SubQuery.Origin.USER
+            SubQuery.objects.create(topic=topic, text=text, position=position, origin=origin)
+        else:
+            _save_subquery(existing[item_id], text, position)
 
 
 def _save_subquery(subquery: SubQuery, text: str, position: int) -> None:
@@ -230,11 +240,36 @@ def _save_subquery(subquery: SubQuery, text: str, position: int) -> None:
     subquery.save(update_fields=["text", "origin", "position"])
 
 
-def approve_plan(topic: Topic, *, queue: bool = True) -> None:
-    """Queue the reviewed plan for a worker. The console, which runs the topic in its own
-    process, approves with `queue=False`: the same checks and refusals, no task."""
+@dataclass(frozen=True)
+class ShownPlan:
+    """The plan as the user leaves it when approving: `version` is `Topic.plan_version()` of the plan
+    they were shown (None: approve whatever is stored), `items` the plan they approve —
+    (id, text) for a shown sub-query, (None, text) for a new one, in order; None keeps the
+    stored plan as it is."""
+
+    version: str | None = None
+    items: list[tuple[int | None, str]] | None = None
+
+
+def approve_plan(topic: Topic, shown: ShownPlan | None = None, *, queue: bool = True) -> None:
+    """Approve exactly the plan the user was shown, with their edits, and queue it for a worker
+    — in one transaction under the topic's row lock, so either all of it happens or nothing.
+
+    A plan changed elsewhere since it was shown is refused (`PlanChanged`) and nothing is saved.
+    The console, which runs the topic in its own process, approves with `queue=False`: the same
+    checks and refusals, no task."""
+    shown = shown or ShownPlan()
     with transaction.atomic():
         locked = _lock_reviewable(topic)
+        if shown.version is not None and shown.version != locked.plan_version():
+            raise PlanChanged(
+                _(
+                    "The plan was changed elsewhere (another tab or a script) after it was shown "
+                    "here, so nothing was approved. Check the plan as it is now and approve it again."
+                )
+            )
+        if shown.items is not None:
+            _replace_locked(locked, shown.items)
         if not locked.subqueries.exists():
             raise Refused(_("Add at least one sub-query before approving the plan."))
         check_plan_size(planned_count(locked))

@@ -29,6 +29,7 @@ TOOLS = {
     "start_research",
     "get_topic_status",
     "get_report",
+    "get_plan",
     "approve_plan",
     "list_topics",
     "search_my_documents",

@@ -88,8 +88,7 @@ class Command(BaseCommand):
                 return
             if topic.status != Topic.Status.AWAITING_APPROVAL:
                 raise CommandError(topic.error or f"Planning ended with status {topic.status}")
-            self._review(topic)
-            self._approve(topic)
+            self._approve(topic, self._review(topic))
         status = run_topic(topic.pk, listeners)
         self.stdout.write("")
         topic.refresh_from_db()
@@ -123,13 +122,15 @@ class Command(BaseCommand):
             raise CommandError("No superuser exists: pass --user NAME or run `manage.py createsuperuser`.")
         return owner
 
-    def _review(self, topic: Topic) -> None:
-        """Show the plan; the user keeps it, edits a line, deletes one or adds one."""
+    def _review(self, topic: Topic) -> str:
+        """Show the plan; the user keeps it, edits a line, deletes one or adds one. The version
+        of the plan last shown, which is the one approved."""
         if not sys.stdin.isatty():
             raise CommandError(
                 "The plan needs review: run in a terminal, or pass --yes to approve it as planned."
             )
         while True:
+            version = topic.plan_version()  # taken first: a change while listing is refused later
             subqueries = list(topic.subqueries.order_by("position"))
             self.stdout.write("\nPlanned sub-queries:")
             for i, subquery in enumerate(subqueries, 1):
@@ -137,16 +138,17 @@ class Command(BaseCommand):
             choice = input("[Enter] approve · e N edit · d N delete · a add: ").strip()
             if not choice:
                 if subqueries:
-                    return
+                    return version
                 self.stderr.write("Add at least one sub-query.")
                 continue
             self._apply(topic, subqueries, choice)
 
-    def _approve(self, topic: Topic) -> None:
-        """Approve the reviewed plan as the page does — under the row lock, within the plan's size
-        and the owner's active topics — to run it here rather than in a worker."""
+    def _approve(self, topic: Topic, version: str) -> None:
+        """Approve the plan last shown as the page does — in one workflow step, under the row lock,
+        within the plan's size and the owner's active topics — to run it here rather than in a
+        worker. A plan changed elsewhere since it was shown is refused."""
         try:
-            workflow.approve_plan(topic, queue=False)
+            workflow.approve_plan(topic, workflow.ShownPlan(version=version), queue=False)
         except workflow.Refused as refused:
             raise CommandError(f"The plan of topic #{topic.pk} was not approved: {refused.message}") from None
 
