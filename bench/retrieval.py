@@ -369,6 +369,7 @@ class Case:
     vector: list[float]
     similarity: dict[int, float | None]  # raw cosine; the floor judges it against the background
     shared: set[int]  # the chunks sharing a word with the question
+    lexical: set[int]  # the chunks holding most of its words (search.lexical_matches)
 
 
 def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str, str]) -> dict[str, Any]:
@@ -387,7 +388,14 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
         """The product's rule (search.above_floor) with these floors: relevance, then passage."""
         case = cases[query_id]
         return search.above_floor(
-            ranked, case.similarity, languages, case.language, case.vector, case.shared, floors
+            ranked,
+            case.similarity,
+            languages,
+            case.language,
+            case.vector,
+            case.shared,
+            floors,
+            lexical=case.lexical,
         )
 
     def fused(fusion: Callable[[str, Ranked, Ranked], Ranked], questions: Iterable[str] = queries) -> Run:
@@ -483,6 +491,7 @@ def asked(owner: Any, texts: dict[str, str], ids: list[int], matrix: np.ndarray)
             vector=vector,
             similarity=dict(zip(ids, cosine.tolist(), strict=True)),
             shared=search.sharing_a_word(owner.pk, text),
+            lexical=search.lexical_matches(owner.pk, text),
         )
     return cases
 
