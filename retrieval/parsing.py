@@ -80,6 +80,8 @@ class ParsedDocument:
     # (page number, start char, end char) for formats with pages (PDF); empty otherwise.
     pages: list[tuple[int, int, int]] = field(default_factory=list)
     title: str = ""
+    # Pages (1-based) whose text could not be read, left out of the text (PDF only).
+    unreadable_pages: list[int] = field(default_factory=list)
 
 
 def parse(
@@ -102,7 +104,7 @@ def parse(
         answer = _pdf_answer(answer["texts"], dict(zip(pages, ocr_answer["texts"], strict=True)), answer)
     pages_list = [tuple(page) for page in answer["pages"]]
     title = answer["title"] or _title_from_name(filename)
-    return ParsedDocument(answer["text"], pages_list, title)  # type: ignore[arg-type]
+    return ParsedDocument(answer["text"], pages_list, title, answer.get("unreadable_pages", []))  # type: ignore[arg-type]
 
 
 def ocr_timeout(pages: int) -> float:
@@ -203,7 +205,8 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
     """Parse in this process (no timeout here; OCR, if a PDF needs it, is done right away)."""
     if kind == "pdf":
         answer = _read_pdf(data, ocr=True)
-        return ParsedDocument(answer["text"], [tuple(page) for page in answer["pages"]], answer["title"])  # type: ignore[misc]
+        pages = [tuple(page) for page in answer["pages"]]
+        return ParsedDocument(answer["text"], pages, answer["title"], answer["unreadable_pages"])  # type: ignore[arg-type]
     parsers = {"docx": _parse_docx, "rtf": _parse_rtf, "text": _parse_text, "markdown": _parse_markdown}
     parsed = parsers[kind](data)
     if not parsed.text.strip():
@@ -257,7 +260,11 @@ def _ocr(data: bytes, indices: list[int]) -> dict[int, str]:
 
 
 def _pdf_answer(texts: list[str], ocr_texts: dict[int, str], answer: dict[str, Any]) -> dict[str, Any]:
-    """Join the pages, OCR's text in place of the pages it read; refuse garbage or nothing."""
+    """Join the pages, OCR's text in place of the pages it read; refuse garbage or nothing.
+
+    A page whose OCR is still not text (handwriting, noise) is left out and named in
+    "unreadable_pages"; without OCR, a file with more than a few unreadable pages is refused
+    (installing OCR would read them)."""
     from retrieval.readers import quality
 
     unreadable = {int(index): reason for index, reason in answer["unreadable"].items()}
@@ -267,10 +274,17 @@ def _pdf_answer(texts: list[str], ocr_texts: dict[int, str], answer: dict[str, A
         if verdict.ok and text.strip():
             texts[index] = text
             unreadable.pop(index, None)
+        elif not verdict.ok:
+            texts[index] = ""
+            unreadable[index] = verdict.reason
     readable = sum(1 for text in texts if text.strip())
     hint = "" if answer["ocr_available"] or not answer["scanned"] else f"; {OCR_HINT}"
     if unreadable and (
-        not readable or len(unreadable) / (len(unreadable) + readable) > pdf_unreadable_share()
+        not readable
+        or (
+            not answer["ocr_available"]
+            and len(unreadable) / (len(unreadable) + readable) > pdf_unreadable_share()
+        )
     ):
         reason = next(iter(unreadable.values()))
         pages_word = "page" if len(unreadable) == 1 else "pages"
@@ -284,13 +298,23 @@ def _pdf_answer(texts: list[str], ocr_texts: dict[int, str], answer: dict[str, A
         )
     text, pages = _join_pages(texts)
     title = answer["title"] or _first_line(text)
-    return {"text": text, "pages": pages, "title": title}
+    return {
+        "text": text,
+        "pages": pages,
+        "title": title,
+        "unreadable_pages": [i + 1 for i in sorted(unreadable)],
+    }
 
 
 def pdf_unreadable_share() -> float:
     from retrieval.readers import pdf
 
     return pdf.MAX_UNREADABLE_SHARE
+
+
+def page_ranges(numbers: list[int]) -> str:
+    """1-based page numbers as ranges: "3, 5–9"."""
+    return _page_ranges([number - 1 for number in numbers])
 
 
 def _page_ranges(indices: list[int]) -> str:

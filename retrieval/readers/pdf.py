@@ -7,6 +7,11 @@ cannot open, is read again by pdfium (pypdfium2), which reads many files other r
 damaged. A page that is still empty or garbage while it holds an image is a scan: OCR reads it
 (`ocr_pages`, run separately by the parent with a time budget of its own) when tesseract is
 installed; otherwise the file is refused with a message that says how to add it.
+
+OCR text that is not words (`quality.judge`: a page scanned sideways or upside down reads as
+noise such as "ЯП ММТ 67686С#") has the page's orientation and script found by tesseract's OSD
+(`--psm 0`, the osd traineddata); the page is turned upright and read again in the languages of
+its script. A page still judged noise is reported as unreadable, never indexed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from retrieval.readers import pdfstreams, quality
 from retrieval.readers.text import join_hyphenated, normalise
@@ -51,6 +57,10 @@ PDFMINER_SECONDS = 30.0
 # OCR: 300 dpi is what tesseract is trained on.
 OCR_SCALE = 300 / 72
 OCR_LANGUAGES = "rus+eng"
+# The languages to read a page in once OSD has named its script; others get OCR_LANGUAGES.
+SCRIPT_LANGUAGES = {"Cyrillic": "rus+eng", "Latin": "eng+rus"}
+OSD_ROTATE = re.compile(r"^Rotate:\s*(\d+)", re.MULTILINE)
+OSD_SCRIPT = re.compile(r"^Script:\s*(\w+)", re.MULTILINE)
 OCR_MAX_PIXELS = 40_000_000
 TESSERACT = os.environ.get("MINDSEARCH_TESSERACT", "tesseract")
 # Pages with at most this share unreadable (no OCR to fix them) are left out, not the file.
@@ -141,6 +151,17 @@ def ocr_available() -> bool:
     return {"rus", "eng"} <= languages
 
 
+def osd_available() -> bool:
+    """Whether tesseract has its orientation and script data (Debian: tesseract-ocr-osd)."""
+    try:
+        listed = subprocess.run(
+            [TESSERACT, "--list-langs"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "osd" in listed.stdout.split()
+
+
 def ocr_pages(data: bytes, indices: list[int]) -> Iterator[str]:
     """The OCR text of each page in `indices`, in order (pages rendered by pdfium)."""
     import pypdfium2
@@ -153,17 +174,55 @@ def ocr_pages(data: bytes, indices: list[int]) -> Iterator[str]:
             # 300 dpi, but never a bitmap larger than OCR_MAX_PIXELS (a poster-sized page).
             scale = min(OCR_SCALE, (OCR_MAX_PIXELS / max(1.0, width * height)) ** 0.5)
             image = page.render(scale=scale, grayscale=True).to_pil()
-            buffer = io.BytesIO()
-            image.save(buffer, format="PNG")
             page.close()
-            yield _clean(_tesseract(buffer.getvalue()))
+            yield read_image(image)
     finally:
         document.close()
 
 
-def _tesseract(png: bytes) -> str:
+def read_image(image: Any) -> str:
+    """OCR of one page image (a PIL image); turned upright first when it reads as noise."""
+    text = _clean(_tesseract(_png(image)))
+    if quality.judge(text).ok and quality.words_known(text).letters >= quality.MIN_WORD_LETTERS:
+        return text
+    rotate, script = _orientation(image)
+    languages = SCRIPT_LANGUAGES.get(script, OCR_LANGUAGES)
+    if rotate == 0 and languages == OCR_LANGUAGES:
+        return text
+    upright = image.rotate(-rotate, expand=True, fillcolor=255) if rotate else image
+    again = _clean(_tesseract(_png(upright), languages))
+    if quality.judge(again).ok and (not quality.judge(text).ok or len(again) >= len(text)):
+        return again
+    return text
+
+
+def _orientation(image: Any) -> tuple[int, str]:
+    """(degrees to turn the page clockwise to make it upright, script name) by tesseract's OSD;
+    (0, "") when it cannot tell (too little text, no osd data)."""
     completed = subprocess.run(
-        [TESSERACT, "stdin", "stdout", "-l", OCR_LANGUAGES],
+        [TESSERACT, "stdin", "stdout", "--psm", "0"],
+        input=_png(image),
+        capture_output=True,
+        check=False,
+        env={**os.environ, "OMP_THREAD_LIMIT": "1"},
+    )
+    report = completed.stdout.decode("utf-8", errors="replace")
+    rotate = OSD_ROTATE.search(report)
+    script = OSD_SCRIPT.search(report)
+    if completed.returncode != 0 or rotate is None:
+        return 0, ""
+    return int(rotate.group(1)) % 360, script.group(1) if script else ""
+
+
+def _png(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _tesseract(png: bytes, languages: str = OCR_LANGUAGES) -> str:
+    completed = subprocess.run(
+        [TESSERACT, "stdin", "stdout", "-l", languages],
         input=png,
         capture_output=True,
         check=False,
