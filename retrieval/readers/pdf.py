@@ -20,11 +20,14 @@ import io
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,10 @@ from retrieval.readers.text import join_hyphenated, normalise
 MARGIN_SHARE = 0.08
 # Longer than this, a block is text, however often it repeats.
 RUNNING_MAX_CHARS = 200
+# A repeated margin block of this many words is a sentence (a disclaimer, a notice on every page),
+# not a running title: it is kept the first time and dropped after.
+SENTENCE_WORDS = 8
+LETTER_WORD = re.compile(r"[^\W\d_]+")
 # A margin line seen (digits aside) on at least this share of the pages is a running header.
 REPEATED_SHARE = 0.5
 # A block this much larger than the body text, and short, is a heading.
@@ -52,8 +59,20 @@ UNMAPPED_GLYPH = re.compile(r"\(cid:\d+\)")
 CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
 CJK_GAP = re.compile(f"(?<=[{CJK}]) (?=[{CJK}])")
 BLOCK_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n\n(?=([^\W\d_]))")
+# pdfminer's layout analysis beyond its defaults: justified lines, whose word gaps grow past the
+# default char_margin (2.0), came apart into one- and two-word blocks (bench/layout.py: a justified
+# Russian text 32 such blocks of 118 and 83 % of sentences whole by default, none and 99.5 % at 4.0;
+# a two-column paper whole either way).
+LAPARAMS: dict[str, float] = {"char_margin": 4.0}
 # pdfminer's share of the parse timeout (60 s); pages after it are read by pdfium.
 PDFMINER_SECONDS = 30.0
+# pdfminer's time for one page, enforced inside the page (a one-page newspaper took it 21 s of
+# CPU, pdfium 0.08 s): a page past it, and the pages after it, are read by pdfium.
+PDFMINER_PAGE_SECONDS = 8.0
+# pdfium's reading replaces pdfminer's when pdfminer found far fewer letters (a body in a CID
+# font it cannot map, text it lost): fewer than this share of pdfium's, and this many fewer.
+LOST_BODY_SHARE = 0.5
+LOST_BODY_LETTERS = 40
 # OCR: 300 dpi is what tesseract is trained on.
 OCR_SCALE = 300 / 72
 OCR_LANGUAGES = "rus+eng"
@@ -109,18 +128,16 @@ def read(data: bytes) -> PdfText:
     pdfminer inflates streams under caps (`pdfstreams`): a stream past them refuses the whole
     file with `pdfstreams.StreamTooLarge`, before pdfium, which has no cap of its own, sees it."""
     pdfstreams.start()
-    pages, title, first_error, complete = _pdfminer_pages(data)
+    pages, title, first_error, _complete = _pdfminer_pages(data)
     pdfstreams.check()
     for page in pages:
         page.verdict = quality.judge(page.text)
-    if not complete or any(not page.verdict.ok or not page.text.strip() for page in pages):
-        pdfium_pages, pdfium_error = _pdfium_pages(data)
-        if not pages and pdfium_pages is None:
-            password = any(
-                word in f"{first_error} {pdfium_error}".lower() for word in ("password", "encrypt")
-            )
-            raise PdfUnreadable(first_error or pdfium_error or "no pages", password=password)
-        pages = _second_reading(pages, pdfium_pages or [])
+    # pdfium reads every file too: it is fast, and it catches pages pdfminer lost or had no time for.
+    pdfium_pages, pdfium_error = _pdfium_pages(data)
+    if not pages and pdfium_pages is None:
+        password = any(word in f"{first_error} {pdfium_error}".lower() for word in ("password", "encrypt"))
+        raise PdfUnreadable(first_error or pdfium_error or "no pages", password=password)
+    pages = _second_reading(pages, pdfium_pages or [])
     _mark_headings(pages)
     _drop_running_lines(pages)
     texts: list[str] = []
@@ -245,8 +262,17 @@ def _pdfminer_pages(data: bytes) -> tuple[list[Page], str, str, bool]:
     pages: list[Page] = []
     deadline = time.monotonic() + PDFMINER_SECONDS
     try:
-        for layout in extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True)):
-            if time.monotonic() > deadline:
+        layouts = extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True, **LAPARAMS))
+        while True:
+            budget = min(PDFMINER_PAGE_SECONDS, deadline - time.monotonic())
+            if budget <= 0:
+                return pages, _pdfminer_title(data), "", False
+            try:
+                with _time_limit(budget):
+                    layout = next(layouts)
+            except StopIteration:
+                break
+            except _OutOfTime:
                 return pages, _pdfminer_title(data), "", False
             height = layout.height or 1.0
             page = Page()
@@ -265,6 +291,30 @@ def _pdfminer_pages(data: bytes) -> tuple[list[Page], str, str, bool]:
     except Exception as error:  # pdfminer raises many kinds on a damaged file
         return [], "", _describe(error), False
     return pages, _pdfminer_title(data), "", True
+
+
+class _OutOfTime(BaseException):
+    """pdfminer's time for a page ran out (a BaseException: pdfminer catches Exception inside)."""
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Interrupt the block after `seconds` (SIGALRM; in the main thread only, as the parser's
+    child process runs it; elsewhere pages are checked between them only)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def out_of_time(_signal: int, _frame: object) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _font_size(box: object) -> float:
@@ -347,11 +397,21 @@ def _second_reading(pages: list[Page], second: list[Page]) -> list[Page]:
     for index, page in enumerate(pages[: len(second)]):
         other = second[index]
         page.has_images = page.has_images or other.has_images
-        if page.verdict.ok and page.text.strip():
+        if page.verdict.ok and page.text.strip() and not _lost_body(page, other):
             continue
         if other.verdict.ok and (other.text.strip() or not page.verdict.ok):
             pages[index] = Page(other.blocks, page.has_images, other.verdict)
     return pages
+
+
+def _lost_body(first: Page, second: Page) -> bool:
+    """Whether the first reading lost most of the page's letters that the second found."""
+    mine, theirs = _letters(first.text), _letters(second.text)
+    return mine < LOST_BODY_SHARE * theirs and theirs - mine >= LOST_BODY_LETTERS
+
+
+def _letters(text: str) -> int:
+    return sum(1 for char in text if char.isalpha())
 
 
 # --- Headings, running headers, page numbers ----------------------------------------------------
@@ -388,18 +448,24 @@ def _drop_running_lines(pages: list[Page]) -> None:
         seen.update({_running_key(block.text) for block in page.blocks if block.edge and block.text.strip()})
     pages_with_text = sum(1 for page in pages if page.text.strip())
     threshold = max(2, REPEATED_SHARE * pages_with_text)
+    kept: set[str] = set()
     for page in pages:
-        page.blocks = [
-            block
-            for block in page.blocks
-            if not (
+        blocks = []
+        for block in page.blocks:
+            key = _running_key(block.text)
+            running = (
                 block.edge
                 and len(block.text) <= RUNNING_MAX_CHARS
                 and not block.text.startswith("## ")
                 and block.text.strip()
-                and (seen[_running_key(block.text)] >= threshold or PAGE_NUMBER.match(block.text.strip()))
+                and (seen[key] >= threshold or PAGE_NUMBER.match(block.text.strip()))
             )
-        ]
+            if running and len(LETTER_WORD.findall(block.text)) >= SENTENCE_WORDS and key not in kept:
+                kept.add(key)  # a notice or disclaimer on every page: text, kept once
+                running = False
+            if not running:
+                blocks.append(block)
+        page.blocks = blocks
 
 
 def _running_key(text: str) -> str:
