@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import argument_parser, print_report, setup_django
 
-# The stand-ins' dialects, by the name the README uses (tests/support/fakes.py).
+# The stand-ins' dialects, by the name docs/BENCHMARKS.md uses (tests/support/fakes.py).
 STAND_INS = {
     "openai-reasoning": "OPENAI_REASONING",
     "think-tags": "OLLAMA_THINK",

@@ -17,7 +17,7 @@ The loopback reranker scores each (query, passage) pair with e5 embeddings, in t
   scored by the part of the passage closest to the query, which a whole-passage vector blurs.
 
 Neither is a cross-encoder: a bi-encoder reranking its own retrieval cannot show what a real
-reranker (Qwen3-Reranker, bge-reranker, Jina's or Cohere's) would do; see the README.
+reranker (Qwen3-Reranker, bge-reranker, Jina's or Cohere's) would do; see docs/BENCHMARKS.md.
 
     nice -n 10 .venv/bin/python bench/rerank.py [--reuse] [--queries-subset N]
         [--scifact | --scifact-only] [--scifact-docs N]

@@ -2,7 +2,7 @@
 every search query of the topic; the results are saved as web hits (research/pipeline/web_search.py
 passes its own `_save_hit`), then scored, read and cited like SearXNG's.
 
-The contract a tool must meet (README, "MCP"):
+The contract a tool must meet (docs/API.md, "MCP"):
 
 - input: an object with a `query` string property, and no other required property; MindSearch
   sends `{"query": "<search query>"}`;

@@ -2,7 +2,7 @@
 
 channels-postgres starts a listener from every receive() that arrives before the first listener
 is up, and each of them then handles every notification. Two hundred sockets opening on a freshly
-started daphne (`bench/web.py --layer postgres --no-warm-up`, README "bench/web.py") made 10, 22
+started daphne (`bench/web.py --layer postgres --no-warm-up`, docs/BENCHMARKS.md "bench/web.py") made 10, 22
 and 36 LISTEN connections in three runs without this class, and daphne used 3.7 s of CPU
 instead of 1.9 s (medians) for delivery p50 / p95 of 96 / 238 ms instead of 55 / 195 ms. The run
 that found the problem saw sixty, and delivery took seconds.

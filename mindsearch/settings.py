@@ -294,7 +294,7 @@ LIMIT_SEARXNG_RPM = env_float(env_name("LIMIT_SEARXNG_RPM", "LIMIT_SEARCHXNG_RPM
 LIMIT_JINA_RPS = env_float("LIMIT_JINA_RPS", 5)
 LIMIT_AITUNNEL_RPS = env_float("LIMIT_AITUNNEL_RPS", 2)
 # An optional reranker (Jina/Cohere-style POST /rerank): reorders web hits before LLM scoring and
-# private passages before fusion; any failure keeps the original order (README, "Reranker").
+# private passages before fusion; any failure keeps the original order (docs/RESEARCH.md, "Reranker").
 RERANK_URL = env_str("RERANK_URL")
 RERANK_MODEL = env_str("RERANK_MODEL")
 RERANK_API_KEY = env_str("RERANK_API_KEY")

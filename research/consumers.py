@@ -83,7 +83,7 @@ class TopicProgressConsumer(AsyncWebsocketConsumer):
         run events (one per event per socket) that is a trip to the shared database thread each,
         and they need none: `TopicWatchers` reads the database once for all sockets (and
         database_sync_to_async closes stale connections around each of its reads). Without this,
-        200 sockets make 200 trips per event. `bench/web.py --layer postgres` (README
+        200 sockets make 200 trips per event. `bench/web.py --layer postgres` (docs/BENCHMARKS.md
         "bench/web.py", 7 runs each way) gave delivery p95 237 ms instead of 108 ms and 2.4 s of
         daphne CPU instead of 2.0 s. tests/research/test_channel_overrides.py fails when
         Channels stops making the trips."""

@@ -6,7 +6,7 @@ per event: each process keeps, per watched topic, the recent events (their lines
 per language) and the latest panels, computed by whichever consumer asks first while the others
 wait for that result. Without it (each socket reading and rendering for itself), 200 sockets
 watching 30 events had delivery p50 / p95 of 1.8 / 2.8 s instead of 92 / 408 ms, and daphne
-used 4.8 s of CPU instead of 1.95 s (`bench/web.py --layer postgres`, README "bench/web.py").
+used 4.8 s of CPU instead of 1.95 s (`bench/web.py --layer postgres`, docs/BENCHMARKS.md "bench/web.py").
 """
 
 from __future__ import annotations

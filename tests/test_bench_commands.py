@@ -1,6 +1,6 @@
 """The commands the documentation shows still start: every benchmark answers --help, and each
-`bench/X.py`, `manage.py X` and `make X` that README.md, CONTRIBUTING.md and
-docs/ARCHITECTURE.md name exists with the flags they give it.
+`bench/X.py`, `manage.py X` and `make X` that README.md, CONTRIBUTING.md, RELIABILITY.md and every
+docs/*.md name exists with the flags they give it.
 
 A benchmark that no longer imports (bench/binary.py after a name it used left bench/retrieval.py;
 bench/images.py after research.images came to import models) fails here, in seconds, instead of
@@ -19,13 +19,28 @@ import pytest
 from django.core.management import get_commands, load_command_class
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "CONTRIBUTING.md", "docs/ARCHITECTURE.md")
+# The README, the other top-level guides and every page of docs/ (a page added there is read too).
+DOCUMENTS = (
+    "README.md",
+    "CONTRIBUTING.md",
+    "RELIABILITY.md",
+    *(f"docs/{path.name}" for path in sorted((ROOT / "docs").glob("*.md"))),
+)
 BENCHMARKS = sorted(
     path.name for path in (ROOT / "bench").glob("*.py") if path.stem not in {"__init__", "common"}
 )
 # A command runs from its name to the end of its code span, comment or line.
 DOCUMENTED = re.compile(r"(bench/[a-z_]+\.py|manage\.py [a-z_]+|\bmake [a-z][a-z0-9-]*)([^`#\n)]*)")
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+SPAN = re.compile(r"`([^`]+)`")
+
+
+def code_of(text: str) -> str:
+    """The fenced blocks and inline code spans of a Markdown text, one per line: "make" is also an
+    English word ("built to make a pattern backtrack"), so `make X` is read from code only."""
+    blocks = FENCED.findall(text)
+    return "\n".join(blocks + SPAN.findall(FENCED.sub("", text)))
 
 
 @cache
@@ -33,7 +48,10 @@ def documented() -> dict[str, set[str]]:
     """Each documented command (`bench/X.py`, `manage.py X`, `make X`) with the flags shown for it."""
     commands: dict[str, set[str]] = {}
     for name in DOCUMENTS:
-        for command, rest in DOCUMENTED.findall((ROOT / name).read_text(encoding="utf-8")):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        found = [found for found in DOCUMENTED.findall(text) if not found[0].startswith("make ")]
+        found += [found for found in DOCUMENTED.findall(code_of(text)) if found[0].startswith("make ")]
+        for command, rest in found:
             commands.setdefault(command, set()).update(FLAG.findall(rest))
     return commands
 
@@ -64,6 +82,8 @@ def test_the_documents_name_commands() -> None:
     commands = documented()
     assert "bench/binary.py" in commands and "bench/images.py" in commands
     assert "manage.py serve" in commands and "make run" in commands
+    # The pages the README sends its readers to are among those read.
+    assert {"docs/BENCHMARKS.md", "docs/OPERATIONS.md", "docs/API.md", "docs/DOCUMENTS.md"} <= set(DOCUMENTS)
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)

@@ -12,7 +12,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The settings web and worker must both receive (README, "Scale out with docker-compose").
+# The settings web and worker must both receive (docs/OPERATIONS.md, "Scale out with docker-compose").
 APP_SETTINGS = {
     "AITUNNEL_API_KEY",
     "AITUNNEL_MODEL",

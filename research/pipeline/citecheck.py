@@ -52,7 +52,7 @@ SUPPORTED, WEAK, UNSUPPORTED = "supported", "weak", "unsupported"
 LOCAL, LEXICAL, LLM = "local", "lexical", "llm"
 
 # Chosen on SciFact's tune half (bench/citecheck.py; with embeddings from a 25-claims-per-kind
-# run, the words-only ones from 150 per kind); see the module docstring and the README.
+# run, the words-only ones from 150 per kind); see the module docstring and docs/BENCHMARKS.md.
 LEXICAL_WEIGHT = 0.7
 SUPPORTED_SCORE = 0.86
 UNSUPPORTED_SCORE = 0.56

@@ -1,4 +1,4 @@
-"""Answered from your documents (README, "Answered from your documents"): a question that needs
+"""Answered from your documents (docs/RESEARCH.md, "Answered from your documents"): a question that needs
 no web search, asked by someone with documents, is answered from those documents (`Topic.route`
 "documents").
 

@@ -80,7 +80,7 @@ def host_env(pg: TcpPostgres, redis_url: str, data_dir: Path, secret: str, w: Wo
         "REDIS_URL": redis_url,
         "SECRET_KEY": secret,
         "DEBUG": "0",
-        # TLS ends at the proxy in front (README); the test talks to the processes directly.
+        # TLS ends at the proxy in front (docs/OPERATIONS.md); the test talks to the processes directly.
         "SECURE_SSL_REDIRECT": "0",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         # The folder every host shares (uploads); the database is not in it.

@@ -47,7 +47,7 @@ class Plain(AsyncConsumer):
 async def test_channels_makes_a_database_trip_per_message_which_run_events_skip(trips: list[str]) -> None:
     # Channels' own dispatch: one trip to the (single) database thread per message. At 200
     # sockets on a topic that is 200 trips per event (delivery p95 237 ms instead of 108 ms in
-    # bench/web.py, README); the shared watchers read the database once for all sockets instead.
+    # bench/web.py, docs/BENCHMARKS.md); the shared watchers read the database once for all sockets instead.
     await Plain().dispatch({"type": "run.event", "seq": 1})
     assert trips == ["close_old_connections"]
 
@@ -95,7 +95,7 @@ async def test_the_package_starts_a_listener_per_early_receive_and_ours_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # channels-postgres 1.1.4: every receive() before the first LISTEN connection is up starts
-    # another (two hundred sockets on a fresh daphne made 10-36 in bench/web.py, README, each
+    # another (two hundred sockets on a fresh daphne made 10-36 in bench/web.py, docs/BENCHMARKS.md, each
     # handling every message).
     assert await _listeners_started(PackageLayer, monkeypatch) == 8
     # The override of its private _get_or_create_listener_task: one per event loop.

@@ -5,7 +5,7 @@ pgvector), on a free port of 127.0.0.1, in a temporary folder, so a test can poi
 processes at it through `DATABASE_URL` only — never the machine's PostgreSQL. Password
 authentication (scram-sha-256) is the only way in, for the superuser too.
 
-The database is prepared as the README tells an operator to prepare an external server: an
+The database is prepared as docs/OPERATIONS.md tells an operator to prepare an external server: an
 application role that is not a superuser owns the database, and the `vector` extension is
 created beforehand by the superuser (pgvector is not a trusted extension).
 """
