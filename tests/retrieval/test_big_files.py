@@ -147,3 +147,32 @@ def test_deleting_a_document_removes_its_checkpoint(alice, django_capture_on_com
     with django_capture_on_commit_callbacks(execute=True):
         delete_document(document)
     assert not any(checkpoints.folder().iterdir())
+
+
+def test_the_page_shows_progress_and_offers_index_again_once_a_run_has_stalled(alice, alice_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    document = upload(alice, b"# Notes\n\nSome text.", "notes.md")
+    UploadedDocument.objects.filter(pk=document.pk).update(
+        status=UploadedDocument.Status.EMBEDDING, chunk_count=1200, chunk_total=3400
+    )
+    page = alice_client.get(f"/documents/{document.pk}/status/").content.decode()
+    assert "1200 of 3400 passages" in page and "Index again" not in page
+    UploadedDocument.objects.filter(pk=document.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    page = alice_client.get(f"/documents/{document.pk}/status/").content.decode()
+    assert "Index again" in page
+    alice_client.post(f"/documents/{document.pk}/retry/")
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.PENDING
+
+
+def test_a_ready_document_names_the_pages_it_left_out(alice, alice_client):
+    document = upload(alice, b"# Notes\n\nSome text.", "notes.md")
+    UploadedDocument.objects.filter(pk=document.pk).update(
+        status=UploadedDocument.Status.READY, unreadable_pages=[3, 4]
+    )
+    page = alice_client.get(f"/documents/{document.pk}/status/").content.decode()
+    assert "Pages 3–4 could not be read" in page
+    assert "Pages 3–4 could not be read" in alice_client.get("/documents/").content.decode()
