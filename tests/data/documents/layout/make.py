@@ -52,14 +52,14 @@ def two_columns(rng: random.Random) -> None:
     document.set_auto_page_break(False)
     width, gap, top, bottom, leading = 85, 8, 20, 277, 4.2
     document.add_page()
-    column, y = 0, top
+    column, y = 0, float(top)
     for first in range(0, len(text), 5):
         lines = document.multi_cell(
             width, leading, " ".join(text[first : first + 5]), align="J", dry_run=True, output="LINES"
         )
         for line in lines:
             if y + leading > bottom:
-                column, y = column + 1, top
+                column, y = column + 1, float(top)
                 if column == 2:
                     document.add_page()
                     column = 0
