@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("retrieval", "0005_uploadeddocument_index_attempts"),
+        ("retrieval", "0006_kept_web_pages"),
     ]
 
     operations = [
