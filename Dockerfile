@@ -10,7 +10,7 @@ WORKDIR /app
 
 # OCR of scanned PDF pages (Russian and English); without it such files are refused, saying so.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends tesseract-ocr tesseract-ocr-rus tesseract-ocr-eng \
+    && apt-get install -y --no-install-recommends tesseract-ocr tesseract-ocr-rus tesseract-ocr-eng tesseract-ocr-osd \
     && rm -rf /var/lib/apt/lists/*
 
 COPY requirements.txt .

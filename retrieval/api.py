@@ -49,6 +49,10 @@ class DocumentOut(Schema):
     def resolve_name(document: UploadedDocument) -> str:
         return document.original_name
 
+    @staticmethod
+    def resolve_error(document: UploadedDocument) -> str:
+        return document.error_message
+
 
 class DocumentPage(Page):
     items: list[DocumentOut]

@@ -73,6 +73,10 @@ class UploadedDocument(models.Model):
     error = models.TextField(blank=True, default="")
     page_count = models.PositiveIntegerField(null=True, blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
+    # While indexing: the passages to embed (chunk_count counts those done so far).
+    chunk_total = models.PositiveIntegerField(default=0)
+    # Pages (1-based) that could not be read (OCR noise, handwriting) and were left out.
+    unreadable_pages = models.JSONField(default=list, blank=True)
     index_attempts = models.PositiveSmallIntegerField(
         default=0,
         help_text=_("Indexing runs started for this file; a failed one is queued again only so often."),
@@ -98,6 +102,45 @@ class UploadedDocument(models.Model):
     @property
     def is_settled(self) -> bool:
         return self.status in self.SETTLED
+
+    @property
+    def error_message(self) -> str:
+        """Why indexing failed, in the active language."""
+        from retrieval.failures import translate
+
+        return translate(self.error)
+
+    @property
+    def unreadable_notice(self) -> str:
+        """ "Pages 3–4 could not be read and were left out", in the active language, or ""."""
+        from django.utils.translation import ngettext
+
+        from retrieval.parsing import page_ranges
+
+        pages = [page for page in self.unreadable_pages or [] if isinstance(page, int)]
+        if not pages:
+            return ""
+        return ngettext(
+            "Page %(pages)s could not be read (handwriting, or noise rather than text) and was left out.",
+            "Pages %(pages)s could not be read (handwriting, or noise rather than text) and were left out.",
+            len(pages),
+        ) % {"pages": page_ranges(pages)}
+
+    @property
+    def progress(self) -> int | None:
+        """Per cent of the passages embedded, while indexing a file whose passages are counted."""
+        if self.status != self.Status.EMBEDDING or not self.chunk_total:
+            return None
+        return min(100, 100 * self.chunk_count // self.chunk_total)
+
+    @property
+    def is_stalled(self) -> bool:
+        """In progress, but no run has moved it for longer than the worker's task timeout: its
+        worker was stopped and the task is not (yet) handed out again; *Index again* resumes it."""
+        if self.is_settled:
+            return False
+        timeout = int(str(settings.Q_CLUSTER.get("retry", 1860)))
+        return (timezone.now() - self.updated_at).total_seconds() > timeout
 
     @property
     def type_label(self) -> str:

@@ -16,8 +16,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
+import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import zipfile
@@ -26,9 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from retrieval import failures
 from retrieval.readers.text import NotText, decode, looks_like_html, normalise
 
+# A child's time: this many seconds of its own CPU (RLIMIT_CPU), and WALL_FACTOR times as many on
+# the clock. CPU, because wall time is the machine's load: a 600-page PDF's parse took 11.6 s of
+# CPU and 37 s on the clock at a load average of 7.6, and ran past 60 s at 17.
 DEFAULT_TIMEOUT_SECONDS = 60.0
+WALL_FACTOR = 3.0
+CPU_SECONDS_VARIABLE = "MINDSEARCH_PARSE_CPU_SECONDS"
 CHILD_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
 SNIFF_BYTES = 2048
 TITLE_MAX_CHARS = 200
@@ -39,23 +48,31 @@ OCR_MAX_PAGES = 100
 # embedding must end inside the worker's task timeout (Q_CLUSTER["timeout"], 1,800 s), or the
 # task is killed and handed out again; 100 pages at 30 s each (3,000 s) never could.
 OCR_MAX_SECONDS_PER_FILE = 1200.0
-OCR_HINT = (
-    "OCR is not installed on this server: its administrator can add it with"
-    " scripts/ensure-tesseract (Debian packages tesseract-ocr, tesseract-ocr-rus and"
-    " tesseract-ocr-eng), then index the file again"
-)
+OCR_HINT = failures.OCR_MISSING
 
 # A tracked deletion in RTF is a group flagged \deleted (with no groups inside, as writers make it);
-# a footnote or endnote is a {\*\footnote ...} destination.
+# a footnote or endnote is a {\footnote ...} group (Word) or a {\*\footnote ...} destination.
 RTF_DELETED = re.compile(r"\{\\deleted\b[^{}]*\}")
-RTF_NOTE = re.compile(r"\{\\\*?\\footnote\b")
+RTF_NOTE = re.compile(r"\{(?:\\\*)?\\footnote\b")
+# Inline tags trafilatura's Markdown keeps (underline, super- and subscripts…): their text stays,
+# the tags go ("раз<u>ных</u>" is "разных", "mc<sup>2</sup>" "mc2").
+INLINE_TAG = re.compile(
+    r"</?(?:u|sup|sub|span|small|big|mark|ins|s|strike|font|abbr|cite|q|kbd|var|samp|tt|em|strong|b|i|a)"
+    r"(?:\s[^<>]*)?/?>",
+    re.IGNORECASE,
+)
 
 # Formats that are documents but not ones we read: the refusal says what would help.
 OLE2_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-OLD_OFFICE = "it is an old Microsoft Office file (.doc, .xls or .ppt); save it as DOCX or PDF and upload that"
-OPENDOCUMENT = "it is an OpenDocument file (.odt, .ods or .odp); save it as DOCX or PDF and upload that"
+OLD_OFFICE = failures.OLD_OFFICE
+OPENDOCUMENT = failures.OPENDOCUMENT
+# An encrypted Word (or Excel, PowerPoint) file is an OLE2 container holding the encrypted
+# package under this stream name (MS-OFFCRYPTO), not an old Office file.
+ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
+# A zip cut short keeps its first members' local headers; these names say it was a DOCX.
+DOCX_MEMBER_NAMES = (b"[Content_Types].xml", b"word/document.xml", b"word/_rels/")
 
-UNSUPPORTED = "not a PDF, DOCX, HTML, Markdown or text file"
+UNSUPPORTED = failures.UNSUPPORTED
 KIND_LABELS = {
     "pdf": "PDF",
     "docx": "DOCX",
@@ -80,6 +97,8 @@ class ParsedDocument:
     # (page number, start char, end char) for formats with pages (PDF); empty otherwise.
     pages: list[tuple[int, int, int]] = field(default_factory=list)
     title: str = ""
+    # Pages (1-based) whose text could not be read, left out of the text (PDF only).
+    unreadable_pages: list[int] = field(default_factory=list)
 
 
 def parse(
@@ -96,13 +115,18 @@ def parse(
     answer = _run_child([kind], data, timeout)
     if "ocr" in answer:
         pages: list[int] = answer["ocr"]
+        # OCR's work is tesseract's, in processes of its own: its budget is on the clock alone.
         ocr_answer = _run_child(
-            ["ocr", json.dumps(pages)], data, ocr_timeout(len(pages)), what="OCR of the scanned pages"
+            ["ocr", json.dumps(pages)],
+            data,
+            ocr_timeout(len(pages)),
+            what="OCR of the scanned pages",
+            wall_factor=1.0,
         )
         answer = _pdf_answer(answer["texts"], dict(zip(pages, ocr_answer["texts"], strict=True)), answer)
     pages_list = [tuple(page) for page in answer["pages"]]
     title = answer["title"] or _title_from_name(filename)
-    return ParsedDocument(answer["text"], pages_list, title)  # type: ignore[arg-type]
+    return ParsedDocument(answer["text"], pages_list, title, answer.get("unreadable_pages", []))  # type: ignore[arg-type]
 
 
 def ocr_timeout(pages: int) -> float:
@@ -146,7 +170,8 @@ def sniff_kind(file: BinaryIO) -> str:
     head = file.read(SNIFF_BYTES)
     kind = signature_kind(head)
     if head.startswith(OLE2_SIGNATURE):
-        raise ParseError(OLD_OFFICE)
+        file.seek(0)
+        raise ParseError(_ole2_reason(file.read()))
     if kind == "docx":
         file.seek(0)
         _check_docx_archive(file)
@@ -164,19 +189,29 @@ def sniff_kind(file: BinaryIO) -> str:
 
 
 def _run_child(
-    arguments: list[str], data: bytes, timeout: float, *, what: str = "reading the file"
+    arguments: list[str],
+    data: bytes,
+    timeout: float,
+    *,
+    what: str = "reading the file",
+    wall_factor: float = WALL_FACTOR,
 ) -> dict[str, Any]:
+    """The child's answer; `timeout` seconds of its CPU and `wall_factor` times as many on the clock."""
+    too_long = failures.TOOK_TOO_LONG % {"what": what, "seconds": f"{timeout:g}"}
     try:
         completed = subprocess.run(
             [sys.executable, "-m", "retrieval.parsing", *arguments],
             input=data,
             capture_output=True,
-            timeout=timeout,
+            timeout=timeout * wall_factor,
             cwd=PROJECT_ROOT,
             check=False,
+            env={**os.environ, CPU_SECONDS_VARIABLE: f"{timeout:g}"},
         )
     except subprocess.TimeoutExpired:
-        raise ParseError(f"{what} took longer than {timeout:g} s") from None
+        raise ParseError(too_long) from None
+    if completed.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not completed.stdout:
+        raise ParseError(too_long)  # its CPU time ran out (RLIMIT_CPU)
     return _read_child_answer(completed)
 
 
@@ -186,7 +221,7 @@ def _read_child_answer(completed: subprocess.CompletedProcess[bytes]) -> dict[st
     except ValueError:
         # Killed by the memory cap, or crashed in native code: nothing useful on stdout.
         log.warning("parser exited with %s: %s", completed.returncode, completed.stderr[-2000:])
-        raise ParseError("the file could not be read (the parser ran out of memory or crashed)") from None
+        raise ParseError(failures.CRASHED) from None
     if "error" in answer:
         raise ParseError(answer["error"])
     return answer
@@ -203,11 +238,12 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
     """Parse in this process (no timeout here; OCR, if a PDF needs it, is done right away)."""
     if kind == "pdf":
         answer = _read_pdf(data, ocr=True)
-        return ParsedDocument(answer["text"], [tuple(page) for page in answer["pages"]], answer["title"])  # type: ignore[misc]
+        pages = [tuple(page) for page in answer["pages"]]
+        return ParsedDocument(answer["text"], pages, answer["title"], answer["unreadable_pages"])  # type: ignore[arg-type]
     parsers = {"docx": _parse_docx, "rtf": _parse_rtf, "text": _parse_text, "markdown": _parse_markdown}
     parsed = parsers[kind](data)
     if not parsed.text.strip():
-        raise ParseError(f"no text found in the {KIND_LABELS[kind]}")
+        raise ParseError(failures.NOTHING_IN % {"kind": KIND_LABELS[kind]})
     return parsed
 
 
@@ -226,11 +262,11 @@ def _read_pdf(data: bytes, *, ocr: bool) -> dict[str, Any]:
     try:
         read = pdf.read(data)
     except pdfstreams.StreamTooLarge as error:
-        raise ParseError(f"{error} (a compression bomb?)") from None
+        raise ParseError(failures.COMPRESSION_BOMB % {"error": error}) from None
     except pdf.PdfUnreadable as error:
         if error.password:
-            raise ParseError("the PDF is password-protected") from None
-        raise ParseError(f"the PDF is damaged: {error}") from None
+            raise ParseError(failures.PDF_PASSWORD) from None
+        raise ParseError(failures.PDF_DAMAGED % {"error": error}) from None
     answer: dict[str, Any] = {
         "texts": read.pages,
         "unreadable": {str(index): reason for index, reason in read.unreadable.items()},
@@ -241,9 +277,7 @@ def _read_pdf(data: bytes, *, ocr: bool) -> dict[str, Any]:
     if read.needs_ocr and pdf.ocr_available():
         answer["ocr_available"] = True
         if len(read.needs_ocr) > OCR_MAX_PAGES:
-            raise ParseError(
-                f"the PDF has {len(read.needs_ocr)} scanned pages; OCR reads at most {OCR_MAX_PAGES} per file"
-            )
+            raise ParseError(failures.TOO_MANY_SCANS % {"pages": len(read.needs_ocr), "limit": OCR_MAX_PAGES})
         if not ocr:
             return {**answer, "ocr": read.needs_ocr}
         return _pdf_answer(read.pages, _ocr(data, read.needs_ocr), answer)
@@ -257,7 +291,11 @@ def _ocr(data: bytes, indices: list[int]) -> dict[int, str]:
 
 
 def _pdf_answer(texts: list[str], ocr_texts: dict[int, str], answer: dict[str, Any]) -> dict[str, Any]:
-    """Join the pages, OCR's text in place of the pages it read; refuse garbage or nothing."""
+    """Join the pages, OCR's text in place of the pages it read; refuse garbage or nothing.
+
+    A page whose OCR is still not text (handwriting, noise) is left out and named in
+    "unreadable_pages"; without OCR, a file with more than a few unreadable pages is refused
+    (installing OCR would read them)."""
     from retrieval.readers import quality
 
     unreadable = {int(index): reason for index, reason in answer["unreadable"].items()}
@@ -267,30 +305,54 @@ def _pdf_answer(texts: list[str], ocr_texts: dict[int, str], answer: dict[str, A
         if verdict.ok and text.strip():
             texts[index] = text
             unreadable.pop(index, None)
+        elif not verdict.ok:
+            texts[index] = ""
+            unreadable[index] = verdict.reason
     readable = sum(1 for text in texts if text.strip())
-    hint = "" if answer["ocr_available"] or not answer["scanned"] else f"; {OCR_HINT}"
+    hint = "" if answer["ocr_available"] or not answer["scanned"] else OCR_HINT
     if unreadable and (
-        not readable or len(unreadable) / (len(unreadable) + readable) > pdf_unreadable_share()
+        not readable
+        or (
+            not answer["ocr_available"]
+            and len(unreadable) / (len(unreadable) + readable) > pdf_unreadable_share()
+        )
     ):
         reason = next(iter(unreadable.values()))
-        pages_word = "page" if len(unreadable) == 1 else "pages"
-        where = "on every page" if not readable else f"on {pages_word} {_page_ranges(sorted(unreadable))}"
-        raise ParseError(f"the PDF's text layer is unreadable ({reason}) {where}{hint}")
+        if not readable:
+            where = "on every page"
+        else:
+            where = ("on page %(pages)s" if len(unreadable) == 1 else "on pages %(pages)s") % {
+                "pages": _page_ranges(sorted(unreadable))
+            }
+        parts = {"reason": reason, "where": where, "hint": hint}
+        if any(index in ocr_texts for index in unreadable):
+            raise ParseError(failures.PAGES_UNREADABLE % parts)  # OCR read them, and found noise
+        raise ParseError((failures.LAYER_UNREADABLE_HINT if hint else failures.LAYER_UNREADABLE) % parts)
     if not readable:
         if answer["ocr_available"] and answer["scanned"]:
-            raise ParseError("no text found in the PDF, not even by OCR")
-        raise ParseError(
-            f"no text found in the PDF (a scan?){hint}" if answer["scanned"] else "no text found in the PDF"
-        )
+            raise ParseError(failures.NOTHING_EVEN_BY_OCR)
+        if not answer["scanned"]:
+            raise ParseError(failures.NOTHING_IN % {"kind": "PDF"})
+        raise ParseError(failures.NOTHING_SCAN_HINT % {"hint": hint} if hint else failures.NOTHING_SCAN)
     text, pages = _join_pages(texts)
     title = answer["title"] or _first_line(text)
-    return {"text": text, "pages": pages, "title": title}
+    return {
+        "text": text,
+        "pages": pages,
+        "title": title,
+        "unreadable_pages": [i + 1 for i in sorted(unreadable)],
+    }
 
 
 def pdf_unreadable_share() -> float:
     from retrieval.readers import pdf
 
     return pdf.MAX_UNREADABLE_SHARE
+
+
+def page_ranges(numbers: list[int]) -> str:
+    """1-based page numbers as ranges: "3, 5–9"."""
+    return _page_ranges([number - 1 for number in numbers])
 
 
 def _page_ranges(indices: list[int]) -> str:
@@ -338,10 +400,23 @@ def _check_docx_archive(source: BinaryIO) -> None:
                 raise ParseError(OPENDOCUMENT)
             docx.main_part(archive)
     except zipped.TooLarge as error:
-        raise ParseError(f"{error} (a zip bomb?)") from None
+        raise ParseError(failures.ZIP_BOMB % {"error": error}) from None
     except zipped.Unsupported:
-        raise ParseError("the DOCX is encrypted or compressed in a way MindSearch does not read") from None
-    except (zipfile.BadZipFile, zlib.error, EOFError, docx.NotDocx):
+        raise ParseError(failures.DOCX_ENCRYPTED_PARTS) from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+        source.seek(0)
+        head = source.read(64 * 1024)
+        if any(name in head for name in DOCX_MEMBER_NAMES):
+            # A Word package, but its zip is cut short (no central directory) or its data broken.
+            if (
+                "not a zip file" in str(error).lower()
+                or "truncated" in str(error).lower()
+                or "ends before" in str(error)
+            ):
+                raise ParseError(failures.TRUNCATED_DOCX) from None
+            raise ParseError(failures.DOCX_DAMAGED % {"error": _describe(error)}) from None
+        raise ParseError(UNSUPPORTED) from None
+    except docx.NotDocx:
         raise ParseError(UNSUPPORTED) from None
 
 
@@ -368,7 +443,8 @@ def _check_unpacked_size(members: list[zipfile.ZipInfo]) -> None:
 
     unpacked = sum(member.file_size for member in members)
     if unpacked > zipped.TOTAL_MAX_BYTES:
-        raise ParseError(f"the file unpacks to more than {zipped.TOTAL_MAX_BYTES // 2**20} MB (a zip bomb?)")
+        too_large = failures.UNPACKS_TO_MB % {"megabytes": zipped.TOTAL_MAX_BYTES // 2**20}
+        raise ParseError(failures.ZIP_BOMB % {"error": too_large})
 
 
 def _parse_html(text: str) -> ParsedDocument:
@@ -392,7 +468,7 @@ def _parse_html(text: str) -> ParsedDocument:
         title = " ".join((tree.findtext(".//title") or "").split())
     except (ValueError, lxml_html.etree.ParserError):
         title = ""
-    cleaned = _clean(markdown)
+    cleaned = _clean(INLINE_TAG.sub("", markdown))
     return ParsedDocument(cleaned, [], title or _first_line(cleaned))
 
 
@@ -408,9 +484,7 @@ def _parse_rtf(data: bytes) -> ParsedDocument:
     text = _clean(rtf_to_text(rtf, errors="replace"))
     verdict = quality.judge(text)
     if not verdict.ok:
-        raise ParseError(
-            f"the RTF document could not be converted to text ({verdict.reason}); save it as DOCX or PDF"
-        )
+        raise ParseError(failures.RTF_UNREADABLE % {"reason": verdict.reason})
     return ParsedDocument(text, [], _first_line(text))
 
 
@@ -427,11 +501,16 @@ def _parse_markdown(data: bytes) -> ParsedDocument:
 
 def _decode(data: bytes) -> str:
     if data.startswith(OLE2_SIGNATURE):
-        raise ParseError(OLD_OFFICE)
+        raise ParseError(_ole2_reason(data))
     try:
         return decode(data)
     except NotText:
         raise ParseError(UNSUPPORTED) from None
+
+
+def _ole2_reason(data: bytes) -> str:
+    """An OLE2 file is an old Office document, or a new one encrypted with a password."""
+    return failures.ENCRYPTED_OFFICE if ENCRYPTED_PACKAGE in data else OLD_OFFICE
 
 
 def _plain(text: str) -> ParsedDocument:
@@ -458,6 +537,10 @@ def _first_line(text: str) -> str:
 
 def _child_main(arguments: list[str]) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+    cpu_seconds = os.environ.get(CPU_SECONDS_VARIABLE)
+    if cpu_seconds:
+        limit = max(1, math.ceil(float(cpu_seconds)))
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
     data = sys.stdin.buffer.read()
     kind = arguments[0]
     try:
@@ -468,14 +551,12 @@ def _child_main(arguments: list[str]) -> None:
     except ParseError as error:
         answer = {"error": str(error)}
     except MemoryError:
-        answer = {"error": "the file could not be read (the parser ran out of memory)"}
+        answer = {"error": failures.OUT_OF_MEMORY}
     except Exception as error:  # a broken file makes parsers raise anything at all
-        label = "OCR" if kind == "ocr" else f"the {KIND_LABELS[kind]}"
-        answer = {
-            "error": f"{label} is damaged: {_describe(error)}"
-            if kind != "ocr"
-            else f"OCR failed: {_describe(error)}"
-        }
+        if kind == "ocr":
+            answer = {"error": failures.OCR_FAILED % {"error": _describe(error)}}
+        else:
+            answer = {"error": failures.KIND_DAMAGED % {"kind": KIND_LABELS[kind], "error": _describe(error)}}
     sys.stdout.write(json.dumps(answer))
 
 

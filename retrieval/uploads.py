@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Sum
 from django.utils.translation import gettext as _
 
-from retrieval import tasks
+from retrieval import checkpoints, failures, tasks
 from retrieval.models import CONTENT_TYPES, TYPE_LABELS, UploadedDocument
 from retrieval.parsing import MARKDOWN_SUFFIXES, UNSUPPORTED, ParseError, sniff_kind
 from retrieval.sizes import sizes_that_differ
@@ -72,10 +72,12 @@ def delete_document(document: UploadedDocument) -> None:
     indexing run still under way for it finds it gone and stores nothing.
     """
     storage, path = document.file.storage, document.file.name
+    checkpoint = checkpoints.paths(document)
     with transaction.atomic():
         document.delete()
         if path:
             transaction.on_commit(lambda: _remove_file(storage, path))
+        transaction.on_commit(lambda: checkpoints.remove_paths(checkpoint))
 
 
 def index_again(document: UploadedDocument) -> None:
@@ -186,7 +188,7 @@ def _unsupported_message(name: str, reason: str) -> str:
     if reason == UNSUPPORTED:
         return _("%(name)s is not a PDF, DOCX, Markdown, text or HTML file.") % {"name": name}
     # A DOCX refused before reading (a zip bomb, say): the parser's own words are the detail.
-    return _("%(name)s cannot be read: %(reason)s.") % {"name": name, "reason": reason}
+    return _("%(name)s cannot be read: %(reason)s.") % {"name": name, "reason": failures.translate(reason)}
 
 
 def _content_phrase(kind: str) -> str:

@@ -206,7 +206,7 @@ def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
 @require_POST
 def document_retry(request: HttpRequest, document_id: int) -> HttpResponse:
     document = _document(request, document_id)
-    if document.status == UploadedDocument.Status.FAILED:
+    if document.status == UploadedDocument.Status.FAILED or document.is_stalled:
         try:
             uploads.index_again(document)
         except uploads.UploadRejected as refused:

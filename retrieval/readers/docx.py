@@ -22,6 +22,18 @@ from lxml import etree
 from retrieval.readers import zipped
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+# Strict Open XML (ISO 29500 Strict) names the same elements in namespaces of its own; a Strict
+# part is read as the transitional one it is equivalent to.
+STRICT_NAMESPACES = {
+    b"http://purl.oclc.org/ooxml/wordprocessingml/main": W.encode(),
+    b"http://purl.oclc.org/ooxml/officeDocument/relationships": (
+        b"http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    ),
+}
+R = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+ALT_CHUNK = re.compile(r"/aFChunk$")
+# An altChunk's own text is at most this long (it is read whole, as the main part is).
+ALT_CHUNK_MAX_BYTES = zipped.MEMBER_MAX_BYTES
 MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
 PACKAGE_RELS = "http://schemas.openxmlformats.org/package/2006/relationships"
 CONTENT_TYPES = "http://schemas.openxmlformats.org/package/2006/content-types"
@@ -81,7 +93,10 @@ def main_part(archive: zipfile.ZipFile) -> str:
 
 
 def _part(archive: zipfile.ZipFile, name: str, limit: int = zipped.MEMBER_MAX_BYTES) -> bytes:
-    return zipped.read(archive, name, limit)
+    data = zipped.read(archive, name, limit)
+    for strict, transitional in STRICT_NAMESPACES.items():
+        data = data.replace(strict, transitional)
+    return data
 
 
 def read(source: BinaryIO) -> tuple[str, str]:
@@ -91,6 +106,7 @@ def read(source: BinaryIO) -> tuple[str, str]:
         related = _related_parts(archive, main)
         styles = _heading_styles(archive, related.get("styles"))
         body = etree.fromstring(_part(archive, main), PARSER)
+        _inline_alt_chunks(body, archive, related)
         blocks = list(_blocks(body, styles))
         for kind, heading in (("footnotes", "Footnotes"), ("endnotes", "Endnotes")):
             notes = _notes(archive, related.get(kind), styles)
@@ -109,12 +125,61 @@ def _related_parts(archive: zipfile.ZipFile, main: str) -> dict[str, str]:
     rels = etree.fromstring(_part(archive, rels_path, PACKAGE_PART_MAX_BYTES), PARSER)
     kinds = {"footnotes": FOOTNOTES, "endnotes": ENDNOTES, "styles": STYLES}
     for rel in rels.iter(f"{{{PACKAGE_RELS}}}Relationship"):
+        if rel.get("TargetMode") == "External":
+            continue
+        target = rel.get("Target", "")
+        path = posixpath.normpath(
+            target.lstrip("/") if target.startswith("/") else posixpath.join(folder, target)
+        )
         for kind, pattern in kinds.items():
-            if pattern.search(rel.get("Type", "")) and rel.get("TargetMode") != "External":
-                target = rel.get("Target", "")
-                path = target.lstrip("/") if target.startswith("/") else posixpath.join(folder, target)
-                found[kind] = posixpath.normpath(path)
+            if pattern.search(rel.get("Type", "")):
+                found[kind] = path
+        if ALT_CHUNK.search(rel.get("Type", "")):
+            found[f"chunk:{rel.get('Id', '')}"] = path
     return found
+
+
+def _inline_alt_chunks(body: etree._Element, archive: zipfile.ZipFile, related: dict[str, str]) -> None:
+    """Each w:altChunk (content Word imports as it opens the file: HTML, text) replaced by
+    paragraphs of its text, where it stands."""
+    for chunk in list(body.iter(_w("altChunk"))):
+        path = related.get(f"chunk:{chunk.get(f'{{{R}}}id', '')}")
+        parent = chunk.getparent()
+        if parent is None:
+            continue
+        paragraphs = _alt_chunk_text(archive, path) if path and path in archive.namelist() else []
+        index = parent.index(chunk)
+        parent.remove(chunk)
+        for offset, text in enumerate(paragraphs):
+            paragraph = etree.Element(_w("p"))
+            run = etree.SubElement(paragraph, _w("r"))
+            etree.SubElement(run, _w("t")).text = text
+            parent.insert(index + offset, paragraph)
+
+
+def _alt_chunk_text(archive: zipfile.ZipFile, path: str) -> list[str]:
+    """The paragraphs of an altChunk part: HTML (tags, scripts and styles left out) or text."""
+    from lxml import html as lxml_html
+
+    from retrieval.readers.text import NotText, decode
+
+    data = zipped.read(archive, path, ALT_CHUNK_MAX_BYTES)
+    try:
+        text = decode(data)
+    except NotText:
+        return []  # an embedded DOCX or RTF chunk: not read here
+    if "<" not in text:
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    try:
+        tree = lxml_html.fromstring(text)
+    except (ValueError, etree.ParserError):
+        return []
+    for element in tree.iter("script", "style", "head"):
+        element.drop_tree()
+    blocks = ("p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "br", "td", "th", "table", "pre")
+    for element in tree.iter(*blocks):
+        element.tail = "\n" + (element.tail or "")
+    return [" ".join(line.split()) for line in tree.text_content().splitlines() if line.strip()]
 
 
 def _heading_styles(archive: zipfile.ZipFile, path: str | None) -> dict[str, int]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import charset_normalizer
 
+from retrieval.readers import quality
+
 # Tried first: the encodings of Russian and Western European files. A short text is ambiguous
 # among all the world's code pages (ten bytes of cp1251 decode as Shift-JIS too); among these it
 # is not. Anything else is looked for among every encoding only when none of these fits.
@@ -41,6 +43,9 @@ CYRILLIC_ENCODINGS = {"cp1251", "koi8_r", "koi8_u", "cp866", "mac_cyrillic", "is
 # match ends where the class does, and the rest in plain code (tests/retrieval/test_regex_budgets.py).
 WORD = re.compile(rb"[A-Za-z\x80-\xff]+")
 HIGH_BYTES = bytes(range(0x80, 0x100))
+# How much of a text the word check reads, and how many other readings it weighs.
+PLAUSIBLE_SAMPLE_CHARS = 100_000
+MAX_OTHER_READINGS = 8
 TIE_CHAOS = 0.02
 SAMPLE_BYTES = 256 * 1024
 # A file no encoding reads whole is still read when at most this share is unreadable.
@@ -72,6 +77,29 @@ class NotText(Exception):
 
 
 def decode(data: bytes) -> str:
+    """The text of `data` in the encoding charset-normalizer finds over the whole file; when that
+    reading is not words (`quality.words_plausible`: Arabic bytes read as cp1251 are Cyrillic
+    letters but no Russian words), the reading among every encoding's that is most words."""
+    text = _decode_usual(data)
+    if text.isascii() or quality.words_plausible(text[:PLAUSIBLE_SAMPLE_CHARS]):
+        return text
+    return _most_plausible(data, text)
+
+
+def _most_plausible(data: bytes, first: str) -> str:
+    best, best_share = first, -1.0
+    for match in list(charset_normalizer.from_bytes(_non_ascii_lines(data)))[:MAX_OTHER_READINGS]:
+        try:
+            text = _checked(data.decode(match.encoding))
+        except (UnicodeDecodeError, LookupError, NotText):
+            continue
+        sample = text[:PLAUSIBLE_SAMPLE_CHARS]
+        if quality.words_plausible(sample) and quality.words_known(sample).known_share > best_share:
+            best, best_share = text, quality.words_known(sample).known_share
+    return best
+
+
+def _decode_usual(data: bytes) -> str:
     """The text of `data` in the encoding charset-normalizer finds over the whole file.
 
     Bytes below 128 read the same in every encoding tried (apart from UTF-16 and UTF-32, which

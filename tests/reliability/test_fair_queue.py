@@ -129,7 +129,7 @@ def test_a_failed_document_is_indexed_again_only_so_often(
 def test_a_files_parse_budget_fits_inside_the_workers_timeout() -> None:
     """OCR's 30 s a page for 100 pages was 3,000 s, past the 1,800 s after which the worker kills
     the task and hands it out again (three times)."""
-    worst = parsing.DEFAULT_TIMEOUT_SECONDS + parsing.ocr_timeout(parsing.OCR_MAX_PAGES)
+    worst = parsing.DEFAULT_TIMEOUT_SECONDS * parsing.WALL_FACTOR + parsing.ocr_timeout(parsing.OCR_MAX_PAGES)
     timeout = int(str(django_settings.Q_CLUSTER["timeout"]))
     assert worst + 300 <= timeout  # 5 minutes left to embed
     assert parsing.ocr_timeout(2) == 2 * parsing.OCR_SECONDS_PER_PAGE  # per page while it fits

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import os
 import re
 import subprocess
 import sys
@@ -543,3 +544,24 @@ def test_a_page_of_prose_with_a_few_unmapped_formula_symbols_passes():
 def test_formulas_and_tables_pass_the_quality_check():
     assert quality.judge("∀x ∈ ℝ: ∫₀¹ f(x) dx ≤ ‖f‖₂, α β γ δ → ∞; Σ Π ≈ ≠ " * 5).ok
     assert quality.judge("2019 2020 2021 12.5 13.7 14.9 1 234 567 89 0.05 0.01 " * 5).ok
+
+
+def test_the_parsers_budget_is_its_own_cpu_time_enforced_by_the_kernel():
+    """Wall time is the machine's load (a 600-page PDF: 11.6 s of CPU, past 60 s on the clock at a
+    load average of 17); the child gets `timeout` seconds of CPU (RLIMIT_CPU) and three times as
+    many on the clock."""
+    import signal
+
+    many_pages = pdf_bytes([f"Page {n} of a long and slow file about harbours." for n in range(3000)])
+    completed = subprocess.run(
+        [sys.executable, "-m", "retrieval.parsing", "pdf"],
+        input=many_pages,
+        capture_output=True,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "MINDSEARCH_PARSE_CPU_SECONDS": "1"},
+        check=False,
+        timeout=120,
+    )
+    assert completed.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not completed.stdout
+    with pytest.raises(ParseError, match=r"^reading the file took longer than 1 s$"):
+        parse(many_pages, filename="long.pdf", timeout=1)
