@@ -44,7 +44,7 @@ def export_language(topic: Topic) -> str:
     """The language of every word a file adds to a report (its frame, headings and notes): the
     report's own, by its words; the question's when the body is too short to tell."""
     from research.pipeline.replies import question_language, report_language
-    from research.pipeline.report_writer import SOURCES_HEADING
+    from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
 
     body = SOURCES_HEADING.split(topic.report.markdown)[0]
     return report_language(body) or question_language(topic.question)
@@ -91,7 +91,7 @@ class CheckedReport:
 
     @property
     def notes_markdown(self) -> str:
-        from research.pipeline.report_writer import _plain
+        from research.pipeline.stages.answer.report_writer import _plain
 
         if not self.notes:
             return ""
@@ -116,7 +116,7 @@ class CheckedReport:
 def checked_report(topic: Topic) -> CheckedReport:
     """The report's check carried into a file (the page shows the same from `presenters.report_of`)."""
     from research.pipeline import citecheck
-    from research.pipeline.report_writer import SOURCES_HEADING
+    from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
     from research.presenters import _mark, citation_summary, note_text
 
     report = topic.report
@@ -284,7 +284,7 @@ def report_pdf(topic: Topic) -> bytes:
 def report_pdf_html(topic: Topic) -> str:
     """The PDF's HTML, in the report's language: the report with its check carried in (the marks
     in the text, the summary line, the notes), its plan and its thread."""
-    from research.pipeline.report_writer import SOURCES_HEADING
+    from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
     from research.rendering import render_markdown
 
     with translation.override(export_language(topic)):

@@ -145,6 +145,6 @@ def test_a_per_year_sub_query_leaves_no_question_mark_or_dangling_preposition(
 ) -> None:
     """The words a per-year sub-query searches for with its year (issue 29: "…have been proposed
     ? 2023", "курс рубля в ? 2023")."""
-    from research.pipeline.years import without_years
+    from research.pipeline.stages.years import without_years
 
     assert without_years(strip_period(question, parse_period(question, TODAY))) == base
