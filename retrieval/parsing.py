@@ -55,7 +55,7 @@ OLE2_SIGNATURE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 OLD_OFFICE = "it is an old Microsoft Office file (.doc, .xls or .ppt); save it as DOCX or PDF and upload that"
 OPENDOCUMENT = "it is an OpenDocument file (.odt, .ods or .odp); save it as DOCX or PDF and upload that"
 
-UNSUPPORTED = "not a PDF, DOCX, HTML, Markdown or text file"
+UNSUPPORTED = "not a PDF, DOCX, RTF, HTML, Markdown or text file"
 KIND_LABELS = {
     "pdf": "PDF",
     "docx": "DOCX",
