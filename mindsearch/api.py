@@ -18,6 +18,7 @@ from django.urls import URLPattern, URLResolver, reverse
 from ninja import NinjaAPI, Router, Swagger
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import Operation
+from ninja.renderers import JSONRenderer
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
@@ -63,6 +64,13 @@ class SessionCsrfAuth(APIKeyCookie):
         return user
 
 
+class Utf8JSONRenderer(JSONRenderer):
+    """JSON with Cyrillic (and every other script) as it is, not as \\u escapes: readable in a
+    terminal and a third smaller for Russian text; the response's charset is utf-8."""
+
+    json_dumps_params = {"ensure_ascii": False}
+
+
 class MindSearchAPI(NinjaAPI):
     def get_openapi_operation_id(self, operation: Operation) -> str:
         # verb_noun names are unique across the routers and read well in generated clients.
@@ -87,6 +95,7 @@ api = MindSearchAPI(
     version="1",
     description=DESCRIPTION,
     urls_namespace="api",
+    renderer=Utf8JSONRenderer(),
     auth=[BearerTokenAuth(), SessionCsrfAuth()],
     docs=Swagger(settings={"persistAuthorization": True}),
     docs_url="/docs",

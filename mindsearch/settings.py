@@ -226,6 +226,9 @@ LOGIN_THROTTLE_WINDOW_SECONDS = env_int("LOGIN_THROTTLE_WINDOW_SECONDS", 900)
 SIGNUP = (env_str("SIGNUP") or "open").lower()
 if SIGNUP not in {"open", "invite", "closed"}:
     raise ImproperlyConfigured(f"SIGNUP must be 'open', 'invite' or 'closed', got {SIGNUP!r}")
+# With SIGNUP=open, the first account made on an instance without staff becomes its administrator
+# (the installer after `make run`); 0 turns that off (then `manage.py createsuperuser`).
+FIRST_USER_ADMIN = env_bool("MINDSEARCH_FIRST_USER_ADMIN", True)
 # New accounts per client address and hour (0 = no limit).
 SIGNUP_RATE_PER_HOUR = env_int("SIGNUP_RATE_PER_HOUR", 5)
 # Past the free failures, each attempt waits a doubling delay up to this (mindsearch/throttle.py).

@@ -7,8 +7,10 @@ from django.contrib import admin, messages
 from django.contrib.admin import AdminSite
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import User
 from django.contrib.auth.views import LoginView
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -75,10 +77,50 @@ def signup(request: HttpRequest) -> HttpResponse:
             user = form.save()
             if invite is not None:
                 Invite.objects.filter(pk=invite.pk).update(used_by=user)
+            first = made_administrator(user)
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, _("Welcome to MindSearch, %s.") % user.username)
+        if first:
+            messages.info(
+                request,
+                _(
+                    "Yours is the first account on this server, so you are its administrator: this "
+                    "page shows what is not set up yet and how to set it; the admin is at /admin/."
+                ),
+            )
+            return redirect("status")
         return redirect("home")
+    context["first_admin"] = first_user_admin_open()
     return render(request, "registration/signup.html", context)
+
+
+FIRST_ADMIN_LOCK = 7_303  # pg_advisory_xact_lock key: "who is the first administrator"
+
+
+def first_user_admin_open() -> bool:
+    """Whether the next account made here becomes the administrator: sign-up is open, the
+    operator has not turned it off (MINDSEARCH_FIRST_USER_ADMIN=0), and nobody is staff yet."""
+    return (
+        settings.SIGNUP == "open"
+        and settings.FIRST_USER_ADMIN
+        and not User.objects.filter(Q(is_staff=True) | Q(is_superuser=True)).exists()
+    )
+
+
+def made_administrator(user: User) -> bool:
+    """Make `user` (just created, inside the sign-up's transaction) the instance's administrator
+    when it is the first account on an instance without staff. Two sign-ups at once wait for each
+    other on a transaction lock, so the second sees the first's staff flag and stays a user."""
+    if settings.SIGNUP != "open" or not settings.FIRST_USER_ADMIN:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [FIRST_ADMIN_LOCK])
+    others = User.objects.exclude(pk=user.pk)
+    if others.filter(Q(is_staff=True) | Q(is_superuser=True)).exists():
+        return False
+    User.objects.filter(pk=user.pk).update(is_staff=True, is_superuser=True)
+    user.is_staff = user.is_superuser = True
+    return True
 
 
 def guarded_response(request: HttpRequest, response: HttpResponse, form: object) -> HttpResponse:

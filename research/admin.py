@@ -12,8 +12,9 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import Avg, Count, Max, Q, QuerySet
+from django.db.models import Avg, Count, Max, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
@@ -211,9 +212,25 @@ class CacheEntryAdmin(ReadOnlyAdmin):
         return format_html('<pre class="payload">{}</pre>', text)
 
     @admin.action(description=_("Purge the selected cache entries"), permissions=["delete"])
-    def purge_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def purge_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        """Asks first, like Django's own delete action: a page saying how many entries (live ones
+        among them, whose next use costs a new LLM call or search) and how much would go."""
+        if request.POST.get("confirm") != "yes":
+            totals = queryset.aggregate(size=Sum("size_bytes"))
+            context = {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": _("Purge cache entries?"),
+                "entries": queryset.count(),
+                "live": queryset.exclude(expires_at__lte=timezone.now()).count(),
+                "size": totals["size"] or 0,
+                "selected": [str(pk) for pk in queryset.values_list("pk", flat=True)],
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(request, "admin/research/cacheentry/purge_confirmation.html", context)
         deleted, _by_model = queryset.delete()
         self.message_user(request, _purged(deleted), messages.SUCCESS)
+        return None
 
     def get_urls(self) -> list[URLPattern]:
         return [

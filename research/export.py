@@ -18,6 +18,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
+from django.utils import translation
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
 
-from research.models import FollowUp, Topic
+from research.models import Citation, FollowUp, SubQuery, Topic
 from research.presenters import topic_context
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,22 @@ def filename(topic: Topic, extension: str) -> str:
     return f"mindsearch-{topic.pk}-{slugify(topic.question)[:60] or 'report'}.{extension}"
 
 
+def export_language(topic: Topic) -> str:
+    """The language of every word a file adds to a report (its frame, headings and notes): the
+    report's own, by its words; the question's when the body is too short to tell."""
+    from research.pipeline.replies import question_language, report_language
+    from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
+
+    body = SOURCES_HEADING.split(topic.report.markdown)[0]
+    return report_language(body) or question_language(topic.question)
+
+
 def report_markdown(topic: Topic) -> str:
+    with translation.override(export_language(topic)):
+        return _report_markdown(topic)
+
+
+def _report_markdown(topic: Topic) -> str:
     report = topic.report
     engine = report.model or (
         _("the extractive engine (the model %(model)s was given up on)") % {"model": topic.llm_model}
@@ -49,11 +66,103 @@ def report_markdown(topic: Topic) -> str:
         "date": report.created_at.date().isoformat(),
         "engine": engine,
     }
-    subqueries = "\n".join(f"- {sq.text}" for sq in topic.subqueries.order_by("round", "position"))
+    plan = topic.subqueries.exclude(origin=SubQuery.Origin.FOLLOWUP).order_by("round", "position")
+    subqueries = "\n".join(f"- {_one_line(sq.text)}" for sq in plan)
     heading = _("Sub-queries")
     thread = thread_markdown(topic)
-    notes = "".join(f">\n> **{line}**\n" for line in report_notes(topic))
-    return f"> {header}\n{notes}>\n> {heading}:\n{_quote(subqueries)}\n\n{report.markdown.strip()}\n{thread}"
+    check = checked_report(topic)
+    lines = [*report_notes(topic), *([check.summary] if check.summary else [])]
+    notes = "".join(f">\n> **{line}**\n" for line in lines)
+    return (
+        f"> {header}\n{notes}>\n> {heading}:\n>\n{_quote(subqueries)}\n\n"
+        f"{check.markdown.strip()}\n{check.notes_markdown}{thread}"
+    )
+
+
+@dataclass(frozen=True)
+class CheckedReport:
+    """A report's Markdown with each unsupported or weakly supported citation marked in the text
+    ("[3] **(not supported, note 1)**"), the numbered notes that say why (the sentence, the
+    verdict, the closest passage of the source), and the summary line, in the active language."""
+
+    markdown: str
+    summary: str
+    notes: list[dict[str, Any]]
+
+    @property
+    def notes_markdown(self) -> str:
+        from research.pipeline.stages.answer.report_writer import _plain
+
+        if not self.notes:
+            return ""
+        lines = [f"\n## {_('Citations the sources do not fully support')}\n"]
+        lines.append(
+            _(
+                "Each sentence was compared with the text of the source it cites, as it was given to the "
+                "writer; the closest passage of the source is quoted."
+            )
+            + "\n"
+        )
+        for note in self.notes:
+            text = f"{note['number']}. **{note['verdict']}**, \\[{note['n']}\\]: “{_plain(note['sentence'])}”"
+            if note["why"]:
+                text += f" ({_plain(note['why'])})"
+            if note["passage"]:
+                text += f". {_('Closest passage of the source')}: “{_plain(note['passage'])}”"
+            lines.append(text)
+        return "\n".join(lines) + "\n"
+
+
+def checked_report(topic: Topic) -> CheckedReport:
+    """The report's check carried into a file (the page shows the same from `presenters.report_of`)."""
+    from research.pipeline import citecheck
+    from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
+    from research.presenters import _mark, citation_summary, note_text
+
+    report = topic.report
+    citations = list(report.citations.all())
+    if not citations:
+        return CheckedReport(report.markdown, "", [])
+    by_place = {(c.sentence_index, c.n): c for c in citations}
+    parts = SOURCES_HEADING.split(report.markdown, maxsplit=1)
+    body = parts[0]
+    rest = report.markdown[len(body) :]
+    places = citecheck.citation_occurrences(body, len(report.sources))
+    numbers: dict[int, int] = {}  # citation id → its note's number, in reading order
+    pieces, last, index = [], 0, 0
+    for match in citecheck.CITATION.finditer(body):
+        if not 1 <= int(match.group(1)) <= len(report.sources):
+            continue
+        citation = by_place.get(places[index]) if index < len(places) else None
+        index += 1
+        if citation is None or citation.verdict == Citation.Verdict.SUPPORTED:
+            continue
+        number = numbers.setdefault(citation.pk, len(numbers) + 1)
+        mark = _mark(citation)
+        assert mark is not None
+        flag = _("(%(verdict)s, note %(number)s)") % {"verdict": mark.flag, "number": number}
+        pieces += [body[last : match.end()], f" **{flag}**"]
+        last = match.end()
+    pieces.append(body[last:])
+    doubtful = [c for c in citations if c.verdict != Citation.Verdict.SUPPORTED]
+    for citation in doubtful:  # a doubtful citation the text no longer shows still gets its note
+        numbers.setdefault(citation.pk, len(numbers) + 1)
+    labels = dict(Citation.Verdict.choices)
+    notes = [
+        {
+            "number": numbers[c.pk],
+            "n": c.n,
+            "verdict": str(labels.get(c.verdict, c.verdict)),
+            "kind": c.verdict,
+            "sentence": " ".join(c.sentence.split()),
+            "passage": " ".join(c.passage.split()),
+            "why": "; ".join(
+                part for part in (c.get_method_display(), note_text(c.note) if c.note else "") if part
+            ),
+        }
+        for c in sorted(doubtful, key=lambda c: numbers[c.pk])
+    ]
+    return CheckedReport("".join(pieces) + rest, citation_summary(citecheck.counts(citations)), notes)
 
 
 def report_notes(topic: Topic) -> list[str]:
@@ -84,11 +193,19 @@ def thread_markdown(topic: Topic) -> str:
     the report's, so every [n] of the file means one source); "" without any."""
     from research.presenters import demoted_headings
 
-    answered = topic.followups.filter(status=FollowUp.Status.COMPLETED).order_by("position")
+    answered = (
+        topic.followups.filter(status=FollowUp.Status.COMPLETED)
+        .select_related("subquery")
+        .order_by("position")
+    )
     parts = []
     for followup in answered:
         answer = demoted_headings(followup.answer.strip())
-        part = f"### {followup.position}. {_one_line(followup.question)}\n\n{answer}\n"
+        part = f"### {followup.position}. {_one_line(followup.question)}\n\n"
+        if followup.searched and followup.subquery_id:
+            searched = _("Searched for: %(query)s") % {"query": _one_line(followup.subquery.text)}
+            part += f"*{searched}*\n\n"
+        part += f"{answer}\n"
         if followup.sources:
             # Bullets that carry their numbers: a numbered list would restart at 1 in a DOCX.
             listed = "\n".join(f"- \\[{s['n']}\\] {_source_line(s)}" for s in followup.sources)
@@ -143,7 +260,7 @@ def forget_pdfs(topic_id: int) -> None:
 
 
 def report_pdf(topic: Topic) -> bytes:
-    html = render_to_string("research/report_pdf.html", topic_context(topic))
+    html = report_pdf_html(topic)
     folder = pdf_folder(topic.pk)
     path = folder / f"{hashlib.sha256(html.encode()).hexdigest()[:32]}.pdf"
     if path.is_file():
@@ -162,6 +279,26 @@ def report_pdf(topic: Topic) -> bytes:
             if older != path:
                 older.unlink(missing_ok=True)
     return pdf
+
+
+def report_pdf_html(topic: Topic) -> str:
+    """The PDF's HTML, in the report's language: the report with its check carried in (the marks
+    in the text, the summary line, the notes), its plan and its thread."""
+    from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
+    from research.rendering import render_markdown
+
+    with translation.override(export_language(topic)):
+        check = checked_report(topic)
+        body = SOURCES_HEADING.split(check.markdown)[0]
+        plan = topic.subqueries.exclude(origin=SubQuery.Origin.FOLLOWUP).order_by("round", "position")
+        context = topic_context(
+            topic,
+            check=check,
+            checked_html=render_markdown(body, source_count=len(topic.report.sources)),
+            plan=list(plan),
+            language=translation.get_language(),
+        )
+        return render_to_string("research/report_pdf.html", context)
 
 
 def render_pdf(html: str) -> bytes:

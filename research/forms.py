@@ -66,6 +66,21 @@ class TopicForm(forms.ModelForm):
                 "and <em>Web and my documents</em> searches your documents only."
             )
 
+    def clean_sources(self) -> str:
+        """*Web* is refused while web search is not configured: planned, reviewed and approved, it
+        would only fail at its first search (the API and MCP answer the same)."""
+        sources = self.cleaned_data["sources"]
+        if sources == Topic.Sources.WEB and not settings.SEARXNG_URL:
+            raise forms.ValidationError(
+                _(
+                    "Web search is not configured on this server (SEARXNG_URL is empty), so a Web topic "
+                    "cannot start: choose My documents, or ask the administrator to set SEARXNG_URL "
+                    "(the status page says how)."
+                ),
+                code="web_search_not_configured",
+            )
+        return sources
+
     def clean_image(self) -> images.PreparedImage | None:
         """The picture re-encoded without metadata (read by its content, within the size limit)."""
         upload = self.cleaned_data.get("image")

@@ -150,6 +150,20 @@ class Topic(models.Model):
         return self.status in (self.Status.COMPLETED, self.Status.FAILED, self.Status.CANCELLED)
 
     @property
+    def is_imported(self) -> bool:
+        """Unpacked from an archive (research/archive/), not researched here."""
+        return self.archive_bytes > 0
+
+    @property
+    def exportable(self) -> bool:
+        """Whether *Export archive* is offered: a finished run that found something (a report or
+        search results); a plan under review or a run stopped before its first search has
+        nothing an archive would keep besides the question."""
+        if not self.is_finished:
+            return False
+        return Report.objects.filter(topic=self).exists() or self.hits.exists()
+
+    @property
     def web_fresh_since(self) -> datetime | None:
         """A later version searches and reads the web as of its own run: cached search results
         and pages older than it are not used (what the model made of the same input still is)."""

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from research import fragments, usage
 from research.forms import ShareLinkForm
@@ -297,6 +297,8 @@ def report_of(topic: Topic) -> dict[str, Any] | None:
     except Report.DoesNotExist:
         return None
     citations = list(report.citations.all())
+    for citation in citations:
+        citation.note_shown = note_text(citation.note)  # type: ignore[attr-defined]
     html = marked_html(report, citations)
     return {
         "report": report,
@@ -456,6 +458,62 @@ def _mark(citation: Citation | None) -> CitationMark | None:
         return CitationMark("weak", title, gettext("weak support"))
     title = gettext("Source %(n)s does not support this sentence") % {"n": n}
     return CitationMark("unsupported", title, gettext("not supported"))
+
+
+# The citation check's notes are stored as English records (citecheck.py); these are how they read.
+_NOTE_PARTS = (
+    (
+        re.compile(r"not in the source: (.+)"),
+        lambda m: gettext("not in the source: %(numbers)s") % {"numbers": m[1]},
+    ),
+    (
+        re.compile(r"the source is in another language"),
+        lambda m: gettext("the source is in another language"),
+    ),
+    (re.compile(r"the source has no text"), lambda m: gettext("the source has no text")),
+    (re.compile(r"the LLM said (supported|weak|unsupported)"), lambda m: _llm_said(m[1])),
+)
+
+
+def _llm_said(verdict: str) -> str:
+    label = str(dict(Citation.Verdict.choices)[verdict]).lower()
+    return gettext("the LLM said: %(verdict)s") % {"verdict": label}
+
+
+def note_text(note: str) -> str:
+    """A citation's stored note in the active language: the check's own phrases translated, the
+    model's reason (its own words, in the report's language) as it gave it."""
+    parts = []
+    for part in note.split("; "):
+        for pattern, shown in _NOTE_PARTS:
+            match = pattern.fullmatch(part)
+            if match:
+                parts.append(shown(match))
+                break
+        else:
+            parts.append(part)
+    return "; ".join(parts)
+
+
+def citation_summary(counts: dict[str, int]) -> str:
+    """ "14 of 15 citations supported by their sources · 1 not supported", as on the page."""
+    line = ngettext(
+        "%(supported)s of %(total)s citation supported by its source",
+        "%(supported)s of %(total)s citations supported by their sources",
+        counts["total"],
+    ) % {"supported": counts["supported"], "total": counts["total"]}
+    doubts = []
+    if counts.get("unsupported"):
+        doubts.append(
+            ngettext("%(unsupported)s not supported", "%(unsupported)s not supported", counts["unsupported"])
+            % {"unsupported": counts["unsupported"]}
+        )
+    if counts.get("weak"):
+        doubts.append(
+            ngettext("%(weak)s weakly supported", "%(weak)s weakly supported", counts["weak"])
+            % {"weak": counts["weak"]}
+        )
+    return f"{line} · {', '.join(doubts)}" if doubts else line
 
 
 def sources_of(report: Report) -> list[dict[str, Any]]:

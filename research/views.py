@@ -63,7 +63,7 @@ def topic_list(request: HtmxHttpRequest) -> HttpResponse:
 
 
 # What a row of the topic list shows (the only columns read).
-ROW_FIELDS = ("id", "question", "mode", "status", "stage", "sources", "created_at")
+ROW_FIELDS = ("id", "question", "mode", "status", "stage", "sources", "created_at", "archive_bytes")
 
 
 def topic_rows(context: dict[str, Any]) -> SafeString:

@@ -47,7 +47,7 @@ ENCRYPTED_OFFICE = gettext_noop(
 OPENDOCUMENT = gettext_noop(
     "it is an OpenDocument file (.odt, .ods or .odp); save it as DOCX or PDF and upload that"
 )
-UNSUPPORTED = gettext_noop("not a PDF, DOCX, HTML, Markdown or text file")
+UNSUPPORTED = gettext_noop("not a PDF, DOCX, RTF, HTML, Markdown or text file")
 TRUNCATED_DOCX = gettext_noop(
     "the DOCX file is incomplete (cut short while it was copied or uploaded); upload the whole file again"
 )

@@ -186,7 +186,7 @@ def check_file_count(count: int) -> None:
 
 def _unsupported_message(name: str, reason: str) -> str:
     if reason == UNSUPPORTED:
-        return _("%(name)s is not a PDF, DOCX, Markdown, text or HTML file.") % {"name": name}
+        return _("%(name)s is not a PDF, DOCX, RTF, Markdown, text or HTML file.") % {"name": name}
     # A DOCX refused before reading (a zip bomb, say): the parser's own words are the detail.
     return _("%(name)s cannot be read: %(reason)s.") % {"name": name, "reason": failures.translate(reason)}
 

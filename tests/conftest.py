@@ -89,6 +89,13 @@ def default_language() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def no_first_user_admin(settings: Any) -> None:
+    """Accounts made in tests stay plain users unless a test asks for the first-run rule
+    (tests/mindsearch/test_first_run_admin.py turns MINDSEARCH_FIRST_USER_ADMIN back on)."""
+    settings.FIRST_USER_ADMIN = False
+
+
+@pytest.fixture(autouse=True)
 def no_internet(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never reach the internet: outside services default to a refused loopback port,
     and resolving any name but localhost fails loudly."""

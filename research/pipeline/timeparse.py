@@ -114,8 +114,36 @@ def strip_period(text: str, period: Period | None) -> str:
     """The question without its time phrase, for queries that add a year of their own."""
     if period is None or not period.phrase:
         return " ".join(text.split())
-    cleaned = text.replace(period.phrase, " ")
-    return " ".join(cleaned.split()).strip(" ,.;:-–—")
+    return tidy_query(text.replace(period.phrase, " "))
+
+
+# What a time phrase taken out of a question can leave dangling: a preposition or conjunction
+# that led into it ("курс рубля в ?", "results in ?", "between and"), Russian and English.
+_DANGLING = (
+    "в|во|на|за|с|со|до|по|от|к|ко|о|об|про|из|для|между|после|перед|около|начиная|и|или|а|"
+    "in|on|at|since|from|to|for|during|between|of|by|after|before|until|till|through|over|and|or|the"
+)
+_DANGLING_BEFORE_STOP = re.compile(
+    rf"(?<![\w-])(?:(?:{_DANGLING})\s+)*(?:{_DANGLING})\s*(?=[,;:?!.]|$)", re.I
+)
+_SPACE_BEFORE_STOP = re.compile(r"\s+([,;:?!.])")
+_REPEATED_STOPS = re.compile(r"([,;:])(?:\s*[,;:])+")
+
+
+def tidy_query(text: str) -> str:
+    """A question with a phrase taken out, as words to search for with a year added: no space
+    before punctuation, no preposition left dangling before it or at the end ("What methods
+    have been proposed since 2023?" → "What methods have been proposed"), no closing "?"."""
+    text = " ".join(text.split())
+    for _ in range(3):  # a removal can leave another word dangling ("in and")
+        before = text
+        text = _DANGLING_BEFORE_STOP.sub("", text)
+        text = _SPACE_BEFORE_STOP.sub(r"\1", text)
+        text = _REPEATED_STOPS.sub(r"\1", text)
+        text = " ".join(text.split()).strip(" ,.;:?!-–—")
+        if text == before:
+            break
+    return text
 
 
 def window_for(start: date, today: date) -> str:

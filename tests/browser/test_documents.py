@@ -113,7 +113,7 @@ def upload_with_the_picker(page: Page, folder: Path) -> None:
     page.get_by_role("button", name="Upload", exact=True).click()
     results = page.locator("#upload-results")
     expect(results.get_by_text("field-notes.pdf was uploaded; indexing has started.")).to_be_visible()
-    refused = "holiday.pdf is not a PDF, DOCX, Markdown, text or HTML file."
+    refused = "holiday.pdf is not a PDF, DOCX, RTF, Markdown, text or HTML file."
     expect(results.get_by_text(refused)).to_be_visible()
     expect(row(page, "field-notes.pdf")).to_have_count(1)
     expect(row(page, "holiday.pdf")).to_have_count(0)

@@ -32,7 +32,7 @@ def hostile_files() -> dict[str, tuple[bytes, str]]:
     return {
         # Sizes precise enough to differ: one byte over 64 KB is not "64.0 KB; at most 64.0 KB".
         "huge.md": (b"x" * (LIMIT + 1), "is 65,537\xa0bytes; files may be at most 65,536\xa0bytes"),
-        "photo.pdf": (PNG, "is not a PDF, DOCX, Markdown, text or HTML file"),
+        "photo.pdf": (PNG, "is not a PDF, DOCX, RTF, Markdown, text or HTML file"),
         "login.docx": (b"<!doctype html><html><body>Sign in</body></html>", "named like a DOCX file"),
         "report.pdf": (b"<html><body><p>Not a PDF at all</p></body></html>", "content is an HTML page"),
         "bomb.docx": (bomb, "unpacks to more than 100 times its size (a zip bomb?)"),

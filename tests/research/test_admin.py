@@ -199,11 +199,12 @@ def test_a_payload_is_shown_as_readable_json_and_cannot_be_edited(staff_client: 
 def test_bulk_purge_of_selected_entries(staff_client: Client) -> None:
     keep = entry(Kind.DOCS, "keep", {"markdown": "k"})
     doomed = [entry(Kind.DOCS, f"gone{i}", {"markdown": "g"}) for i in range(3)]
-    response = staff_client.post(
-        reverse(ENTRIES),
-        {"action": "purge_selected", "_selected_action": [e.pk for e in doomed], "index": 0},
-        follow=True,
-    )
+    selected = {"action": "purge_selected", "_selected_action": [e.pk for e in doomed], "index": 0}
+    # The action asks first (issue 29), and nothing is gone until the answer is yes.
+    asked = staff_client.post(reverse(ENTRIES), selected).content.decode()
+    assert "Purge 3 cache entries" in asked and "3 of them are still live" in asked
+    assert 'name="confirm" value="yes"' in asked and CacheEntry.objects.count() == 4
+    response = staff_client.post(reverse(ENTRIES), {**selected, "confirm": "yes"}, follow=True)
     assert list(CacheEntry.objects.all()) == [keep]
     assert "Purged 3 cache entries." in response.content.decode()
 

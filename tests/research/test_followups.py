@@ -340,7 +340,7 @@ def test_markdown_and_docx_exports_carry_the_thread(alice: User) -> None:
     new = {"n": 3, "title": "Arcade history", "url": "https://example.org/arcade", "document_id": None}
     FollowUp.objects.filter(pk=followup.pk).update(sources=[new])
     markdown = export.report_markdown(topic)
-    assert "## Follow-up questions" in markdown
+    assert "## Уточняющие вопросы" in markdown  # the report's language (Russian), not the interface's
     assert f"### 1. {followup.question}" in markdown and followup.answer.strip() in markdown
     assert "- \\[3\\] [Arcade history](https://example.org/arcade)" in markdown
     docx = export.report_docx(topic)

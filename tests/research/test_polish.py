@@ -57,7 +57,14 @@ def test_docx_has_the_headings_formatting_citations_and_linked_sources(
     bold = [run.text for p in document.paragraphs for run in p.runs if run.bold]
     assert "tokens across examples" in bold
     bullets = [p.text for p in document.paragraphs if p.style.name == "List Bullet"]
-    assert bullets == ["In sparse language models [1]", "As a drop-in for MoE layers [2]"]
+    # The plan of the header first, one paragraph a sub-query, then the report's own list.
+    assert bullets == [
+        "What is it?",
+        "Where is it used?",
+        "How was it improved?",
+        "In sparse language models [1]",
+        "As a drop-in for MoE layers [2]",
+    ]
     # The sub-queries of the .md header come along, and the sources list links its URLs.
     assert "What is it?" in text
     links = [rel.target_ref for rel in document.part.rels.values() if rel.reltype.endswith("/hyperlink")]

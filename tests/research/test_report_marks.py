@@ -298,7 +298,8 @@ def test_a_report_cut_off_twice_is_asked_again_shorter_and_marked_cut(
     assert topic.report.marks == ["truncated"]
     assert page_marks(alice_client, topic) == ["truncated"]
     assert api_report(alice, topic)["marks"] == ["truncated"]
-    assert "Cut off: the model's answer hit its token limit" in export.report_markdown(topic)
+    # The file speaks the report's language (Russian, as the question), whatever the interface's.
+    assert "Обрезан: ответ модели упёрся в ограничение длины" in export.report_markdown(topic)
     lines = RunEvent.objects.filter(topic=topic, stage="answer").values_list("message", flat=True)
     assert "The second report was cut off too: it is kept, marked as cut off" in lines
 
@@ -366,7 +367,7 @@ def test_an_uncited_report_and_an_unreadable_plan_are_marked_on_the_page_in_file
     assert data["marks"] == ["uncited"]
     assert data["without_model"] == [{"stage": "plan", "count": 3, "total": 3}]
     markdown = export.report_markdown(topic)
-    assert "Cites none of its sources" in markdown and "Ran without the model test-model" in markdown
+    assert "Не ссылается ни на один из источников" in markdown and "Без модели test-model" in markdown
     assert RunEvent.objects.filter(
         topic=topic, stage="citecheck", message="The report cites none of its sources"
     )

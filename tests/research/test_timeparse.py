@@ -120,3 +120,31 @@ def test_window_for_and_calendar_years() -> None:
     assert window_for(date(2025, 1, 1), TODAY) == "year"
     assert window_for(date(2024, 1, 1), TODAY) == ""
     assert calendar_years(date(2023, 5, 1), date(2025, 2, 1)) == (2023, 2024, 2025)
+
+
+@pytest.mark.parametrize(
+    ("question", "base"),
+    [
+        ("What methods have been proposed since 2023?", "What methods have been proposed"),
+        ("What were the results in 2020-2022?", "What were the results"),
+        ("What changed between 2019 and 2022?", "What changed"),
+        ("Inflation in 2021, and what followed?", "Inflation, and what followed"),
+        ("Rock and roll in 2021", "Rock and roll"),
+        ("Какой курс рубля в 2023 и 2024 годах?", "Какой курс рубля"),
+        ("Какой был курс рубля в прошлом году?", "Какой был курс рубля"),
+        ("Что произошло с 2019 по 2022 год?", "Что произошло"),
+        ("Какие новости за 2024 год?", "Какие новости"),
+        (
+            "Что такое Mixture of Tokens в 2024 году и где используется?",
+            "Что такое Mixture of Tokens и где используется",
+        ),
+    ],
+)
+def test_a_per_year_sub_query_leaves_no_question_mark_or_dangling_preposition(
+    question: str, base: str
+) -> None:
+    """The words a per-year sub-query searches for with its year (issue 29: "…have been proposed
+    ? 2023", "курс рубля в ? 2023")."""
+    from research.pipeline.stages.years import without_years
+
+    assert without_years(strip_period(question, parse_period(question, TODAY))) == base

@@ -92,7 +92,7 @@ def test_unsupported_file_fails_with_a_message(alice):
     ingest(document.pk)
     document.refresh_from_db()
     assert document.status == UploadedDocument.Status.FAILED
-    assert document.error == "not a PDF, DOCX, HTML, Markdown or text file"
+    assert document.error == "not a PDF, DOCX, RTF, HTML, Markdown or text file"
 
 
 def test_reingesting_is_idempotent(alice):

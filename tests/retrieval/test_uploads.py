@@ -217,22 +217,22 @@ def test_too_many_files_at_once_are_refused(settings):
 @pytest.mark.parametrize(
     ("name", "data", "message"),
     [
-        ("photo.pdf", PNG, "photo.pdf is not a PDF, DOCX, Markdown, text or HTML file."),
-        ("photo.png", PNG, "photo.png is not a PDF, DOCX, Markdown, text or HTML file."),
+        ("photo.pdf", PNG, "photo.pdf is not a PDF, DOCX, RTF, Markdown, text or HTML file."),
+        ("photo.png", PNG, "photo.png is not a PDF, DOCX, RTF, Markdown, text or HTML file."),
         ("paper.pdf", HTML, "paper.pdf is named like a PDF file, but its content is an HTML page."),
         ("paper.pdf", NOTES, "paper.pdf is named like a PDF file, but its content is plain text."),
         ("notes.docx", pdf_bytes(["Hi."]), "notes.docx is named like a DOCX file, but its content is a PDF."),
         (
             "sheet.docx",
             zip_bytes({"xl/workbook.xml": b"<workbook/>"}),
-            "sheet.docx is not a PDF, DOCX, Markdown, text or HTML file.",
+            "sheet.docx is not a PDF, DOCX, RTF, Markdown, text or HTML file.",
         ),
         ("program.md", b"\x7fELF\x02\x01\x01" + bytes(600), None),
     ],
 )
 def test_a_file_that_is_not_what_it_says_or_not_supported_is_refused_by_name(alice, name, data, message):
     refused = rejection(alice, name, data)
-    assert refused == (message or f"{name} is not a PDF, DOCX, Markdown, text or HTML file.")
+    assert refused == (message or f"{name} is not a PDF, DOCX, RTF, Markdown, text or HTML file.")
     assert not UploadedDocument.objects.exists()
 
 
@@ -332,7 +332,7 @@ def test_text_that_turns_legacy_after_the_first_kilobytes_is_read_not_refused_la
 
 def test_text_that_turns_binary_after_the_first_kilobytes_is_refused_at_the_upload(alice):
     data = b"Plain ASCII notes. " * 200 + bytes(range(256)) * 16
-    assert rejection(alice, "notes.txt", data) == "notes.txt is not a PDF, DOCX, Markdown, text or HTML file."
+    assert rejection(alice, "notes.txt", data) == "notes.txt is not a PDF, DOCX, RTF, Markdown, text or HTML file."
 
 
 def test_a_ligature_pdf_is_found_by_keyword_search_for_difficult(alice, django_capture_on_commit_callbacks):

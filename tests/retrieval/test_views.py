@@ -132,6 +132,8 @@ def test_empty_page_explains_itself_and_offers_a_multi_file_form(alice_client):
     assert 'enctype="multipart/form-data"' in text
     assert re.search(r'<input id="upload-files" type="file" name="files" multiple', text)
     assert "up to 20.0\xa0MB each, at most 20 at a time" in text
+    # RTF is read (retrieval/parsing.py), so the page and the file picker name it (issue 29).
+    assert "PDF, DOCX, RTF, Markdown" in text and ".rtf," in text and "application/rtf" in text
     assert 'href="/documents/"' in text  # the nav link
     assert "hx-trigger" not in text.split('id="document-list"')[1]  # nothing to poll for
 
@@ -150,7 +152,7 @@ def test_several_files_at_once_each_get_their_own_result(
     text = page_text(alice_client.get(response["Location"]))
     assert "paper.pdf was uploaded; indexing has started." in text
     assert "notes.docx was uploaded; indexing has started." in text
-    assert "photo.pdf is not a PDF, DOCX, Markdown, text or HTML file." in text
+    assert "photo.pdf is not a PDF, DOCX, RTF, Markdown, text or HTML file." in text
     assert sorted(UploadedDocument.objects.for_user(alice).values_list("original_name", flat=True)) == [
         "notes.docx",
         "paper.pdf",

@@ -78,7 +78,7 @@ def _planned(topic: Topic) -> bool:
 
 
 def without_years(text: str) -> str:
-    return " ".join(_YEARS.sub(" ", text).split()).strip(" ,.;:-–—")
+    return timeparse.tidy_query(_YEARS.sub(" ", text))
 
 
 def _add_subqueries(topic: Topic, years: list[int]) -> None:

@@ -1,0 +1,46 @@
+"""Smaller items of issue 29 on the topic pages: *Export archive* only once a run has found
+something, and an imported topic told apart from its original on its page and in the list."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from research.models import Topic
+from tests.research.test_views import awaiting, completed
+
+pytestmark = pytest.mark.django_db
+
+
+def export_offered(client: Client, topic: Topic) -> bool:
+    page = client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    return reverse("topic_export", args=[topic.pk]) in page
+
+
+def test_export_archive_is_offered_once_there_is_something_to_keep(alice_client: Client, alice: User) -> None:
+    assert not export_offered(alice_client, awaiting(alice))  # a plan under review
+    stopped = Topic.objects.create(owner=alice, question="Stopped before searching", status="failed")
+    assert not export_offered(alice_client, stopped)
+    assert export_offered(alice_client, completed(alice))
+
+
+def test_an_imported_topic_is_marked_on_its_page_and_in_the_list(alice_client: Client, alice: User) -> None:
+    original = completed(alice)
+    copy = completed(alice)
+    Topic.objects.filter(pk=copy.pk).update(archive_bytes=48_213)
+    page = alice_client.get(reverse("topic_detail", args=[copy.pk])).content.decode()
+    assert 'id="imported-mark"' in page and "imported from an archive" in page
+    assert (
+        'id="imported-mark"'
+        not in alice_client.get(reverse("topic_detail", args=[original.pk])).content.decode()
+    )
+    listing = alice_client.get(reverse("home")).content.decode()
+    rows = listing.split("<tbody>")[1].split("</tbody>")[0].split("<tr>")[1:]
+    marked = [row for row in rows if 'class="tag imported"' in row]
+    assert len(rows) == 2 and len(marked) == 1 and f"/topics/{copy.pk}/" in marked[0]
+    ru = Client()
+    ru.force_login(alice)
+    ru.cookies["django_language"] = "ru"
+    assert "импортирована" in ru.get(reverse("topic_detail", args=[copy.pk])).content.decode()
