@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
+from django.db.models.fields.json import KT, KeyTransform
 from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.safestring import SafeString, mark_safe
@@ -139,7 +140,7 @@ def thread_context(topic: Topic, *, shared: bool = False) -> dict[str, Any]:
     and what the owner may ask next."""
     from research.pipeline.followup import report_sections
 
-    followups = list(topic.followups.order_by("position"))
+    followups = list(topic.followups.defer("rendering").order_by("position"))
     if shared:
         followups = [f for f in followups if f.status == FollowUp.Status.COMPLETED]
     report = Report.objects.filter(topic=topic).only("markdown", "sources").first()
@@ -184,6 +185,11 @@ def followup_html(
     stored when it was answered or imported (`store_thread`), else rendered now and kept. Its
     numbers depend on the answers before it: a rendering for another count is done again."""
     language = translation.get_language() or settings.LANGUAGE_CODE
+    if "rendering" in followup.get_deferred_fields():
+        html = stored_html(FollowUp, followup.pk, digest(followup.answer, source_count), language)
+        if html is not None:
+            return mark_safe(html)  # noqa: S308 — stored from nh3's output below
+        followup.refresh_from_db(fields=["rendering"])
     stored = followup.rendering if isinstance(followup.rendering, dict) else {}
     if not _well_formed(stored) or stored.get("digest") != digest(followup.answer, source_count):
         stored = report_rendering(followup.answer, source_count, demote=True)
@@ -292,9 +298,8 @@ def documents_of(topic: Topic) -> list[Document]:
 
 
 def report_of(topic: Topic) -> dict[str, Any] | None:
-    try:
-        report = topic.report
-    except Report.DoesNotExist:
+    report = report_without_rendering(topic)
+    if report is None:
         return None
     citations = list(report.citations.all())
     for citation in citations:
@@ -386,10 +391,62 @@ def stored_rendering(report: Report) -> tuple[Prepared, list[tuple[int, int]]]:
     return Prepared(data["html"], data["token"]), places
 
 
+def report_without_rendering(topic: Topic) -> Report | None:
+    """The topic's report as a page needs it: its stored rendering (every HTML copy and the
+    citations' places, megabytes for a hostile report) is left in the database; the page reads
+    the one string it shows (`stored_html`). Kept on the topic, as `topic.report` would be."""
+    relation = Topic.report.related  # type: ignore[attr-defined]  # the reverse one-to-one
+    if relation.is_cached(topic):
+        cached = relation.get_cached_value(topic)
+        return cached if isinstance(cached, Report) else None
+    report = Report.objects.defer("rendering").filter(topic=topic).first()
+    if report is not None:
+        relation.set_cached_value(topic, report)
+        report.topic = topic
+    return report
+
+
+def stored_html(model: type[Report] | type[FollowUp], pk: int, made_from: str, language: str) -> str | None:
+    """The marked HTML stored for `language`, read alone from the row's rendering (the database
+    picks it out: nothing else of the rendering is sent, decoded or copied), if the rendering was
+    made from what the row holds now (`digest`)."""
+    html = (
+        model.objects.filter(pk=pk, rendering__digest=made_from)
+        .values_list(KT(f"rendering__marked__{language}"), flat=True)
+        .first()
+    )
+    return html if isinstance(html, str) else None
+
+
+def stored_place(report: Report, index: int) -> tuple[int, int] | None:
+    """The `index`-th citation's (sentence index, n) as stored with the report's rendering, read
+    alone from it; None when there is no such citation. A rendering made from another text (or
+    none yet) is made now, once (`stored_rendering`)."""
+    made_from = digest(report.markdown, len(report.sources))
+    if not Report.objects.filter(pk=report.pk, rendering__digest=made_from).exists():
+        _prepared, places = stored_rendering(report)
+        return places[index] if 0 <= index < len(places) else None
+    if index < 0:
+        return None
+    place = (
+        Report.objects.filter(pk=report.pk)
+        .values_list(KeyTransform(str(index), KeyTransform("places", "rendering")), flat=True)
+        .first()
+    )
+    if isinstance(place, list) and len(place) == 2 and all(type(x) is int for x in place):
+        return place[0], place[1]
+    return None
+
+
 def marked_html(report: Report, citations: list[Citation] | None = None) -> SafeString:
     """The report's HTML with its citations marked, in the active language: stored when the
     report and its citations were saved (`store_marked`), else marked now and kept."""
     language = translation.get_language() or settings.LANGUAGE_CODE
+    if "rendering" in report.get_deferred_fields():
+        html = stored_html(Report, report.pk, digest(report.markdown, len(report.sources)), language)
+        if html is not None:
+            return mark_safe(html)  # noqa: S308 — stored from nh3's output by `_marked_now`
+        report.refresh_from_db(fields=["rendering"])
     marked = report.rendering.get("marked") if isinstance(report.rendering, dict) else None
     current = isinstance(report.rendering, dict) and report.rendering.get("digest") == digest(
         report.markdown, len(report.sources)

@@ -229,6 +229,7 @@ def newest_reported(topic: Topic) -> Topic:
         versions_of(topic)
         .filter(status=Topic.Status.COMPLETED, report__isnull=False)
         .select_related("report")
+        .defer("report__rendering")  # megabytes a page reads one string of (presenters.stored_html)
         .last()
     )
     return newest or topic

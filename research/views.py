@@ -28,7 +28,7 @@ from mindsearch.status import checks_for
 from research import export, fragments, versions, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
 from research.models import ShareLink, Topic, TopicImage
-from research.presenters import panel_context, topic_context, topic_page_context
+from research.presenters import panel_context, report_without_rendering, topic_context, topic_page_context
 from research.views_schedules import versions_context
 
 PAGE_SIZE = 25
@@ -384,7 +384,7 @@ def report_docx(request: HttpRequest, topic_id: int) -> HttpResponse:
 
 
 def _reported(topic: Topic) -> Topic:
-    if not hasattr(topic, "report"):
+    if report_without_rendering(topic) is None:
         raise Http404("This topic has no report yet.")
     return topic
 
@@ -398,7 +398,7 @@ def _shared(token: str) -> Topic:
     if link is None:
         raise ShareGone
     topic = link.topic if link.pinned else versions.newest_reported(link.topic)
-    if not hasattr(topic, "report"):
+    if report_without_rendering(topic) is None:
         raise ShareGone
     return topic
 

@@ -27,7 +27,7 @@ from research.pipeline import citecheck
 from research.pipeline.followup import sources_by_number
 from research.pipeline.stages.answer import diversity
 from research.pipeline.stages.answer.report_writer import CITATION, SOURCES_HEADING
-from research.presenters import followup_citations, stored_rendering
+from research.presenters import followup_citations, report_without_rendering, stored_place
 from research.views import ShareGone, _reported, _shared, _topic
 from retrieval.highlight import highlight_all
 from retrieval.models import Chunk
@@ -41,7 +41,7 @@ LOCATE_CHARS = 80
 @require_GET
 def citation_card(request: HttpRequest, topic_id: int, index: int) -> HttpResponse:
     topic = _reported(_topic(request, topic_id))
-    return render(request, "research/_citation_card.html", card(topic.report, index, link_private=True))
+    return render(request, "research/_citation_card.html", card(_report(topic), index, link_private=True))
 
 
 @login_not_required
@@ -52,7 +52,14 @@ def shared_citation_card(request: HttpRequest, token: str, index: int) -> HttpRe
     except ShareGone:
         return render(request, "research/share_gone.html", status=404)
     # Whoever holds the link sees the report, not the owner's document pages.
-    return render(request, "research/_citation_card.html", card(topic.report, index, link_private=False))
+    return render(request, "research/_citation_card.html", card(_report(topic), index, link_private=False))
+
+
+def _report(topic: Topic) -> Report:
+    report = report_without_rendering(topic)
+    if report is None:
+        raise Http404("This topic has no report yet.")
+    return report
 
 
 @require_GET
@@ -83,8 +90,9 @@ def card(report: Report, index: int, *, link_private: bool) -> dict[str, Any]:
     def checked(sentence_index: int, n: int) -> Citation | None:
         return Citation.objects.filter(report=report, sentence_index=sentence_index, n=n).first()
 
-    _prepared, occurrences = stored_rendering(report)
-    return _card(report.topic, body, occurrences, sources, checked, index, link_private=link_private)
+    place = stored_place(report, index)  # the one citation, not every place of the report
+    occurrences = [] if place is None else [place]
+    return _card(report.topic, body, occurrences, sources, checked, 0, link_private=link_private)
 
 
 def followup_card(followup: FollowUp, index: int, *, link_private: bool) -> dict[str, Any]:

@@ -455,6 +455,20 @@ async def complete(
         return await _with_retries(client, call, endpoint)
 
 
+async def most_tokens(messages: list[dict[str, Any]], max_tokens: int | None = None, model: str = "") -> int:
+    """The most one `complete` of `messages` can cost, for a budget to hold before it is sent:
+    the prompt as estimated with half again for the estimate's error, and the answer's limit as
+    the call will send it (for a reasoning model twice, and the extra: it may be asked again
+    with a larger budget)."""
+    name = model or settings.AITUNNEL_MODEL
+    key = endpoint_key(name)
+    endpoint = await _known(key, name)
+    limit = _token_limit(max_tokens, messages, endpoint, _known_window(key, endpoint))
+    prompt = estimate_tokens(_messages_text(messages))
+    answer = 2 * limit + REASONING_EXTRA_TOKENS if endpoint.reasoning else limit
+    return prompt + prompt // 2 + answer
+
+
 def _token_limit(
     asked: int | None, messages: list[dict[str, Any]], endpoint: _Endpoint, window: int | None
 ) -> int:

@@ -132,38 +132,44 @@ async def ask_completion(
             await on_text(cached["text"])
         return _cached_completion(cached, ctx.model)
     messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
+    held = 0  # the most this call can cost, held against the owner's budget until its row is saved
     try:
-        await db(budget.check)(ctx.owner_id)
-        completion = await llm_client.complete(
-            messages, max_tokens=max_tokens, user=ctx.owner_id, on_text=on_text, on_thinking=on_thinking
-        )
-    except llm_client.LLMError as exc:
-        await db(_record)(
-            ctx,
-            stage,
-            prompt,
-            {},
-            cache_kind=kind,
-            error=str(exc),
-            attempts=exc.attempts,
-            latency_ms=exc.latency_ms,
-        )
-        await db(ctx.llm_failed)(exc)
-        raise
-    ctx.llm_failures = 0
-    payload = {
-        "text": completion.text,
-        "model": completion.model,
-        "prompt_tokens": completion.prompt_tokens,
-        "completion_tokens": completion.completion_tokens,
-        "reasoning_tokens": completion.reasoning_tokens,
-        "finish_reason": completion.finish_reason,
-        "usage_estimated": completion.usage_estimated,
-    }
-    # Saved before anything else happens to it, so a crash right after does not pay for it twice;
-    # the answer and its `LLMCall` row in one transaction, so a saved answer is always counted.
-    await db(_save)(ctx, stage, prompt, kind, key, owner_id, payload, completion)
-    return completion
+        try:
+            if budget.enabled() and ctx.owner_id is not None:
+                most = await llm_client.most_tokens(messages, max_tokens)
+                held = await db(budget.hold)(ctx.owner_id, most, settings.AITUNNEL_MODEL)
+            completion = await llm_client.complete(
+                messages, max_tokens=max_tokens, user=ctx.owner_id, on_text=on_text, on_thinking=on_thinking
+            )
+        except llm_client.LLMError as exc:
+            await db(_record)(
+                ctx,
+                stage,
+                prompt,
+                {},
+                cache_kind=kind,
+                error=str(exc),
+                attempts=exc.attempts,
+                latency_ms=exc.latency_ms,
+            )
+            await db(ctx.llm_failed)(exc)
+            raise
+        ctx.llm_failures = 0
+        payload = {
+            "text": completion.text,
+            "model": completion.model,
+            "prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": completion.completion_tokens,
+            "reasoning_tokens": completion.reasoning_tokens,
+            "finish_reason": completion.finish_reason,
+            "usage_estimated": completion.usage_estimated,
+        }
+        # Saved before anything else happens to it, so a crash right after does not pay for it twice;
+        # the answer and its `LLMCall` row in one transaction, so a saved answer is always counted.
+        await db(_save)(ctx, stage, prompt, kind, key, owner_id, payload, completion)
+        return completion
+    finally:
+        await db(budget.release)(ctx.owner_id, held)
 
 
 def _cached_completion(cached: dict[str, Any], model: str) -> llm_client.Completion:

@@ -132,3 +132,56 @@ def test_a_count_starts_again_after_its_window_and_ended_ones_are_cleared() -> N
     assert limits.take("a", 1, 10, now=11)
     assert limits.take("b", 1, 10, now=100)  # a new count clears "a", ended at 21
     assert list(LimitCounter.objects.values_list("key", flat=True)) == ["b"]
+
+
+def test_twenty_llm_calls_at_once_spend_at_most_one_calls_maximum_past_the_daily_budget(
+    alice: User, settings: Any
+) -> None:
+    """The daily token budget is checked and the call's most held in one locked step: twenty
+    calls sent at once by one user's runs (each a question of its own, so none is answered from
+    the cache) end, all told, at most one call's maximum past the budget. Before, all twenty read
+    'nothing spent today' and were sent."""
+    import asyncio
+
+    from mindsearch.clients import llm
+    from research import budget
+    from research.models import LLMCall
+    from research.pipeline import prompting
+    from research.pipeline.context import RunContext
+    from tests.support.fakes import FakeService, openai_chat
+
+    settings.LIMIT_AITUNNEL_RPS = 0
+    settings.AITUNNEL_API_KEY = "test-key"
+    settings.AITUNNEL_MODEL = "test-model"
+    llm.forget_endpoints()
+    prompt = prompting.load_prompt("plan")
+    answer = "A plan in a few words. " * 20
+    with FakeService(
+        {("POST", "/v1/chat/completions"): openai_chat(lambda m: answer)}, latency=0.5
+    ) as service:
+        settings.AITUNNEL_BASE_URL = f"{service.url}v1/"
+        topic = Topic.objects.create(owner=alice, question="What is Mixture of Tokens?")
+
+        def ask(n: int) -> str:
+            ctx = RunContext(topic=topic, llm_enabled=True, model="test-model")
+            request = f"Plan question {n}"
+            return asyncio.run(prompting.ask(ctx, "plan", prompt, request, kind="plan", max_tokens=200))
+
+        ask(100)  # one call alone: what a call costs here
+        one = LLMCall.objects.get(user=alice)
+        cost = one.prompt_tokens + one.completion_tokens
+        messages = [
+            {"role": "system", "content": prompt.text},
+            {"role": "user", "content": "Plan question 10"},
+        ]
+        most = asyncio.run(llm.most_tokens(messages, 200))
+        settings.LLM_DAILY_TOKEN_BUDGET = cost + 2 * most  # room for a few calls, not for twenty
+        assert 20 * cost > settings.LLM_DAILY_TOKEN_BUDGET + most  # twenty at once would overspend
+        answers = at_once(ask)
+    sent = [a for a in answers if isinstance(a, str)]
+    refused = [a for a in answers if isinstance(a, budget.BudgetReached)]
+    assert len(sent) + len(refused) == AT_ONCE, answers
+    spent = budget.spent_today(alice.pk).total_tokens
+    assert spent <= settings.LLM_DAILY_TOKEN_BUDGET + most, (spent, len(sent))
+    assert sent and refused
+    assert LimitCounter.objects.get(key=f"llm-budget:{alice.pk}").count == 0  # every hold let go

@@ -159,3 +159,32 @@ def test_the_check_and_the_rendering_grow_linearly(unit: str) -> None:
     small = min(_operations("A " + unit + " [1]") for _ in range(3))
     large = min(_operations("A " + unit * 4 + " [1]") for _ in range(3))
     assert large < 8 * max(small, 0.002), (small, large)
+
+
+def test_a_page_reads_only_the_html_it_shows_of_the_stored_rendering(
+    alice: User, bob: User, bob_client: Client
+) -> None:
+    """The stored rendering holds every language's marked HTML and every citation's place
+    (megabytes for thousands of markers): a topic page, share page or card reads the one string
+    or place it needs, picked out by the database, never the whole column."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    topic = imported(alice, SHAPES["markers_in_one_sentence"], bob)
+    _link, token = ShareLink.issue(topic)
+    anonymous = Client()
+    views = {
+        "topic": (bob_client, reverse("topic_detail", args=[topic.pk])),
+        "share": (anonymous, reverse("shared_report", args=[token])),
+        "card": (anonymous, reverse("shared_citation_card", args=[token, 3])),
+    }
+    for name, (client, url) in views.items():
+        caches["fragments"].clear()
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(url)
+        assert response.status_code == 200
+        whole = [q["sql"] for q in queries if '"rendering"' in q["sql"] and '"rendering" ->' not in q["sql"]]
+        whole = [sql for sql in whole if '"rendering" #>' not in sql]
+        assert not whole, f"{name} read the whole rendering: {whole[0][:200]}"
+    page = bob_client.get(views["topic"][1]).content.decode()
+    assert "citation citation-weak" in page
