@@ -208,7 +208,7 @@ def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:
         return False
     except StageError as exc:
         ctx.topic.fail(str(exc))
-        stage = StageName(ctx.topic.stage) if ctx.topic.stage else StageName.RUN
+        stage = StageName(ctx.topic.stage) if ctx.topic.stage in StageName.values else StageName.RUN
         ctx.emit(stage, str(exc), level=RunEvent.Level.ERROR)
         return False
     return True
