@@ -126,7 +126,8 @@ if DATABASE_URL:
     # kept per thread piles up until PostgreSQL refuses more ("too many clients").
     _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
 else:
-    _db = embedded_db.start(MINDSEARCH_DATA_DIR)
+    # Started by the first connection (mindsearch/embedded_pg), not by importing the settings.
+    _db = embedded_db.database_settings(MINDSEARCH_DATA_DIR)
 DATABASES = {"default": {**_DB_DEFAULTS, **_db}}
 if not env_str("REDIS_URL"):
     # channels-postgres removes group members through the ORM under this alias: the same
