@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import translation
+from pytest_django.plugin import DjangoDbBlocker
 
 from tests.support.world import World, loopback_world
 
@@ -25,13 +26,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
+def django_db_setup(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> Iterator[None]:
     """Point the PostgreSQL channel layer at the test database pytest-django created."""
     from channels.layers import channel_layers
     from django.conf import settings
     from django.db import connection
 
-    config = settings.CHANNEL_LAYERS["default"].get("CONFIG", {})
+    layer: dict[str, Any] = settings.CHANNEL_LAYERS["default"]
+    config = layer.get("CONFIG", {})
     if "NAME" in config:
         config["NAME"] = connection.settings_dict["NAME"]
     channel_layers.backends.clear()
