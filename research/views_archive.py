@@ -11,9 +11,9 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from mindsearch.requests import signed_in
 from research import archive, imports
 from research.models import Topic
-from research.views import _signed_in
 
 
 @require_GET
@@ -40,7 +40,7 @@ def topic_import(request: HttpRequest) -> HttpResponse:
         messages.error(request, _("The archive is larger than %(mb)d MB.") % {"mb": limit})
         return redirect("home")
     try:
-        job_id = imports.start(upload, _signed_in(request))
+        job_id = imports.start(upload, signed_in(request))
     except archive.ArchiveError as refused:
         messages.error(request, _("Nothing was imported: %(reason)s") % {"reason": refused})
         return redirect("home")
@@ -50,7 +50,7 @@ def topic_import(request: HttpRequest) -> HttpResponse:
 @require_GET
 def topic_import_status(request: HttpRequest, job_id: str) -> HttpResponse:
     """The import job: its progress while the worker has it, then the topic or the reason."""
-    job = imports.status(job_id, _signed_in(request))
+    job = imports.status(job_id, signed_in(request))
     if job is None:
         raise Http404("No such import.")
     if job["state"] == imports.DONE:
