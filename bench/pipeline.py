@@ -52,12 +52,13 @@ def main() -> None:
         )
         return
     limits = limit_settings(args)
-    latencies = {
-        "llm_latency": LATENCY["llm"],
-        "search_latency": LATENCY["search"],
-        "reader_latency": LATENCY["reader"],
-    }
-    with world(**latencies, extra_pages=args.extra_pages, queries_per_language=3) as w:
+    with world(
+        llm_latency=LATENCY["llm"],
+        search_latency=LATENCY["search"],
+        reader_latency=LATENCY["reader"],
+        extra_pages=args.extra_pages,
+        queries_per_language=3,
+    ) as w:
         for name, value in {**w.settings(), **limits}.items():
             setattr(settings, name, value)
         cold = run_topic(owner, TOPIC)
@@ -99,7 +100,7 @@ def streaming(owner: Any, args: argparse.Namespace, limits: dict, *, fixed: bool
     pace = Pace(first_token=FIRST_TOKEN_SECONDS, tokens_per_second=TOKENS_PER_SECOND, tokens=tokens)
     profiles.append(("realistic", {"llm_pace": pace}))
     for name, llm in profiles:
-        services = {"search_latency": LATENCY["search"], "reader_latency": LATENCY["reader"]}
+        services: dict[str, Any] = {"search_latency": LATENCY["search"], "reader_latency": LATENCY["reader"]}
         with world(**services, **llm, extra_pages=args.extra_pages, queries_per_language=3) as w:
             for setting, value in {**w.settings(), **limits}.items():
                 setattr(settings, setting, value)
@@ -282,7 +283,7 @@ async def sequential_baseline(question: str) -> Counter:
         ).text
 
     subqueries = parse_prefixed_lines(await ask("plan", f'Запрос: "{question}"'), "ПОДЗАПРОС:", 3)
-    documents = []
+    documents: list[str] = []
     seen: set[str] = set()
     for subquery in subqueries:
         russian, english = split_by_language(

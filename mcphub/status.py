@@ -12,7 +12,7 @@ from django.utils.translation import ngettext, pgettext
 
 from mcphub.models import McpSource
 from mcphub.sources import Probe, probe
-from mindsearch.status import ERROR, OFF, OK, WARN, Check
+from mindsearch.status_check import ERROR, OFF, OK, WARN, Check
 
 
 def check_sources() -> Check:

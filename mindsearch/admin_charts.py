@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
+from django.utils.functional import Promise as StrPromise
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch import metrics
@@ -69,7 +70,11 @@ def per_minute(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def build_chart(
-    title: str, found: dict[str, list[tuple[float, float]]], counter: bool, start: float, end: float
+    title: str | StrPromise,
+    found: dict[str, list[tuple[float, float]]],
+    counter: bool,
+    start: float,
+    end: float,
 ) -> Chart:
     lines = {label: per_minute(points) if counter else points for label, points in found.items()}
     lines = {label: points for label, points in lines.items() if points and any(v for _, v in points)}

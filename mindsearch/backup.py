@@ -44,6 +44,7 @@ def client_bin_dir() -> Path:
 
 def _connection_env() -> tuple[list[str], dict[str, str]]:
     """Arguments and environment that point the client programs at Django's database."""
+    connection.ensure_connection()  # the embedded server's socket folder is known once it is up
     db = connection.settings_dict
     args = ["--dbname", db["NAME"], "--username", db["USER"] or "postgres"]
     if db["HOST"]:

@@ -7,6 +7,8 @@ and 36 LISTEN connections in three runs without this class, and daphne used 3.7 
 instead of 1.9 s (medians) for delivery p50 / p95 of 96 / 238 ms instead of 55 / 195 ms. The run
 that found the problem saw sixty, and delivery took seconds.
 
+It also starts (or joins) the embedded PostgreSQL before connecting, like the database backend.
+
 This overrides a private method of channels-postgres (1.1.4):
 tests/research/test_channel_overrides.py shows the package still starting a listener per early
 receive() and this class starting one, so it fails when the package changes underneath (fixed:
@@ -16,12 +18,21 @@ remove this module; renamed: the override is no longer called).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from channels_postgres.core import PostgresChannelLayer as BasePostgresChannelLayer
+
+from mindsearch import embedded_db
 
 
 class PostgresChannelLayer(BasePostgresChannelLayer):
     _listener_starting_on: asyncio.AbstractEventLoop | None = None
+
+    def __init__(self, *args: Any, **config: Any) -> None:
+        # The layer builds its connection from its CONFIG (a copy of the database settings):
+        # with the embedded server, its socket folder is known once the server is up.
+        embedded_db.fill_host(config)
+        super().__init__(*args, **config)
 
     def _get_or_create_listener_task(self) -> tuple[asyncio.Event, bool]:
         event, is_new = super()._get_or_create_listener_task()

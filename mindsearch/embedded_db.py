@@ -54,6 +54,41 @@ def _forget_dead_handles(pgdata: Path) -> None:
         handles.write_text(json.dumps(alive))
 
 
+ENGINE = "mindsearch.embedded_pg"
+_hosts: dict[Path, str] = {}
+_hosts_lock = threading.Lock()
+
+
+def database_settings(data_dir: Path) -> dict[str, str]:
+    """Django database settings for the embedded server of `data_dir`, without starting it: the
+    HOST (its socket folder) is filled in by `fill_host` when a connection is first opened."""
+    return {
+        "ENGINE": ENGINE,
+        "NAME": DATABASE_NAME,
+        "USER": "postgres",
+        "HOST": "",
+        "PORT": "",
+        "PASSWORD": "",
+        "DATA_DIR": str(data_dir),
+    }
+
+
+def fill_host(settings_dict: dict[str, Any]) -> None:
+    """Give database settings of the embedded server (a DATA_DIR and no HOST yet) the HOST of
+    its running server, starting it first if this process has not. Others are left as they are."""
+    if settings_dict.get("HOST") or not settings_dict.get("DATA_DIR"):
+        return
+    settings_dict["HOST"] = host(Path(settings_dict["DATA_DIR"]))
+
+
+def host(data_dir: Path) -> str:
+    """The socket folder of the embedded server of `data_dir`; started (or joined) once a process."""
+    with _hosts_lock:
+        if data_dir not in _hosts:
+            _hosts[data_dir] = start(data_dir)["HOST"]
+        return _hosts[data_dir]
+
+
 def start(data_dir: Path) -> dict[str, str]:
     """Start (or join) the embedded server and return Django database settings for it."""
     # pgserver logs every step at INFO and platformdirs warns about XDG_RUNTIME_DIR; neither

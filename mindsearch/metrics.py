@@ -22,7 +22,7 @@ import hmac
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -233,7 +233,7 @@ def record_samples() -> int:
     return len(rows)
 
 
-def history(names: list[str], since: timezone.datetime) -> dict[str, dict[str, list[tuple[float, float]]]]:
+def history(names: list[str], since: datetime) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """{figure: {series labels: [(epoch seconds, value), ...]}} in time order."""
     found: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     rows = MetricSample.objects.filter(name__in=names, at__gte=since).order_by("at")

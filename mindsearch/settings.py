@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -121,13 +122,15 @@ _DB_DEFAULTS = {
     "TEST": {},
 }
 DATABASE_URL = env_str("DATABASE_URL")
+_db: dict[str, Any]
 if DATABASE_URL:
     # No persistent connections: under ASGI each request runs in a new thread, and a connection
     # kept per thread piles up until PostgreSQL refuses more ("too many clients").
-    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+    _db = dict(dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True))
 else:
-    _db = embedded_db.start(MINDSEARCH_DATA_DIR)
-DATABASES = {"default": {**_DB_DEFAULTS, **_db}}
+    # Started by the first connection (mindsearch/embedded_pg), not by importing the settings.
+    _db = embedded_db.database_settings(MINDSEARCH_DATA_DIR)
+DATABASES: dict[str, dict[str, Any]] = {"default": {**_DB_DEFAULTS, **_db}}
 if not env_str("REDIS_URL"):
     # channels-postgres removes group members through the ORM under this alias: the same
     # database as "default" (and, in tests, the same test database).
@@ -136,6 +139,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis (optional: several hosts) ---------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
+CACHES: dict[str, dict[str, Any]]
 
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
@@ -185,7 +189,7 @@ CACHES["fragments"] = {
 }
 
 # --- Background work (django-q2, ORM broker) -------------------------------------------------
-Q_CLUSTER = {
+Q_CLUSTER: dict[str, Any] = {
     "name": "mindsearch",
     "orm": "default",
     "workers": env_int("MINDSEARCH_WORKERS", 2),

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
@@ -31,19 +31,20 @@ from django.utils.translation import gettext_lazy
 from django_q.status import Stat
 
 from mindsearch.clients import llm, probe, reader, websearch
+from mindsearch.status_check import ERROR, OFF, OK, WARN, Check
+from mindsearch.status_services import check_abilities, service_checks
 
 if TYPE_CHECKING:
     from research.model_check import ModelCheck
 
-OK, WARN, OFF, ERROR = "ok", "warn", "off", "error"
+# Checks an app adds (its AppConfig.ready() calls `add_check`): this module imports no app.
+_added_checks: list[Callable[[], Check]] = []
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    state: str
-    summary: str
-    detail: str = ""
+def add_check(check: Callable[[], Check]) -> None:
+    """Run `check` with the others (after the embedding model's); added once per process."""
+    if check not in _added_checks:
+        _added_checks.append(check)
 
 
 def check_database() -> Check:
@@ -241,7 +242,7 @@ async def check_channel_layer() -> Check:
     return Check(name, OK, kind, _("round trip %.0f ms") % ((time.monotonic() - started) * 1000))
 
 
-async def _round_trip(layer: object) -> None:
+async def _round_trip(layer: BaseChannelLayer) -> None:
     """Listen on a fresh channel first, then send to it until a message arrives.
 
     A layer subscribes to a new channel as its receive starts; a message sent before that may
@@ -260,8 +261,6 @@ async def _round_trip(layer: object) -> None:
 
 
 async def _outside_checks() -> list[Check]:
-    from mindsearch.status_services import check_abilities  # imports this module's Check
-
     checks = check_channel_layer(), check_llm(), check_abilities(), check_searxng(), check_reader()
     return list(await asyncio.gather(*checks))
 
@@ -274,11 +273,7 @@ def run_checks() -> list[Check]:
         channel, llm, abilities, searxng, reader = async_to_sync(_outside_checks)()
         checks = [check_database(), check_worker(), channel, llm, abilities, searxng, reader]
         checks.append(check_embeddings())
-        from mcphub.status import check_sources  # imports this module's Check
-
-        checks.append(check_sources())
-        from mindsearch.status_services import service_checks  # imports this module's Check
-
+        checks.extend(check() for check in _added_checks)
         checks.extend(async_to_sync(service_checks)())
         checks.append(check_reranker())
         cache.set(key, checks, settings.STATUS_CACHE_SECONDS)

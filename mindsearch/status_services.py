@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, probe, thesportsdb
-from mindsearch.status import ERROR, OFF, OK, WARN, Check
+from mindsearch.status_check import ERROR, OFF, OK, WARN, Check
 
 
 def _context_line(profile: llm.ModelProfile) -> str:

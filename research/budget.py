@@ -50,7 +50,7 @@ def enabled() -> bool:
     return bool(settings.LLM_DAILY_TOKEN_BUDGET or settings.LLM_DAILY_COST_BUDGET)
 
 
-def spent_today(owner_id: int | None) -> Usage:
+def spent_today(owner_id: int) -> Usage:
     midnight = datetime.combine(timezone.now().astimezone(UTC).date(), time(), tzinfo=UTC)
     calls = LLMCall.objects.filter(user_id=owner_id, imported=False, created_at__gte=midnight)
     return summarise(calls)

@@ -10,7 +10,7 @@ translated too; anything else (a URL, a query, an error from elsewhere) is shown
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db.models import Choices
 from django.utils import translation
@@ -72,5 +72,5 @@ def translated(data: Any, fallback: str) -> str:
         return fallback
 
 
-def _is_phrase(value: Any) -> bool:
+def _is_phrase(value: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(value, dict) and isinstance(value.get("msgid"), str)

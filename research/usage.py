@@ -201,8 +201,8 @@ def cache_report(since: datetime | None) -> tuple[list[KindStats], KindStats]:
         if row["cache_kind"] in rows:
             rows[row["cache_kind"]].saved.add(row)
     total = KindStats("", "")
-    for row in rows.values():
-        total.add(row)
+    for kind in rows.values():
+        total.add(kind)
     return list(rows.values()), total
 
 

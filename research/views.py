@@ -12,8 +12,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
-from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,8 +20,8 @@ from django.urls import reverse
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.middleware import HtmxDetails
 
+from mindsearch.requests import HtmxHttpRequest, signed_in
 from mindsearch.status import checks_for
 from research import export, fragments, versions, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
@@ -32,12 +30,6 @@ from research.presenters import panel_context, report_without_rendering, topic_c
 from research.views_schedules import versions_context
 
 PAGE_SIZE = 25
-
-
-class HtmxHttpRequest(HttpRequest):
-    """A request as django-htmx's middleware leaves it."""
-
-    htmx: HtmxDetails
 
 
 @require_GET
@@ -89,7 +81,7 @@ def topic_create(request: HttpRequest) -> HttpResponse:
         # The cheap limit first: a picture is decoded only for a topic that may start (the
         # workflow checks again under its lock).
         try:
-            workflow.check_can_start(_signed_in(request))
+            workflow.check_can_start(signed_in(request))
         except workflow.OverLimit as over:
             form = TopicForm(request.POST)
             form.is_valid()
@@ -100,18 +92,11 @@ def topic_create(request: HttpRequest) -> HttpResponse:
         return _topic_list_with_form(request, form, status=400)
     try:
         image = form.cleaned_data.get("image")
-        topic = workflow.start_topic(form.save(commit=False), _signed_in(request), image=image)
+        topic = workflow.start_topic(form.save(commit=False), signed_in(request), image=image)
     except workflow.OverLimit as over:
         form.add_error(None, over.message)
         return _topic_list_with_form(request, form, status=429)
     return redirect("topic_detail", topic_id=topic.pk)
-
-
-def _signed_in(request: HttpRequest) -> User:
-    """The user of a workspace page (LoginRequiredMiddleware lets no one else reach it)."""
-    if not isinstance(request.user, User):
-        raise PermissionDenied
-    return request.user
 
 
 def _topic_list_with_form(request: HttpRequest, form: TopicForm, status: int) -> HttpResponse:

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from mindsearch.requests import signed_in
 from research import archive, imports
 from research.models import Topic
 
@@ -34,12 +35,12 @@ def topic_import(request: HttpRequest) -> HttpResponse:
     if upload is None:
         messages.error(request, _("Choose a topic archive (.zip) to import."))
         return redirect("home")
-    if upload.size > archive.MAX_ARCHIVE_BYTES:
+    if (upload.size or 0) > archive.MAX_ARCHIVE_BYTES:
         limit = archive.MAX_ARCHIVE_BYTES // 2**20
         messages.error(request, _("The archive is larger than %(mb)d MB.") % {"mb": limit})
         return redirect("home")
     try:
-        job_id = imports.start(upload, request.user)
+        job_id = imports.start(upload, signed_in(request))
     except archive.ArchiveError as refused:
         messages.error(request, _("Nothing was imported: %(reason)s") % {"reason": refused})
         return redirect("home")
@@ -49,7 +50,7 @@ def topic_import(request: HttpRequest) -> HttpResponse:
 @require_GET
 def topic_import_status(request: HttpRequest, job_id: str) -> HttpResponse:
     """The import job: its progress while the worker has it, then the topic or the reason."""
-    job = imports.status(job_id, request.user)
+    job = imports.status(job_id, signed_in(request))
     if job is None:
         raise Http404("No such import.")
     if job["state"] == imports.DONE:

@@ -31,8 +31,9 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from mindsearch.clients import llm
-from retrieval.models import EMBEDDING_DIMENSIONS
 
+# The size of every stored vector (retrieval.models.Chunk.embedding): a model must give this many.
+EMBEDDING_DIMENSIONS = 384
 # multilingual-e5-small reads up to 512 tokens ("passage: " and the special tokens included).
 MAX_SEQUENCE_TOKENS = 512
 LOCAL_MODEL_NAME = "multilingual-e5-small-q4"

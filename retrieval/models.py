@@ -10,8 +10,8 @@ from django.utils.translation import gettext_lazy as _
 from pgvector.django import HnswIndex, VectorField
 
 from mindsearch.querysets import OwnedQuerySet
+from retrieval.embeddings import EMBEDDING_DIMENSIONS, model_id
 
-EMBEDDING_DIMENSIONS = 384
 KEYWORD_CONFIG = "mindsearch_stem"
 # What chunks embedded before models were recorded (migration 0003) were embedded with.
 LEGACY_EMBEDDING_MODEL = "local:all-MiniLM-L6-v2"
@@ -19,8 +19,6 @@ LEGACY_EMBEDDING_MODEL = "local:all-MiniLM-L6-v2"
 
 def current_embedding_model() -> str:
     """The configured model's name as chunks store it (retrieval.embeddings.model_id)."""
-    from retrieval.embeddings import model_id
-
     return model_id()
 
 

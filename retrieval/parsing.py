@@ -27,7 +27,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 from retrieval import failures
 from retrieval.readers.text import NotText, decode, looks_like_html, normalise
@@ -124,9 +124,8 @@ def parse(
             wall_factor=1.0,
         )
         answer = _pdf_answer(answer["texts"], dict(zip(pages, ocr_answer["texts"], strict=True)), answer)
-    pages_list = [tuple(page) for page in answer["pages"]]
     title = answer["title"] or _title_from_name(filename)
-    return ParsedDocument(answer["text"], pages_list, title, answer.get("unreadable_pages", []))  # type: ignore[arg-type]
+    return ParsedDocument(answer["text"], _pages(answer), title, answer.get("unreadable_pages", []))
 
 
 def ocr_timeout(pages: int) -> float:
@@ -159,7 +158,7 @@ def detect_kind(data: bytes) -> str:
     return "html" if looks_like_html(text) else "text"
 
 
-def sniff_kind(file: BinaryIO) -> str:
+def sniff_kind(file: IO[bytes]) -> str:
     """The kind of a supported file, from its content, or ParseError(UNSUPPORTED).
 
     Cheap enough for the web process: a PDF or RTF by its first bytes, a DOCX by its zip directory
@@ -238,8 +237,7 @@ def parse_bytes(data: bytes, kind: str) -> ParsedDocument:
     """Parse in this process (no timeout here; OCR, if a PDF needs it, is done right away)."""
     if kind == "pdf":
         answer = _read_pdf(data, ocr=True)
-        pages = [tuple(page) for page in answer["pages"]]
-        return ParsedDocument(answer["text"], pages, answer["title"], answer["unreadable_pages"])  # type: ignore[arg-type]
+        return ParsedDocument(answer["text"], _pages(answer), answer["title"], answer["unreadable_pages"])
     parsers = {"docx": _parse_docx, "rtf": _parse_rtf, "text": _parse_text, "markdown": _parse_markdown}
     parsed = parsers[kind](data)
     if not parsed.text.strip():
@@ -252,6 +250,11 @@ def _child_answer(data: bytes, kind: str) -> dict[str, Any]:
         return _read_pdf(data, ocr=False)
     parsed = parse_bytes(data, kind)
     return {"text": parsed.text, "pages": parsed.pages, "title": parsed.title}
+
+
+def _pages(answer: dict[str, Any]) -> list[tuple[int, int, int]]:
+    """The (page, start, end) spans of a PDF reader's answer, which JSON gave as lists."""
+    return [(int(page), int(start), int(end)) for page, start, end in answer["pages"]]
 
 
 def _read_pdf(data: bytes, *, ocr: bool) -> dict[str, Any]:
@@ -386,7 +389,7 @@ def _parse_docx(data: bytes) -> ParsedDocument:
     return ParsedDocument(text, [], title or _first_line(text))
 
 
-def _check_docx_archive(source: BinaryIO) -> None:
+def _check_docx_archive(source: IO[bytes]) -> None:
     """A DOCX, checked by inflating every part under caps on the bytes they really unpack to
     (`retrieval.readers.zipped`): cheap in time (200 MB of zeros inflate in under 0.1 s) and in
     memory (one 64 KB chunk at a time), so the web process may run it on an upload."""
@@ -420,7 +423,7 @@ def _check_docx_archive(source: BinaryIO) -> None:
         raise ParseError(UNSUPPORTED) from None
 
 
-def _size_of(source: BinaryIO) -> int:
+def _size_of(source: IO[bytes]) -> int:
     source.seek(0, io.SEEK_END)
     return source.tell()
 

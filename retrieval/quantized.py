@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
-from retrieval.embeddings import model_id
-from retrieval.models import EMBEDDING_DIMENSIONS
+from retrieval.embeddings import EMBEDDING_DIMENSIONS, model_id
 
 INDEX_NAME = "chunk_embedding_binary_hnsw"
 # Candidates per result re-scored at full precision. 384 sign bits are coarse: bench/binary.py

@@ -118,8 +118,11 @@ def check_size(name: str, size: int) -> None:
 
 def check_type(name: str, uploaded_file: UploadedFile) -> str:
     """The content's kind ('pdf', 'docx', 'html', 'markdown' or 'text'), or UploadRejected."""
+    content = uploaded_file.file  # the upload's bytes, in memory or in a temporary file
+    if content is None:
+        raise UploadRejected(_unsupported_message(name, UNSUPPORTED))
     try:
-        kind = sniff_kind(uploaded_file)
+        kind = sniff_kind(content)
     except ParseError as error:
         raise UploadRejected(_unsupported_message(name, str(error))) from None
     suffix = PurePath(name).suffix.lower()

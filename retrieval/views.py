@@ -18,6 +18,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from mindsearch.requests import HtmxHttpRequest, signed_in
 from mindsearch.status import ERROR, check_embeddings, check_worker
 from retrieval import uploads
 from retrieval.embeddings import EmbeddingError
@@ -68,12 +69,12 @@ def list_context(user: User) -> dict[str, Any]:
 
 @require_GET
 def document_list(request: HttpRequest) -> HttpResponse:
-    context = list_context(request.user)
+    context = list_context(signed_in(request))
     context.update(
         embeddings=_embedding_problem(),
         upload_max_bytes=settings.UPLOAD_MAX_BYTES,
         upload_max_files=settings.UPLOAD_MAX_FILES,
-        quota=uploads.quota(request.user),
+        quota=uploads.quota(signed_in(request)),
     )
     return render(request, "retrieval/document_list.html", context)
 
@@ -81,7 +82,7 @@ def document_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def document_rows(request: HttpRequest) -> HttpResponse:
     """The documents card, polled while something is being indexed; 204 while nothing changed."""
-    context = list_context(request.user)
+    context = list_context(signed_in(request))
     if request.GET.get("version") == context["version"]:
         return HttpResponse(status=204)
     return render(request, "retrieval/_document_list.html", context)
@@ -96,10 +97,11 @@ def _embedding_problem() -> Any:
 
 
 @require_POST
-def document_upload(request: HttpRequest) -> HttpResponse:
-    outcomes = upload_files(request.user, request.FILES.getlist("files"))
+def document_upload(request: HtmxHttpRequest) -> HttpResponse:
+    user = signed_in(request)
+    outcomes = upload_files(user, request.FILES.getlist("files"))
     if request.htmx:
-        context = list_context(request.user)
+        context = list_context(user)
         context.update(outcomes=outcomes)
         return render(request, "retrieval/_upload_results.html", context)
     for outcome in outcomes:
@@ -234,7 +236,7 @@ def document_search(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"query": query, "has_ready": ready.exists(), "results": [], "notice": ""}
     context["has_any"] = context["has_ready"] or UploadedDocument.objects.for_user(request.user).exists()
     if query and context["has_ready"]:
-        passages, context["notice"] = search_passages(request.user, query)
+        passages, context["notice"] = search_passages(signed_in(request), query)
         passages = worth_showing(passages)
         texts = highlight_all(query, [passage.text for passage in passages])
         context["results"] = [Result(passage, html) for passage, html in zip(passages, texts, strict=True)]

@@ -12,6 +12,7 @@ from django.db.backends.signals import connection_created
 from django.test import Client
 from django.utils import translation
 from psycopg import sql
+from pytest_django.plugin import DjangoDbBlocker
 
 from tests.support.world import World, loopback_world
 
@@ -51,7 +52,7 @@ connection_created.connect(_commit_without_waiting_for_the_disk)
 def django_db_setup(
     request: pytest.FixtureRequest,
     django_test_environment: None,
-    django_db_blocker: Any,
+    django_db_blocker: DjangoDbBlocker,
     django_db_modify_db_settings: None,
 ) -> Iterator[None]:
     """Each test process's database, copied from a template migrated once
@@ -73,7 +74,8 @@ def django_db_setup(
                     sql.Identifier(connection.settings_dict["NAME"])
                 )
             )
-    config = settings.CHANNEL_LAYERS["default"].get("CONFIG", {})
+    layer: dict[str, Any] = settings.CHANNEL_LAYERS["default"]
+    config = layer.get("CONFIG", {})
     if "NAME" in config:
         config["NAME"] = connection.settings_dict["NAME"]
     channel_layers.backends.clear()

@@ -112,7 +112,7 @@ def resolve(host: str, port: int, *, numeric_only: bool = False) -> list[IPAddre
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
         raise FetchError(f"cannot resolve host {host}: {exc}") from exc
-    return list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos))
+    return list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
 
 
 def numeric_address(host: str) -> IPAddress | None:

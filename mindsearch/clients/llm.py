@@ -358,7 +358,9 @@ def _window_in_models(answer: Any, model: str) -> int | None:
         return None
     for item in items:
         if isinstance(item, dict) and (item.get("id") == model or len(items) == 1):
-            meta = item.get("meta") if isinstance(item.get("meta"), dict) else {}
+            meta = item.get("meta")
+            if not isinstance(meta, dict):
+                meta = {}
             return _positive(item.get("max_model_len")) or _positive(meta.get("n_ctx"))
     return None
 

@@ -213,7 +213,7 @@ async def _reserve_redis(
     async with aioredis.from_url(settings.REDIS_URL) as client:
         script = client.register_script(_RESERVE_LUA)
         keys = [REDIS_PREFIX + name, f"{REDIS_PREFIX}{name}:user:{key}", REDIS_WAITS_KEY]
-        args = [
+        args: list[str | int] = [
             grants,
             repr(window),
             repr(margin),

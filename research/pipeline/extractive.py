@@ -352,7 +352,7 @@ def _listing(listed: str) -> str:
 
 
 def _source_list(sources: list[tuple[int, str, str]]) -> str:
-    lines = {}
+    lines: dict[int, str] = {}
     for number, title, url in sorted(sources, key=lambda source: source[0]):
         name = " ".join((title or url or str(number)).split()).replace("[", "\\[").replace("]", "\\]")
         link = (url or "").strip().replace(" ", "%20").replace("(", "%28").replace(")", "%29")

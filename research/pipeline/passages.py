@@ -175,7 +175,7 @@ def _fragment_term(words: list[str]) -> str:
 
 def query_for(document: Document, question: str) -> str:
     """What a document's passages are ranked against: its sub-query and the question."""
-    direction = document.hit.subquery.text if document.hit_id else document.title
+    direction = document.hit.subquery.text if document.hit is not None else document.title
     return f"{direction} {question}"
 
 

@@ -71,8 +71,10 @@ def awaiting(owner: User, question: str = "What is Mixture of Tokens?") -> Topic
 def completed(owner: User, question: str = "What is Mixture of Tokens?") -> Topic:
     topic = awaiting(owner, question)
     topic.set_status(Topic.Status.COMPLETED, llm_model="test-model", finished_at=timezone.now())
+    subquery = topic.subqueries.first()
+    assert subquery is not None
     hit = Hit.objects.create(
-        topic=topic, subquery=topic.subqueries.first(), url="https://example.org/mot",
+        topic=topic, subquery=subquery, url="https://example.org/mot",
         normalized_url="https://example.org/mot", title="Mixture of Tokens paper",
     )  # fmt: skip
     HitScore.objects.create(hit=hit, **SCORES)

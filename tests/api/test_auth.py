@@ -77,7 +77,7 @@ def test_a_revoked_token_is_a_401(alice_client: Client, alice: User) -> None:
 def test_an_expired_or_unknown_token_is_a_401(alice_client: Client, alice: User) -> None:
     token = create_token(alice_client, expires="30")
     row = ApiToken.objects.get(owner=alice)
-    assert row.expires_at > timezone.now() + timedelta(days=29)
+    assert row.expires_at is not None and row.expires_at > timezone.now() + timedelta(days=29)
     assert ApiClient(token).get("/api/topics").status_code == 200
     ApiToken.objects.filter(pk=row.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert ApiClient(token).get("/api/topics").status_code == 401

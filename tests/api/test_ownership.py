@@ -5,6 +5,7 @@ exist), nothing of alice's changes, and an anonymous caller gets 401 everywhere.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,7 +20,9 @@ from tests.support.domain_world import picture
 pytestmark = pytest.mark.django_db
 
 # (method, path, body) with {topic}, {link}, {document} and {page} filled in from alice's rows.
-ID_OPERATIONS = [
+# (method, path, JSON body)
+Operation = tuple[str, str, dict[str, Any] | None]
+ID_OPERATIONS: list[Operation] = [
     ("GET", "/api/topics/{topic}", None),
     ("DELETE", "/api/topics/{topic}", None),
     ("POST", "/api/topics/{topic}/cancel", None),
@@ -41,7 +44,7 @@ ID_OPERATIONS = [
     ("GET", "/api/documents/{document}", None),
     ("DELETE", "/api/documents/{document}", None),
 ]
-OTHER_OPERATIONS = [
+OTHER_OPERATIONS: list[Operation] = [
     ("POST", "/api/topics", {"question": "What is Mixture of Tokens?"}),
     ("GET", "/api/topics", None),
     ("GET", "/api/documents", None),
@@ -116,6 +119,7 @@ def test_bobs_lists_and_search_do_not_show_alices_rows(bob_api: ApiClient, owned
 
 def test_bob_cannot_pull_alices_sub_queries_into_his_plan(bob_api: ApiClient, bob: User, alice: User) -> None:
     alices = completed(alice).subqueries.first()
+    assert alices is not None
     bobs = awaiting(bob)
     body = {"subqueries": [{"id": alices.pk, "text": "Taken over"}]}
     response = bob_api.put(f"/api/topics/{bobs.pk}/plan", body)

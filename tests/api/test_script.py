@@ -33,7 +33,9 @@ def poll(api: httpx.Client, path: str, until: Any, timeout: float = 180) -> dict
 
 def test_a_script_with_a_token_runs_a_topic_start_to_finish(alice_client: Client, alice: User) -> None:
     page = alice_client.post("/settings/tokens/", {"name": "research script", "expires_in_days": ""})
-    token = re.search(r'id="new-token" readonly value="([^"]+)"', page.content.decode()).group(1)
+    found = re.search(r'id="new-token" readonly value="([^"]+)"', page.content.decode())
+    assert found is not None
+    token = found.group(1)
     with world() as w:
         env = processes.process_env(**w.env())
         with processes.daphne(env) as host, processes.qcluster(env):

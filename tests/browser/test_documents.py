@@ -13,7 +13,7 @@ from pathlib import Path
 
 import docx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, FilePayload, Page, expect
 
 from tests.browser.conftest import wait_for_worker
 from tests.browser.test_journey import (
@@ -104,12 +104,11 @@ def open_empty_documents(page: Page, folder: Path) -> None:
 
 def upload_with_the_picker(page: Page, folder: Path) -> None:
     """The PDF and a PNG that calls itself a PDF, chosen with the file input, sent with the button."""
-    page.get_by_label("Files to upload").set_input_files(
-        [
-            {"name": "field-notes.pdf", "mimeType": "application/pdf", "buffer": pdf_bytes(PDF_PAGES)},
-            {"name": "holiday.pdf", "mimeType": "application/pdf", "buffer": PNG},
-        ]
-    )
+    files: list[FilePayload] = [
+        {"name": "field-notes.pdf", "mimeType": "application/pdf", "buffer": pdf_bytes(PDF_PAGES)},
+        {"name": "holiday.pdf", "mimeType": "application/pdf", "buffer": PNG},
+    ]
+    page.get_by_label("Files to upload").set_input_files(files)
     page.get_by_role("button", name="Upload", exact=True).click()
     results = page.locator("#upload-results")
     expect(results.get_by_text("field-notes.pdf was uploaded; indexing has started.")).to_be_visible()

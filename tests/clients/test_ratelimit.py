@@ -234,8 +234,8 @@ def test_redis_one_users_backlog_delays_another_by_one_turn_at_most(
     assert_newcomer_served_within_one_turn(outcome, 10)
 
 
-async def _two_backlogs(name: str, limit: float, each: int) -> list[tuple[float, int]]:
-    order: list[tuple[float, int]] = []
+async def _two_backlogs(name: str, limit: float, each: int) -> list[tuple[float, int | None]]:
+    order: list[tuple[float, int | None]] = []
 
     async def call(user: int | None) -> None:
         await ratelimit.acquire(name, limit, 1.0, user=user)
@@ -248,7 +248,7 @@ async def _two_backlogs(name: str, limit: float, each: int) -> list[tuple[float,
 @pytest.mark.django_db(transaction=True)
 def test_two_backlogs_take_turns_and_calls_for_nobody_have_a_share() -> None:
     order = asyncio.run(_two_backlogs(f"test-{uuid.uuid4().hex}", 10, 8))
-    users = [user for _, user in order]
+    users: list[int | None] = [user for _, user in order]
     # While both have calls waiting, neither gets two grants in a row.
     both_waiting = users[: 2 * min(users.count(1), users.count(None)) - 1]
     assert all(a != b for a, b in itertools.pairwise(both_waiting)), users
@@ -367,13 +367,17 @@ def run_two_workers(
         return grants, [request.arrived for request in fake.requests_to("/hit")]
 
 
-def _run_together(procs: list[subprocess.Popen]) -> list[float]:
+def _run_together(procs: list[subprocess.Popen[str]]) -> list[float]:
+    pipes = []
     for proc in procs:
-        assert proc.stdout.readline().strip() == "ready"
-    for proc in procs:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    grants = [granted for proc in procs for granted in json.loads(proc.stdout.readline())]
+        assert proc.stdout is not None and proc.stdin is not None
+        pipes.append((proc.stdin, proc.stdout))
+    for _stdin, stdout in pipes:
+        assert stdout.readline().strip() == "ready"
+    for stdin, _stdout in pipes:
+        stdin.write("go\n")
+        stdin.flush()
+    grants = [granted for _stdin, stdout in pipes for granted in json.loads(stdout.readline())]
     for proc in procs:
         assert proc.wait(timeout=60) == 0
     return grants

@@ -106,8 +106,9 @@ def test_the_tool_contract() -> None:
     )
 
     def call(text: str, structured: Any = None, error: bool = False) -> CallToolResult:
-        content = [TextContent(type="text", text=text)]
-        return CallToolResult(content=content, structured_content=structured, is_error=error)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=structured, is_error=error
+        )
 
     good = {
         "url": "https://example.org/a",

@@ -6,6 +6,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
+from django.http.response import HttpResponseBase
 from django.test import Client
 
 ALICE_PASSWORD = "correct horse battery"
@@ -24,7 +25,7 @@ def signed_in_user_id(client: Client) -> str | None:
     return client.session.get("_auth_user_id")
 
 
-def sign_in(username: str, password: str) -> tuple[Client, object]:
+def sign_in(username: str, password: str) -> tuple[Client, HttpResponseBase]:
     """One sign-in attempt from a fresh browser; every client shares the address 127.0.0.1."""
     client = Client()
     response = client.post("/accounts/login/", {"username": username, "password": password})

@@ -82,3 +82,59 @@ def test_a_killed_process_does_not_keep_the_server_alive(tmp_path: Path) -> None
     holder.wait()
     result(child(tmp_path, "SELECT 1"))
     assert not postmaster_running(tmp_path)
+
+
+def postgres_processes(data_dir: Path) -> list[str]:
+    """Command lines of the PostgreSQL processes serving `data_dir`."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if "postgres" in (process.info["name"] or "") and str(data_dir) in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_importing_the_settings_starts_no_database(tmp_path: Path) -> None:
+    """`django.setup()` with the settings (mypy, a command with no use for the database) neither
+    starts the embedded PostgreSQL nor creates its data folder; a connection does both."""
+    data_dir = tmp_path / "fresh"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "DEBUG": "1",
+        "MINDSEARCH_DATA_DIR": str(data_dir),
+        "DJANGO_SETTINGS_MODULE": "mindsearch.settings",
+    }
+    watch = (
+        "import django, sys; django.setup(); "
+        "from django.conf import settings; print(settings.DATABASES['default']['HOST'] or '-', flush=True); "
+        "sys.stdin.readline()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", watch],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    try:
+        assert child.stdout.readline().strip() == "-"  # set up, no socket folder known yet
+        assert postgres_processes(data_dir) == []
+        assert not (data_dir / "pgdata").exists()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    connect = (
+        "import django; django.setup(); from django.db import connection; "
+        "connection.ensure_connection(); print(connection.settings_dict['HOST'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", connect], cwd=ROOT, env=env, text=True, capture_output=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()  # the first connection started the server and knew its socket
+    assert (data_dir / "pgdata" / "PG_VERSION").exists()

@@ -29,6 +29,7 @@ def start_serve(port: int, *extra: str) -> subprocess.Popen:
 
 def wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 60) -> list[str]:
     lines: list[str] = []
+    assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         line = proc.stdout.readline()

@@ -14,11 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from tests.support import processes
 from tests.support.world import TOPIC, world
@@ -66,7 +68,7 @@ def query(data_dir: Path, sql: str) -> list[tuple]:
     lines = (data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()
     port, socket_dir = lines[3], lines[4]
     connect = {"host": socket_dir, "port": port, "user": "postgres", "dbname": "mindsearch"}
-    with psycopg.connect(**connect, autocommit=True) as conn:
+    with psycopg.connect(make_conninfo(**connect), autocommit=True) as conn:
         return conn.execute(sql).fetchall()
 
 
@@ -82,7 +84,7 @@ def start_serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
         )
 
 
-def wait_for(condition: object, timeout: float, message: str, log: Path) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float, message: str, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{message}\n--- log ---\n{log.read_text()[-4000:]}"

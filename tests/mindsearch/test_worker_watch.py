@@ -41,6 +41,7 @@ def test_a_killed_workers_topic_is_resumed_within_10_s_of_a_live_worker(alice: U
         topic.refresh_from_db()
         assert topic.status == Topic.Status.RUNNING and not is_running_somewhere(topic.pk)
         silent_since = topic.heartbeat_at
+        assert silent_since is not None
         clusters_before = {stat.cluster_id for stat in Stat.get_all()}
         with processes.qcluster(env):
             wait_until(
@@ -61,5 +62,5 @@ def test_a_killed_workers_topic_is_resumed_within_10_s_of_a_live_worker(alice: U
             )
     topic.refresh_from_db()
     assert topic.status == Topic.Status.COMPLETED, topic.error
-    assert topic.heartbeat_at > silent_since
+    assert topic.heartbeat_at is not None and topic.heartbeat_at > silent_since
     assert resumed_after <= 10, f"resumed {resumed_after:.1f} s after the worker was alive"

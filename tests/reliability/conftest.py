@@ -124,5 +124,5 @@ def snapshot() -> dict[str, list]:
     rows = {}
     for model in models:
         fields = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
-        rows[model._meta.label] = sorted(map(repr, model.objects.values_list(*fields)))
+        rows[model._meta.label] = sorted(map(repr, model._default_manager.values_list(*fields)))
     return rows

@@ -8,11 +8,15 @@ is parsed, indexed to a clear failure on its document); the good file goes in; n
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
+from pytest_django.fixtures import DjangoCaptureOnCommitCallbacks
 
 from mindsearch.models import ApiToken
 from retrieval.ingest import ingest
@@ -40,7 +44,7 @@ def hostile_files() -> dict[str, tuple[bytes, str]]:
 
 
 @pytest.fixture(autouse=True)
-def limits(settings: object, tmp_path: object) -> None:
+def limits(settings: Any, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path
     settings.UPLOAD_MAX_BYTES = LIMIT
 
@@ -55,7 +59,7 @@ def malformed_pdf() -> bytes:
 
 
 def test_the_documents_page_refuses_each_bad_file_by_name_and_keeps_the_good_ones(
-    alice: User, alice_client: Client, django_capture_on_commit_callbacks: object
+    alice: User, alice_client: Client, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=False):
         response = alice_client.post(
@@ -72,7 +76,7 @@ def test_the_documents_page_refuses_each_bad_file_by_name_and_keeps_the_good_one
 
 
 def test_a_malformed_pdf_fails_its_own_indexing_clearly_and_nothing_else(
-    alice: User, alice_client: Client, django_capture_on_commit_callbacks: object
+    alice: User, alice_client: Client, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=False):
         alice_client.post(
@@ -110,7 +114,7 @@ def test_the_api_refuses_each_bad_file_with_a_clear_status(alice: User, name: st
 
 
 def test_docx_files_that_unpack_to_far_more_than_they_say_are_refused_by_name(
-    alice: User, alice_client: Client, settings: object
+    alice: User, alice_client: Client, settings: Any
 ) -> None:
     """Issue 26: an 800 KB DOCX whose [Content_Types].xml declares 1 KB and inflates to 800 MiB,
     and a 10 MB one whose _rels/.rels unpacks to 187 MB, were let through or called 'not a DOCX'

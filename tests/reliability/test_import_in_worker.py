@@ -44,7 +44,9 @@ def test_the_request_only_queues_the_import_and_the_page_follows_it(
     big_archive: bytes, bob: User, bob_client: Client, alice_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     response = upload(bob_client, big_archive)
-    job_id = re.fullmatch(r"/topics/import/([0-9a-f]{32})/", response["Location"]).group(1)
+    found = re.fullmatch(r"/topics/import/([0-9a-f]{32})/", response["Location"])
+    assert found is not None, response["Location"]
+    job_id = found.group(1)
     assert not Topic.objects.filter(owner=bob).exists()  # nothing imported inside the request
     assert OrmQ.objects.count() == 1  # the worker's task
     waiting = bob_client.get(response["Location"])

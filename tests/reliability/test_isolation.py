@@ -295,6 +295,7 @@ MCP_ACCESS = {
     "search_my_documents": ACCOUNT,
     "get_topic_status": OWNED,
     "get_report": OWNED,
+    "get_plan": OWNED,
     "approve_plan": OWNED,
     "mindsearch://topics/{topic_id}/report": OWNED,
 }

@@ -72,4 +72,5 @@ def test_the_cache_scope_decides_whether_users_share_llm_answers(
     owners = set(
         CacheEntry.objects.filter(kind__in=["search_queries", "answers"]).values_list("owner", flat=True)
     )
-    assert owners == ({alice.pk, bob.pk} if scope == "user" else {None})
+    expected: set[int | None] = {alice.pk, bob.pk} if scope == "user" else {None}
+    assert owners == expected

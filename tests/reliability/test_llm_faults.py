@@ -38,7 +38,9 @@ def always(w: World, response: Response) -> None:
 
 
 def first_call(topic: Topic) -> LLMCall:
-    return LLMCall.objects.filter(topic=topic).order_by("created_at", "id").first()
+    call = LLMCall.objects.filter(topic=topic).order_by("created_at", "id").first()
+    assert call is not None, "no LLM call was recorded"
+    return call
 
 
 def assert_given_up_and_finished_without_llm(topic: Topic, w: World, reason: str) -> None:
@@ -115,8 +117,10 @@ def test_an_endpoint_that_always_hangs_is_given_up_on(
     assert_given_up_and_finished_without_llm(topic, loopback, "did not answer within 0.3 s")
 
 
-def test_empty_answers_fall_back_to_extractive_summaries(alice: User, loopback: World) -> None:
-    loopback.script.summarise = lambda user: ""
+def test_empty_answers_fall_back_to_extractive_summaries(
+    alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loopback.script, "summarise", lambda user: "")
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     summaries = Summary.objects.filter(document__topic=topic)
@@ -127,8 +131,11 @@ def test_empty_answers_fall_back_to_extractive_summaries(alice: User, loopback: 
     assert set(HitScore.objects.filter(hit__topic=topic).values_list("origin", flat=True)) == {"llm"}
 
 
-def test_malformed_json_scores_fall_back_to_keywords(alice: User, loopback: World) -> None:
-    loopback.script.score = lambda user: '```json\n[{"заголовок": "Mixture" "полнота": 9}, {oops}]\n```'
+def test_malformed_json_scores_fall_back_to_keywords(
+    alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    malformed = '```json\n[{"заголовок": "Mixture" "полнота": 9}, {oops}]\n```'
+    monkeypatch.setattr(loopback.script, "score", lambda user: malformed)
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert set(HitScore.objects.filter(hit__topic=topic).values_list("origin", flat=True)) == {"fallback"}
@@ -136,7 +143,9 @@ def test_malformed_json_scores_fall_back_to_keywords(alice: User, loopback: Worl
     assert topic.report.model == "test-model"  # a bad answer is not a dead LLM
 
 
-def test_truncated_json_keeps_the_complete_rows(alice: User, loopback: World) -> None:
+def test_truncated_json_keeps_the_complete_rows(
+    alice: User, loopback: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     whole = loopback.script.score
 
     def cut_off(user: str) -> str:
@@ -146,7 +155,7 @@ def test_truncated_json_keeps_the_complete_rows(alice: User, loopback: World) ->
         # The answer stops in the middle of the last row, as when max_tokens runs out.
         return text[: text.rindex("{") + 25] if len(rows) > 1 else text
 
-    loopback.script.score = cut_off
+    monkeypatch.setattr(loopback.script, "score", cut_off)
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     origins = list(HitScore.objects.filter(hit__topic=topic).values_list("origin", flat=True))

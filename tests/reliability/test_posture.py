@@ -12,9 +12,10 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from http.cookies import SimpleCookie
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -62,7 +63,7 @@ def cookies_of(response: httpx.Response) -> dict[str, str]:
 
 
 def test_with_debug_off_only_https_is_served_with_hsts_secure_cookies_and_the_headers(
-    production_site: str, settings: object
+    production_site: str, settings: Any
 ) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]  # the server's
     User.objects.create_user("carol", password=PASSWORD)
@@ -154,7 +155,7 @@ def leaks_in_database() -> list[str]:
 
 
 def test_secrets_never_reach_logs_errors_or_rows(
-    alice: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: object
+    alice: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     # The worker checks the signature of the tasks this process queues, and the web process the
     # session this process signs in with: both must share the processes' key.
@@ -174,7 +175,7 @@ def test_secrets_never_reach_logs_errors_or_rows(
                 CacheEntry.objects.all().delete()  # every service is asked again
                 topic = Topic.objects.create(owner=alice, question=TOPIC, auto_approve=True)
                 async_task("research.tasks.plan", topic.pk)
-                wait_until(lambda t=topic: is_finished(t.pk), 180, "the topic did not finish")
+                wait_until(partial(is_finished, topic.pk), 180, "the topic did not finish")
                 browser = Client()
                 browser.force_login(alice)
                 cookie = browser.cookies["sessionid"].value

@@ -8,6 +8,7 @@ link, a link whose topic was deleted — is the same plain 404 on the page and b
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -46,7 +47,7 @@ def test_the_real_token_opens_the_report_read_only(estate: Estate) -> None:
     ],
     ids=["guessed", "one-char-off", "upper-case", "prefix", "very-long", "nul", "the-hash"],
 )
-def test_a_forged_token_is_404_everywhere(estate: Estate, forge: object) -> None:
+def test_a_forged_token_is_404_everywhere(estate: Estate, forge: Callable[[str], str]) -> None:
     assert status_of(forge(estate.share_token)) == dict.fromkeys(SHARED, 404)
 
 

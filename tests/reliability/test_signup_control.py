@@ -53,9 +53,9 @@ def test_invite_links_from_the_admin_sign_up_one_account_each(settings: Any) -> 
         {"note": "for carol", "expires_at_0": "", "expires_at_1": ""},
         follow=True,
     )
-    link = re.search(r"(http://testserver/accounts/signup/\?invite=[\w-]+)", response.content.decode()).group(
-        1
-    )
+    found = re.search(r"(http://testserver/accounts/signup/\?invite=[\w-]+)", response.content.decode())
+    assert found is not None
+    link = found.group(1)
     token = link.split("invite=")[1]
     assert Invite.objects.get().token_hash != token  # only the hash is kept
     stranger = Client()
@@ -65,7 +65,7 @@ def test_invite_links_from_the_admin_sign_up_one_account_each(settings: Any) -> 
     assert carol.get(f"/accounts/signup/?invite={token}").status_code == 200
     assert join(carol, "carol", invite=token).status_code == 302
     invite = Invite.objects.get()
-    assert invite.used_by.username == "carol" and invite.used_at is not None
+    assert invite.used_by is not None and invite.used_by.username == "carol" and invite.used_at is not None
     # Used once: the same link opens nothing more.
     assert join(Client(), "dave", invite=token).status_code == 403
     assert set(User.objects.values_list("username", flat=True)) == {"root", "carol"}

@@ -13,6 +13,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -76,7 +77,7 @@ class Stage:
 
 
 def saved(model: type[Model], path: str) -> Callable[[Topic, World], bool]:
-    return lambda topic, w: model.objects.filter(**{path: topic}).exists()
+    return lambda topic, w: model._default_manager.filter(**{path: topic}).exists()
 
 
 def searched(topic: Topic, w: World) -> bool:
@@ -155,7 +156,7 @@ def assert_no_duplicates(topic: Topic) -> None:
 
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_a_worker_killed_mid_stage_is_resumed_without_duplicates_or_repaid_calls(
-    stage: str, alice: User, settings: object
+    stage: str, alice: User, settings: Any
 ) -> None:
     settings.RESUME_STALLED_AFTER_SECONDS = 0
     half_done = STAGES[stage].half_done

@@ -272,7 +272,7 @@ def test_per_user_spend_for_a_period(staff_client: Client, alice: User, bob: Use
     html = response.content.decode()
     assert "4.0000" in html and "3.0000" in html
 
-    alice_only = staff_client.get(reverse(USAGE), {"days": 30, "q": "alice"})
+    alice_only = staff_client.get(reverse(USAGE), {"days": "30", "q": "alice"})
     spender, calls_url = alice_only.context["users"][0]
     assert len(alice_only.context["users"]) == 1 and spender.usage.cost == 53.0
     listed_calls = listed(staff_client.get(calls_url))
@@ -420,7 +420,12 @@ def test_a_topic_deleted_in_the_admin_goes_through_the_workflow(
 
     deleted: list[int] = []
     real = workflow.delete_topic
-    monkeypatch.setattr(workflow, "delete_topic", lambda topic: (deleted.append(topic.pk), real(topic)))
+
+    def delete_topic(topic: Topic) -> None:
+        deleted.append(topic.pk)
+        real(topic)
+
+    monkeypatch.setattr(workflow, "delete_topic", delete_topic)
     one, two = (Topic.objects.create(owner=alice, question=f"Q{n}?", status="completed") for n in (1, 2))
     for topic in (one, two):
         SubQuery.objects.create(topic=topic, text="part", position=0)

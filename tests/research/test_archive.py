@@ -208,6 +208,7 @@ def test_links_to_private_documents_are_dropped_but_their_text_kept(
         "private",
         None,
     )
+    assert copy.hit is not None
     assert copy.hit.url == "https://notes.invalid/1" and copy.hit.chunk is None
     assert Document.objects.get(topic=topic).uploaded_document == upload
 

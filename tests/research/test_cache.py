@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -41,7 +42,7 @@ def test_private_entries_are_only_served_to_their_owner(alice: User, bob: User) 
     assert cache.get(Kind.SUMMARIES, key) is None
 
 
-def test_expired_entries_are_not_served_and_are_purged(settings: object) -> None:
+def test_expired_entries_are_not_served_and_are_purged(settings: Any) -> None:
     settings.CACHE_TTL_DAYS = 30
     cache.put(Kind.DOCS, "old", {"markdown": "x"})
     cache.put(Kind.DOCS, "new", {"markdown": "y"})

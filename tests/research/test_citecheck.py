@@ -209,7 +209,9 @@ def test_a_sentence_is_embedded_once_per_process(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_similarity_scale_puts_restatements_above_unrelated_sentences() -> None:
-    low, high = citecheck.similarity_scale()
+    scale = citecheck.similarity_scale()
+    assert scale is not None
+    low, high = scale
     assert -1.0 <= low < high <= 1.0
 
 

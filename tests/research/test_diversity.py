@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -11,6 +12,7 @@ from research.models import Document, Report, RunEvent, Topic
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stages.answer.diversity import Candidate, cosine, select_sources, site_of
 from tests.support.deep_world import QUESTION, DeepWorld, deep_world
+from tests.support.world import World
 
 
 def candidate(key: int, site: str, score: float, text: str = "", round: int = 1) -> Candidate:
@@ -106,7 +108,7 @@ def test_the_site_of_a_page_and_of_a_private_document() -> None:
 
 
 @pytest.fixture
-def web(settings: object) -> Iterator[DeepWorld]:
+def web(settings: Any) -> Iterator[DeepWorld]:
     with deep_world(settings=settings) as w:
         yield w
 
@@ -151,14 +153,14 @@ def test_the_deep_benchmarks_site_check_is_the_rule_the_pipeline_follows(alice: 
 
 
 @pytest.mark.django_db
-def test_a_raised_cap_lets_a_site_in_twice(alice: User, web: DeepWorld, settings: object) -> None:
+def test_a_raised_cap_lets_a_site_in_twice(alice: User, web: DeepWorld, settings: Any) -> None:
     settings.RESEARCH_SOURCES_PER_SITE = 2
     hosts = report_hosts(research(alice))
     assert len(hosts) == 5 and hosts.count("127.0.0.2") == 2
 
 
 @pytest.mark.django_db
-def test_the_minimum_score_for_the_report(alice: User, web: DeepWorld, settings: object) -> None:
+def test_the_minimum_score_for_the_report(alice: User, web: DeepWorld, settings: Any) -> None:
     settings.RESEARCH_MIN_SCORE = 9
     topic = research(alice)
     assert [source["score"] for source in topic.report.sources] == [9.0, 9.0]
@@ -166,7 +168,7 @@ def test_the_minimum_score_for_the_report(alice: User, web: DeepWorld, settings:
 
 @pytest.mark.django_db
 def test_when_nothing_reaches_the_minimum_the_best_are_used_and_it_says_so(
-    alice: User, web: DeepWorld, settings: object
+    alice: User, web: DeepWorld, settings: Any
 ) -> None:
     settings.RESEARCH_MIN_SCORE = 9.5
     topic = research(alice)
@@ -177,7 +179,7 @@ def test_when_nothing_reaches_the_minimum_the_best_are_used_and_it_says_so(
 
 @pytest.mark.django_db
 def test_a_web_on_one_host_still_gives_a_quick_report_five_sources(
-    alice: User, loopback: object, settings: object
+    alice: User, loopback: World, settings: Any
 ) -> None:
     """Every page of the loopback world is on one host (as habr.com or an intranet would be)."""
     from tests.reliability.runs import research as research_topic

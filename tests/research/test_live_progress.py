@@ -13,8 +13,9 @@ import redis
 from django.contrib.auth.models import User
 from django.test import Client
 from django_q.tasks import async_task
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
+from websockets.typing import Origin
 
 from research.models import RunEvent, Topic
 from tests.support import processes
@@ -30,17 +31,17 @@ def session_cookie(user: User) -> str:
     return f"sessionid={client.cookies['sessionid'].value}"
 
 
-async def receive_seqs(ws: object, until: int, timeout: float = 30) -> list[int]:
+async def receive_seqs(ws: ClientConnection, until: int, timeout: float = 30) -> list[int]:
     seqs: list[int] = []
     async with asyncio.timeout(timeout):
         while not seqs or seqs[-1] < until:
-            message = await ws.recv()
+            message = await ws.recv(decode=True)
             seqs.extend(int(seq) for seq in EVENT.findall(message))
     return seqs
 
 
 async def stream_from_worker(host: str, cookie: str, topic: Topic) -> None:
-    origin = f"http://{host}"
+    origin = Origin(f"http://{host}")
     url = f"ws://{host}/ws/topics/{topic.pk}/"
     # A script states where it starts in the URL; a browser says so in its first message.
     async with connect(f"{url}?since=0", additional_headers={"Cookie": cookie}, origin=origin) as ws:
@@ -54,7 +55,7 @@ async def stream_from_worker(host: str, cookie: str, topic: Topic) -> None:
         assert await receive_seqs(ws, 40) == [36, 37, 38, 39, 40]
 
 
-async def assert_refused(url: str, cookie: str | None, origin: str) -> None:
+async def assert_refused(url: str, cookie: str | None, origin: Origin) -> None:
     headers = {"Cookie": cookie} if cookie else {}
     with pytest.raises(InvalidStatus) as refused:
         async with connect(url, additional_headers=headers, origin=origin):
@@ -67,9 +68,9 @@ def run_live_progress(env: dict[str, str], alice: User, bob: User) -> None:
     with processes.daphne(env) as host, processes.qcluster(env):
         asyncio.run(stream_from_worker(host, session_cookie(alice), topic))
         url = f"ws://{host}/ws/topics/{topic.pk}/"
-        asyncio.run(assert_refused(url, session_cookie(bob), f"http://{host}"))
-        asyncio.run(assert_refused(url, None, f"http://{host}"))
-        asyncio.run(assert_refused(url, session_cookie(alice), "http://evil.example"))
+        asyncio.run(assert_refused(url, session_cookie(bob), Origin(f"http://{host}")))
+        asyncio.run(assert_refused(url, None, Origin(f"http://{host}")))
+        asyncio.run(assert_refused(url, session_cookie(alice), Origin("http://evil.example")))
     assert list(RunEvent.objects.filter(topic=topic).values_list("seq", flat=True)) == list(range(1, 41))
 
 

@@ -28,6 +28,7 @@ def test_a_short_subscription_notice_is_a_paywall_and_an_article_about_subscript
 @pytest.mark.django_db
 def test_a_paywalled_page_gives_its_place_to_the_next_hit(alice: User, loopback: World) -> None:
     real = loopback.reader.fallback
+    assert real is not None
 
     def with_paywall(request: Request) -> Response:
         target = request.raw_path.removeprefix("/")

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from pytest_django.fixtures import DjangoCaptureOnCommitCallbacks
 
 from research.models import SubQuery, Topic
 
@@ -39,7 +40,7 @@ def plan(topic: Topic) -> list[tuple[str, str]]:
 
 
 def test_approve_researches_the_unsaved_edits_and_the_unadded_sub_query(
-    alice_client: Client, alice: User, django_capture_on_commit_callbacks: object
+    alice_client: Client, alice: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     topic, rows = awaiting(alice)
     data = fields(rows, row1="Which   products use it?", new="Who criticised it?")

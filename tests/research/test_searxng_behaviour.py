@@ -38,8 +38,13 @@ def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(websearch, "_configs", {})  # a port reused by another test's SearXNG
 
 
-def body_of(response: Response) -> dict:
-    return response.body if isinstance(response.body, dict) else json.loads(response.body)
+def body_of(response: Response) -> dict[str, Any]:
+    body = response.body
+    if isinstance(body, dict):
+        return body
+    assert isinstance(body, str | bytes), body
+    parsed: dict[str, Any] = json.loads(body)
+    return parsed
 
 
 def wrap_results(world: World, change: Callable[[Request, Response], Response]) -> None:
@@ -119,7 +124,7 @@ def test_a_time_filter_that_leaves_few_results_is_widened_and_keeps_them_first(
     assert {r.param("time_range") for r in asked} == {"year", ""}
     # Every query kept more than the filter's two results; the old page is not among them.
     counts = list(SearchQuery.objects.filter(subquery__topic=topic).values_list("result_count", flat=True))
-    assert counts and sum(count > 2 for count in counts) * 2 > len(counts), counts
+    assert counts and sum(count is not None and count > 2 for count in counts) * 2 > len(counts), counts
     hits = Hit.objects.filter(topic=topic)
     assert hits.filter(normalized_url__endswith="/pages/mot-improve").exists()
     assert not hits.filter(normalized_url__endswith="/pages/mot-paper").exists()
@@ -175,7 +180,7 @@ def test_every_result_of_an_answer_page_is_kept_not_the_first_ten(alice: User, l
     topic = research(alice)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     counts = list(SearchQuery.objects.filter(subquery__topic=topic).values_list("result_count", flat=True))
-    assert counts and all(count >= 22 for count in counts), counts
+    assert counts and all(count is not None and count >= 22 for count in counts), counts
     # What only one engine found, below the tenth place, is a hit like the rest (cut at ten, at most
     # nine of them would be).
     assert Hit.objects.filter(topic=topic, url__contains="/pages/one-engine-").count() >= 12

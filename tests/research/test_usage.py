@@ -150,7 +150,8 @@ def test_the_period_starts_at_midnight_days_back() -> None:
     start = usage.period_start(7)
     assert timezone.localtime(start).time().isoformat() == "00:00:00"
     assert timezone.localdate(start) == timezone.localdate() - timedelta(days=6)
-    assert usage.period_start(1).date() == timezone.localdate() and usage.period_start(0) is None
+    day = usage.period_start(1)
+    assert day is not None and day.date() == timezone.localdate() and usage.period_start(0) is None
 
 
 def test_the_costliest_topics(alice: User, bob: User, prices: None) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import psutil
 import pytest
@@ -19,7 +21,7 @@ from tests.support.world import TOPIC, world
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 
-def wait_until(condition: object, timeout: float, message: str) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float, message: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, message
@@ -69,7 +71,7 @@ def kill_tree(proc: psutil.Process) -> None:
     psutil.wait_procs(family, timeout=10)
 
 
-def test_a_killed_worker_is_resumed_without_duplicates_or_repaid_calls(alice: User, settings: object) -> None:
+def test_a_killed_worker_is_resumed_without_duplicates_or_repaid_calls(alice: User, settings: Any) -> None:
     settings.RESUME_STALLED_AFTER_SECONDS = 0
     latency = 0.5
     with world(llm_latency=latency) as w:

@@ -28,7 +28,7 @@ def assert_exact(text: str, spans: list[ChunkSpan]) -> None:
 
 
 def covered(text: str, spans: list[ChunkSpan]) -> bool:
-    inside = set()
+    inside: set[int] = set()
     for span in spans:
         inside.update(range(span.start, span.end))
     return all(index in inside for index, char in enumerate(text) if not char.isspace())

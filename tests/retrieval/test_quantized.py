@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from django.contrib.auth.models import User
@@ -79,7 +81,7 @@ def test_binary_search_with_rescoring_finds_the_exact_neighbours(
 
 @pytest.mark.django_db
 def test_the_option_uses_the_binary_index_once_it_exists(
-    alice: User, clustered: tuple[list[int], np.ndarray], settings: object
+    alice: User, clustered: tuple[list[int], np.ndarray], settings: Any
 ) -> None:
     _ids, points = clustered
     query = points[3].tolist()

@@ -135,7 +135,9 @@ class DeepScript:
         return "\n".join(f"ПОДЗАПРОС: {text}" for text in SUBQUERIES)
 
     def queries(self, user: str) -> str:
-        topic = re.search(r'Тема: "(.*)"', user).group(1).rstrip("?")
+        found = re.search(r'Тема: "(.*)"', user)
+        assert found is not None, user
+        topic = found.group(1).rstrip("?")
         plain = " ".join(_WORD.findall(topic.lower()))
         return f"ЗАПРОС: {plain}\nЗАПРОС: {plain} overview"
 

@@ -49,7 +49,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tests.support.fakes import FakeService, Request, Response, openai_chat, reader_text, searxng_result
+from tests.support.fakes import (
+    FakeService,
+    Request,
+    Response,
+    Route,
+    openai_chat,
+    reader_text,
+    searxng_result,
+)
 from tests.support.world import prompt_kind, service_settings
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "evidence"
@@ -853,7 +861,7 @@ class EvidenceScript:
         common = Counter(w for f in findings for w in words(f) if len(w) > 5 and not mentions(w, key))
         rarity = self._rarity()
         salient = sorted(common, key=lambda w: (-common[w] * rarity.get(stem(w), 1.0), w))
-        lines = []
+        lines: list[str] = []
         for term in salient[:12]:
             proposal = f"{name} {term}".strip()
             if proposal.lower() not in asked and len(lines) < 4:
@@ -1033,7 +1041,7 @@ def evidence_world(
         llm = stack.enter_context(
             FakeService({("POST", "/v1/chat/completions"): openai_chat(script)}, latency=llm_latency)
         )
-        routes = {("GET", "/search"): search, ("GET", "/config"): search.config}
+        routes: dict[tuple[str, str], Route] = {("GET", "/search"): search, ("GET", "/config"): search.config}
         searxng = stack.enter_context(FakeService(routes, latency=search_latency))
         read = stack.enter_context(FakeService(fallback=reader_route(web), latency=reader_latency))
         yield EvidenceWorld(web=web, llm=llm, searxng=searxng, reader=read, script=script, search=search)

@@ -132,7 +132,7 @@ class FakeService:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{host!s}:{port}/"
 
     def __enter__(self) -> FakeService:
         self._thread.start()

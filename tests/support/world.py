@@ -117,7 +117,9 @@ class ScriptedLLM:
         )
 
     def queries(self, user: str) -> str:
-        topic = re.search(r'Тема: "(.*)"', user).group(1)
+        found = re.search(r'Тема: "(.*)"', user)
+        assert found is not None, user
+        topic = found.group(1)
         aspect = (
             "что такое" if "Что такое" in topic else "применение" if "используется" in topic else "улучшения"
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
 
 # The worker gives a run in flight 10 s to hand its topic back (mindsearch/worker.py), then stops.
 STOP_GRACE_SECONDS = 25
@@ -37,6 +38,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, host: str, port: int, web_processes: int | None, **options: Any) -> None:
         count = max(1, web_processes or settings.WEB_PROCESSES)
+        # Start (or join) the embedded database here, once, and hold it while the children come
+        # and go: a restarted worker must not find it stopped because it was the last one out.
+        connection.ensure_connection()
+        connection.close()
         listener = listening_socket(host, port)
         children = {f"web {n + 1}" if count > 1 else "web": start_web(listener) for n in range(count)}
         children["worker"] = subprocess.Popen([sys.executable, "manage.py", "qcluster"])

@@ -8,6 +8,7 @@ report's text is printed as the LLM writes it, then what the checks changed (or 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -79,7 +80,7 @@ class Command(BaseCommand):
         except workflow.OverLimit as over:
             raise CommandError(over.message) from None
         self.listener = Listener(self)
-        listeners = [self.listener]
+        listeners: list[Callable[[RunEvent], None]] = [self.listener]
         self.stdout.write(f"Topic #{topic.pk}: {question}")
         if not plan_topic(topic.pk, listeners):
             topic.refresh_from_db()

@@ -139,7 +139,7 @@ def _stop(ctx: RunContext, measured: Round, reason: str) -> None:
             gettext_noop("round %(round)s is the last allowed"), round=measured.number
         ),
         Round.Stop.NO_QUERIES: phrase(gettext_noop("no new sub-query was left to ask")),
-    }[reason]
+    }[Round.Stop(reason)]
     ctx.emit(
         STAGE,
         gettext_noop("Stopped searching after round %(round)s: %(why)s"),

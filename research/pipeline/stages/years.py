@@ -69,7 +69,8 @@ def _found(topic: Topic) -> tuple[list[str], set[int]]:
     texts = [
         f"{title} {snippet} {url}" for title, snippet, url in hits.values_list("title", "snippet", "url")
     ]
-    published = {date.year for date in hits.exclude(published_at=None).values_list("published_at", flat=True)}
+    dates = hits.exclude(published_at=None).values_list("published_at", flat=True)
+    published = {date.year for date in dates if date is not None}
     return texts, published
 
 
