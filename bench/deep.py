@@ -14,7 +14,7 @@ a check of the engine without a model, in deep mode without an LLM. Prints JSON:
 - LLM calls per stage, external requests and wall time;
 - checks: deep finds strictly more facts than quick, and stops on its own before the maximum;
   a report cites a second page of a site only when no other site with a good page is left out
-  (the per-site cap is a preference that fills the budget, research/pipeline/diversity.py).
+  (the per-site cap is a preference that fills the budget, research/pipeline/stages/answer/diversity.py).
   It exits 1 when a check fails.
 
     .venv/bin/python bench/deep.py [--searxng-rpm 60] [--llm-rps 2]
@@ -78,9 +78,9 @@ def parse_args() -> argparse.Namespace:
 
 def run_topic(owner: Any, mode: str, web: Any) -> dict[str, Any]:
     from research.models import Document, LLMCall, Report, Topic
-    from research.pipeline import deep
-    from research.pipeline.diversity import site_of_url
     from research.pipeline.run import plan_topic, run_topic
+    from research.pipeline.stages import deep
+    from research.pipeline.stages.answer.diversity import site_of_url
     from tests.support.deep_world import QUESTION, facts_in
 
     before = {
@@ -131,7 +131,7 @@ def good_sites(topic: Any) -> set[str]:
     from django.conf import settings
 
     from research.models import Document, SummaryScore
-    from research.pipeline.diversity import site_of
+    from research.pipeline.stages.answer.diversity import site_of
 
     scored = Document.objects.filter(topic=topic, summary__score__isnull=False).select_related(
         "summary__score"

@@ -227,7 +227,7 @@ def resolves(n: int, sources: list[dict]) -> bool:
 
 
 def site(url: str) -> str:
-    from research.pipeline.diversity import site_of_url
+    from research.pipeline.stages.answer.diversity import site_of_url
 
     return site_of_url(url) if url else ""
 

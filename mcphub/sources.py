@@ -1,5 +1,5 @@
 """MCP tool servers as sources: the search stage asks each enabled `McpSource`'s search tool
-every search query of the topic; the results are saved as web hits (research/pipeline/web_search.py
+every search query of the topic; the results are saved as web hits (research/pipeline/stages/search.py
 passes its own `_save_hit`), then scored, read and cited like SearXNG's.
 
 The contract a tool must meet (docs/API.md, "MCP"):

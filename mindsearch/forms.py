@@ -76,3 +76,11 @@ class ApiTokenForm(forms.Form):
         if not name:
             raise forms.ValidationError(_("Give the token a name."))
         return name
+
+
+class EmailAddressForm(forms.Form):
+    email = forms.EmailField(
+        label=_("E-mail address"),
+        max_length=254,
+        help_text=_("Scheduled research is delivered here once you have opened the link mailed to it."),
+    )

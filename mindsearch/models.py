@@ -226,3 +226,22 @@ def revoke_tokens_on_password_change(sender: type, instance: User, created: bool
     if created or getattr(instance, "_password", None) is None:
         return
     ApiToken.objects.filter(owner=instance, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+class EmailAddress(models.Model):
+    """The address an account's scheduled research is delivered to; nothing is sent to it before
+    its owner opened the link mailed to it (`mindsearch/email_address.py`)."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, related_name="email_address")
+    email = models.EmailField()
+    verified_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When the last verification link was sent.")
+    )
+
+    def __str__(self) -> str:
+        return f"{self.email} ({'verified' if self.verified_at else 'not verified'})"
+
+    @property
+    def verified(self) -> bool:
+        return self.verified_at is not None

@@ -231,6 +231,24 @@ SIGNUP_RATE_PER_HOUR = env_int("SIGNUP_RATE_PER_HOUR", 5)
 # Past the free failures, each attempt waits a doubling delay up to this (mindsearch/throttle.py).
 LOGIN_THROTTLE_MAX_DELAY_SECONDS = env_int("LOGIN_THROTTLE_MAX_DELAY_SECONDS", 60)
 
+# --- E-mail and scheduled research ------------------------------------------------------------
+# Scheduled research (research/schedules.py) mails what changed to an owner's verified address
+# through Django's mail framework. Without EMAIL_HOST nothing is mailed: the page says so.
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_PORT = env_int("EMAIL_PORT", 587)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", EMAIL_PORT == 587)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", EMAIL_PORT == 465)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 20)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "MindSearch <mindsearch@localhost>"
+# The address the site is reached at, for links in e-mails and webhook bodies
+# ("https://research.example.org"); without it they are made from ALLOWED_HOSTS' first name.
+MINDSEARCH_PUBLIC_URL = env_str("MINDSEARCH_PUBLIC_URL").rstrip("/")
+# A delivery that fails is tried again after 1, 4, 16… minutes, this many times in all.
+DELIVERY_MAX_ATTEMPTS = env_int("DELIVERY_MAX_ATTEMPTS", 5)
+DELIVERY_RETRY_BASE_SECONDS = env_float("DELIVERY_RETRY_BASE_SECONDS", 60.0)
+
 # --- Internationalisation --------------------------------------------------------------------
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", _("English")), ("ru", _("Russian"))]
@@ -306,7 +324,7 @@ CACHE_TTL_DAYS = env_int("CACHE_TTL_DAYS", 30)
 # (empty = the picture is kept and shown, the topic goes on with the text alone).
 VISION_MODEL = env_str("VISION_MODEL")
 TOPIC_IMAGE_MAX_BYTES = env_int("TOPIC_IMAGE_MAX_BYTES", 8 * 1024 * 1024)
-# Domain data before the web (research/pipeline/domain.py): empty URL = provider off.
+# Domain data before the web (research/pipeline/stages/domain.py): empty URL = provider off.
 OPEN_METEO_URL = env_str("OPEN_METEO_URL")
 OPEN_METEO_GEOCODING_URL = env_str("OPEN_METEO_GEOCODING_URL")
 LIMIT_OPEN_METEO_RPM = env_float("LIMIT_OPEN_METEO_RPM", 60)

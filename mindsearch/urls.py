@@ -24,6 +24,8 @@ urlpatterns = [
         name="password_change_done",
     ),
     path("settings/tokens/", views.api_tokens, name="api_tokens"),
+    path("settings/email/", views.email_settings, name="email_settings"),
+    path("email/verify/<str:token>/", views.email_verify, name="email_verify"),
     path("settings/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api_token_revoke"),
     path("i18n/setlang/", login_not_required(set_language), name="set_language"),
     path("admin/", admin.site.urls),

@@ -16,8 +16,8 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from mindsearch import signup_rate, throttle
-from mindsearch.forms import ApiTokenForm, SignUpForm, ThrottledAuthenticationForm
+from mindsearch import email_address, signup_rate, throttle
+from mindsearch.forms import ApiTokenForm, EmailAddressForm, SignUpForm, ThrottledAuthenticationForm
 from mindsearch.models import ApiToken, Invite
 from mindsearch.status import check_the_model, checks_for
 
@@ -141,3 +141,42 @@ def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     get_object_or_404(ApiToken.objects.for_user(request.user), pk=token_id).revoke()
     messages.success(request, _("The token was revoked; scripts using it now get 401."))
     return redirect("api_tokens")
+
+
+@require_http_methods(["GET", "POST"])
+def email_settings(request: HttpRequest) -> HttpResponse:
+    """The account's address for deliveries: set it (a link is mailed to it) and see whether it
+    is verified."""
+    address = email_address.address_of(request.user)
+    form = EmailAddressForm(request.POST or None, initial={"email": address.email if address else ""})
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                address = email_address.set_address(
+                    request.user, form.cleaned_data["email"], translation.get_language() or "en"
+                )
+            except email_address.EmailError as error:
+                form.add_error("email", str(error))
+            else:
+                if not address.verified:
+                    messages.info(
+                        request,
+                        _("A link was sent to %(email)s: open it to confirm the address.")
+                        % {"email": address.email},
+                    )
+                return redirect("email_settings")
+        status = 400
+    context = {"form": form, "address": address, "configured": email_address.mail_configured()}
+    return render(request, "settings/email.html", context, status=status)
+
+
+@login_not_required
+@require_http_methods(["GET"])
+def email_verify(request: HttpRequest, token: str) -> HttpResponse:
+    """The link mailed to an address: opening it confirms the address, signed in or not."""
+    try:
+        address = email_address.verify(token)
+    except email_address.EmailError as error:
+        return render(request, "settings/email_verified.html", {"error": str(error)}, status=400)
+    return render(request, "settings/email_verified.html", {"address": address})

@@ -24,7 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
-from research import usage, workflow
+from research import admin_schedules, usage, workflow  # noqa: F401  (admin_schedules registers)
 from research.models import (
     CacheEntry,
     Citation,

@@ -26,12 +26,14 @@ from mindsearch.api_common import (
     invalid,
     page_of,
 )
-from research import export, images, workflow
+from research import export, images, keep, versions, workflow
 from research.forms import SubQueryForm, TopicForm
-from research.models import Citation, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
+from research.models import Citation, Document, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
 from research.pipeline import cache
 from research.presenters import followup_item, report_of, thread_context
 from research.views import image_response
+from retrieval.api import DocumentOut
+from retrieval.uploads import UploadRejected
 
 router = Router()
 
@@ -92,11 +94,21 @@ class TopicOut(Schema):
     llm_model: str = Field(description="Empty when the topic was researched without an LLM.")
     last_event_seq: int
     has_report: bool
+    series: int = Field(description="The first version's id: every version of the topic shares it.")
+    previous_version: int | None = Field(description="The version this one was researched again from.")
     image: TopicImageOut | None = Field(None, description="The picture the question came with, if any.")
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @staticmethod
+    def resolve_series(topic: Topic) -> int:
+        return topic.series or topic.pk
+
+    @staticmethod
+    def resolve_previous_version(topic: Topic) -> int | None:
+        return topic.previous_version_id
 
     @staticmethod
     def resolve_image(topic: Topic) -> dict[str, Any] | None:
@@ -235,6 +247,20 @@ class ReportOut(Schema):
         description="The stages that ran without the configured model (its answers could not be read, "
         "or it was given up on); empty when it did all, or when no model was configured."
     )
+    changes: dict[str, Any] | None = Field(
+        description="What changed since the previous version: sources added and dropped, claims added, "
+        "removed and changed (each with its sources and closest passage), `since` and `empty`; "
+        "null for a first version."
+    )
+
+
+class VersionOut(Schema):
+    number: int = Field(description="1 for the first version.")
+    id: int
+    status: TopicStatus
+    created_at: datetime
+    finished_at: datetime | None
+    current: bool = Field(description="True for the topic asked about.")
 
 
 FollowUpKind = choices_enum("FollowUpKind", FollowUp.Kind)
@@ -502,7 +528,32 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
         "citation_counts": shown["citation_counts"],
         "marks": [mark["mark"] for mark in shown["marks"]],
         "without_model": shown["without_model"],
+        "changes": report.changes,
     }
+
+
+@router.post(
+    "/topics/{topic_id}/sources/{document_id}/keep",
+    response={201: DocumentOut, 200: DocumentOut, **errors(404)},
+    tags=["documents"],
+)
+def keep_source(request: HttpRequest, topic_id: int, document_id: int) -> Status:
+    """Add a web page the topic read (a `documents` id of its sources) to my documents: stored as
+    the reader got it, with its address and read date, and indexed; 200 when already there."""
+    document = Document.objects.filter(topic=_topic(request, topic_id), pk=document_id).first()
+    if document is None:
+        raise Http404(f"Page {document_id} of topic {topic_id} not found.")
+    try:
+        upload, created = keep.keep(request.auth, document)
+    except UploadRejected as rejected:
+        raise invalid(("path", "document_id"), [rejected.message]) from None
+    return Status(201 if created else 200, upload)
+
+
+@router.get("/topics/{topic_id}/versions", response={200: list[VersionOut], **errors(404)}, tags=["topics"])
+def list_versions(request: HttpRequest, topic_id: int) -> list[dict[str, Any]]:
+    """Every version of the topic, oldest first: *Research again* and schedules make new ones."""
+    return versions.version_list(_topic(request, topic_id))
 
 
 # --- Follow-up thread ------------------------------------------------------------------------------

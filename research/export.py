@@ -100,7 +100,7 @@ def thread_markdown(topic: Topic) -> str:
 
 
 def _source_line(source: dict) -> str:
-    from research.pipeline.report_writer import _escape, _plain
+    from research.pipeline.stages.answer.report_writer import _escape, _plain
 
     title = source.get("title") or source.get("url") or ""
     return f"[{_escape(title)}]({source['url']})" if source.get("url") else _plain(title)

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from research import images
-from research.models import SubQuery, Topic
+from research.models import SubQuery, Topic, TopicSchedule
 
 MAX_QUESTION_CHARS = 2000
 MAX_SUBQUERY_CHARS = 500
@@ -110,3 +110,29 @@ class ShareLinkForm(forms.Form):
     expires_in_days = forms.TypedChoiceField(
         label=_("Link expires"), choices=EXPIRY_CHOICES, coerce=int, empty_value=None, required=False
     )
+    pinned = forms.BooleanField(
+        label=_("Always show this version"),
+        required=False,
+        help_text=_("Without it the link shows the newest version once the topic is researched again."),
+    )
+
+
+class ScheduleForm(forms.Form):
+    """Keep a topic current: research it again on a schedule and deliver what changed."""
+
+    every = forms.ChoiceField(label=_("Research again"), choices=TopicSchedule.Every.choices)
+    cron = forms.CharField(
+        label=_("Or a cron line (staff)"),
+        required=False,
+        max_length=100,
+        help_text=_("minute hour day month weekday, in UTC; used instead of the choice above."),
+    )
+    email = forms.BooleanField(label=_("E-mail me what changed"), required=False, initial=True)
+    webhook_url = forms.URLField(
+        label=_("Webhook (optional)"),
+        required=False,
+        max_length=2000,
+        assume_scheme="https",
+        help_text=_("A signed POST with what changed is sent here after each run."),
+    )
+    deliver_unchanged = forms.BooleanField(label=_("Deliver also when nothing changed"), required=False)

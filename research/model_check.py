@@ -16,8 +16,8 @@ from django.utils.translation import gettext as _
 
 from mindsearch.clients import llm
 from research.models import LLMCall
-from research.pipeline import plan
 from research.pipeline.prompting import load_prompt
+from research.pipeline.stages import plan
 
 # A small local model on a busy CPU can take this long to plan; a staff member is waiting.
 CHECK_SECONDS = 90.0

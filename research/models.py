@@ -6,7 +6,7 @@ reads the rows of the one before and writes its own, so a re-queued run resumes 
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -67,7 +67,7 @@ class Topic(models.Model):
         GENERAL = "general", _("General")
 
     class Route(models.TextChoices):
-        """What the route stage decided (research/pipeline/route.py); the run loop dispatches on it."""
+        """What the route stage decided (research/pipeline/stages/route.py); the run loop dispatches on it."""
 
         SEARCH = "search", _("Search")
         DIRECT = "direct", _("Direct answer")
@@ -93,11 +93,11 @@ class Topic(models.Model):
     period_end = models.DateField(null=True, blank=True)
     # Empty until routed; a branch that cannot answer stores the next one (documents → direct → search).
     route = models.CharField(max_length=10, choices=Route.choices, blank=True, default="")
-    # The per-year search (research/pipeline/years.py) has looked at the first search's hits.
+    # The per-year search (research/pipeline/stages/years.py) has looked at the first search's hits.
     years_checked = models.BooleanField(default=False)
-    # The picture was looked at (research/pipeline/vision.py): described, or said why not.
+    # The picture was looked at (research/pipeline/stages/vision.py): described, or said why not.
     vision_checked = models.BooleanField(default=False)
-    # The domain's live data was asked for (research/pipeline/domain.py): a document, or said why not.
+    # The domain's live data was asked for (research/pipeline/stages/domain.py): a document, or said why not.
     domain_data_checked = models.BooleanField(default=False)
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
     stage = models.CharField(max_length=30, blank=True, default="")
@@ -117,6 +117,19 @@ class Topic(models.Model):
             " it counts against the owner's storage, and its rows stay out of the service figures."
         ),
     )
+    # Versions (research/versions.py): *Research again* or a schedule makes a new version, a
+    # copy that runs the same plan; the versions share the first one's id as their series.
+    series = models.PositiveIntegerField(
+        null=True, blank=True, db_index=True, help_text=_("The first version's id; empty on a first version.")
+    )
+    previous_version = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="later_versions",
+        help_text=_("The version this one was researched again from."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -134,6 +147,12 @@ class Topic(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in (self.Status.COMPLETED, self.Status.FAILED, self.Status.CANCELLED)
+
+    @property
+    def web_fresh_since(self) -> datetime | None:
+        """A later version searches and reads the web as of its own run: cached search results
+        and pages older than it are not used (what the model made of the same input still is)."""
+        return self.created_at if self.previous_version_id else None
 
     @property
     def period(self) -> tuple[date | None, date | None] | None:
@@ -182,7 +201,7 @@ class Topic(models.Model):
 
 
 class TopicImage(models.Model):
-    """The picture a question was asked with (research/pipeline/vision.py), stored privately.
+    """The picture a question was asked with (research/pipeline/stages/vision.py), stored privately.
 
     Only re-encoded pixels are kept (`research/images.py`): no EXIF, GPS or other metadata of
     the upload survives. The vision model's description of it is saved here once it is made.
@@ -261,7 +280,8 @@ class RoundQuerySet(OwnedQuerySet):
 
 
 class Round(models.Model):
-    """One finished round of a deep topic and the information growth it measured (research/pipeline/deep.py).
+    """One finished round of a deep topic and the information growth it measured
+    (research/pipeline/stages/deep.py).
 
     Growth = relevant documents new in this round / relevant documents known before it; the
     topic stops searching when it falls under the threshold or at the last allowed round.
@@ -477,6 +497,14 @@ class Report(models.Model):
         editable=False,
         help_text=_("The report rendered once: {html, token, places} (see presenters.report_rendering)."),
     )
+    changes = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text=_(
+            "What changed since the previous version (research/versions.py); empty on a first version."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -648,6 +676,9 @@ class ShareLink(RevocableToken):
     """A read-only link to a topic's report for people without an account."""
 
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="share_links")
+    pinned = models.BooleanField(
+        default=False, help_text=_("Show this version even when the topic has a newer one.")
+    )
 
     objects = ShareLinkQuerySet.as_manager()
 
@@ -843,3 +874,94 @@ class CacheCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.day}: {self.hits} hits, {self.misses} misses"
+
+
+class TopicScheduleQuerySet(OwnedQuerySet):
+    def due(self, now: Any) -> TopicScheduleQuerySet:
+        return self.filter(paused=False, next_run_at__lte=now)
+
+
+class TopicSchedule(models.Model):
+    """A topic researched again on its own (research/schedules.py): its newest version is run
+    again every day, week or month, and what changed is delivered by e-mail and/or webhook."""
+
+    class Every(models.TextChoices):
+        DAY = "day", _("Every day")
+        WEEK = "week", _("Every week")
+        MONTH = "month", _("Every month")
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="schedules")
+    series = models.PositiveIntegerField(unique=True, help_text=_("The first version's id of the topic."))
+    every = models.CharField(max_length=10, choices=Every.choices, default=Every.WEEK)
+    cron = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=_("A cron line (minute hour day month weekday, UTC) used instead; set by staff only."),
+    )
+    next_run_at = models.DateTimeField(db_index=True)
+    paused = models.BooleanField(default=False)
+    email = models.BooleanField(
+        default=True, help_text=_("Send what changed to the owner's verified e-mail.")
+    )
+    webhook_url = models.URLField(max_length=2000, blank=True, default="")
+    webhook_secret = models.CharField(max_length=64, blank=True, default="", editable=False)
+    deliver_unchanged = models.BooleanField(
+        default=False, help_text=_("Deliver also when nothing changed since the previous version.")
+    )
+    failures = models.PositiveIntegerField(default=0, help_text=_("Scheduled runs failed in a row."))
+    failure_notified = models.BooleanField(
+        default=False, help_text=_("The owner was told of the current run of failures (once).")
+    )
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_topic = models.ForeignKey(
+        Topic,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text=_("The version the schedule started last."),
+    )
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TopicScheduleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["next_run_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_every_display()}: topic {self.series}"
+
+
+class Delivery(models.Model):
+    """One delivery of a version's news: to the owner's e-mail or to the schedule's webhook,
+    tried again with backoff until it goes through or is given up (research/delivery.py)."""
+
+    class Channel(models.TextChoices):
+        EMAIL = "email", _("E-mail")
+        WEBHOOK = "webhook", _("Webhook")
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        SENT = "sent", _("Sent")
+        GIVEN_UP = "given_up", _("Given up")
+
+    schedule = models.ForeignKey(TopicSchedule, on_delete=models.CASCADE, related_name="deliveries")
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="deliveries")
+    channel = models.CharField(max_length=10, choices=Channel.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_try_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "channel"], name="delivery_once_per_version_and_channel")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} of topic {self.topic_id}: {self.status}"

@@ -28,9 +28,10 @@ from research.models import (
     RunEvent,
     Topic,
 )
-from research.pipeline import citecheck, deep, passages
-from research.pipeline.report_writer import SOURCES_HEADING
+from research.pipeline import citecheck, passages
 from research.pipeline.stage import StageName
+from research.pipeline.stages import deep
+from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
 from research.rendering import CitationMark, Prepared, prepared_markdown, render_markdown, with_marks
 
 # The progress bars, in run order; every stage's label is StageName's.

@@ -26,6 +26,7 @@ from research.models import FollowUp, Topic
 from research.pipeline import cache
 from research.pipeline.followup import answer_pending
 from research.pipeline.run import is_running_somewhere, plan_topic, run_topic, topic_lock
+from research.schedules import after_run
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,12 @@ def plan(topic_id: int) -> None:
 
 
 def run(topic_id: int) -> str:
-    return _unless_stopping(
+    status = _unless_stopping(
         lambda: run_topic(topic_id), lambda: heartbeat(topic_id), lambda: hand_back(topic_id)
     )
+    if status in (Topic.Status.COMPLETED, Topic.Status.FAILED, Topic.Status.CANCELLED):
+        after_run(topic_id)  # what changed since the previous version; a schedule's delivery
+    return status
 
 
 def followup(followup_id: int) -> list[int]:

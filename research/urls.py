@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from research import views, views_archive, views_citations, views_followups
+from research import views, views_archive, views_citations, views_followups, views_schedules
 
 urlpatterns = [
     path("", views.topic_list, name="home"),
@@ -27,6 +27,15 @@ urlpatterns = [
     path("topics/<int:topic_id>/export.zip", views_archive.topic_export, name="topic_export"),
     path("topics/import/", views_archive.topic_import, name="topic_import"),
     path("topics/import/<str:job_id>/", views_archive.topic_import_status, name="topic_import_status"),
+    path("topics/<int:topic_id>/schedule/", views_schedules.schedule_save, name="schedule_save"),
+    path("topics/<int:topic_id>/schedule/pause/", views_schedules.schedule_pause, name="schedule_pause"),
+    path("topics/<int:topic_id>/schedule/delete/", views_schedules.schedule_delete, name="schedule_delete"),
+    path("unsubscribe/<str:token>/", views_schedules.schedule_unsubscribe, name="schedule_unsubscribe"),
+    path(
+        "topics/<int:topic_id>/documents/<int:document_id>/keep/",
+        views_schedules.source_keep,
+        name="source_keep",
+    ),
     path("topics/<int:topic_id>/share/", views.share_create, name="share_create"),
     path("topics/<int:topic_id>/share/<int:link_id>/revoke/", views.share_revoke, name="share_revoke"),
     path("topics/<int:topic_id>/image/", views.topic_image, name="topic_image"),

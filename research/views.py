@@ -25,10 +25,11 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from mindsearch.status import checks_for
-from research import export, fragments, workflow
+from research import export, fragments, versions, workflow
 from research.forms import ShareLinkForm, SubQueryForm, TopicForm
 from research.models import ShareLink, Topic, TopicImage
 from research.presenters import panel_context, topic_context, topic_page_context
+from research.views_schedules import versions_context
 
 PAGE_SIZE = 25
 
@@ -132,6 +133,7 @@ def topic_detail(request: HttpRequest, topic_id: int) -> HttpResponse:
     # A new share link's token is shown once, right after it was made, and never again.
     new_share_url = request.session.pop("new_share_url", None)
     context = topic_page_context(topic, new_share_url=new_share_url)
+    context.update(versions_context(topic, request.user))
     return render(request, "research/topic_detail.html", context)
 
 
@@ -350,7 +352,10 @@ def share_create(request: HttpRequest, topic_id: int) -> HttpResponse:
         messages.error(request, _("Only a finished report can be shared."))
         return redirect("topic_detail", topic_id=topic.pk)
     days = form.cleaned_data["expires_in_days"]
-    _link, token = ShareLink.issue(topic, timedelta(days=days) if days else None)
+    link, token = ShareLink.issue(topic, timedelta(days=days) if days else None)
+    if form.cleaned_data["pinned"]:
+        link.pinned = True
+        link.save(update_fields=["pinned"])
     url = request.build_absolute_uri(reverse("shared_report", args=[token]))
     # The token is stored hashed: this is the only time it can be shown.
     request.session["new_share_url"] = url
@@ -392,9 +397,12 @@ class ShareGone(Exception):
 
 def _shared(token: str) -> Topic:
     link = ShareLink.objects.find(token)
-    if link is None or not hasattr(link.topic, "report"):
+    if link is None:
         raise ShareGone
-    return link.topic
+    topic = link.topic if link.pinned else versions.newest_reported(link.topic)
+    if not hasattr(topic, "report"):
+        raise ShareGone
+    return topic
 
 
 def shared(view: Callable[[HttpRequest, Topic, str], HttpResponse]) -> Callable[..., HttpResponse]:

@@ -23,9 +23,10 @@ from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
 
 from research.models import Citation, Document, FollowUp, Report, Topic
-from research.pipeline import citecheck, diversity
+from research.pipeline import citecheck
 from research.pipeline.followup import sources_by_number
-from research.pipeline.report_writer import CITATION, SOURCES_HEADING
+from research.pipeline.stages.answer import diversity
+from research.pipeline.stages.answer.report_writer import CITATION, SOURCES_HEADING
 from research.presenters import followup_citations, stored_rendering
 from research.views import ShareGone, _reported, _shared, _topic
 from retrieval.highlight import highlight_all

@@ -272,7 +272,8 @@ def delete_topic(topic: Topic) -> None:
 
 def rerun_topic(topic: Topic) -> Topic:
     """A failed or cancelled topic resumes where it stopped; a completed one is researched anew
-    as a copy with the same approved plan (unchanged inputs are answered from the cache).
+    as its next version (research/versions.py): a copy with the same approved plan (unchanged
+    inputs are answered from the cache).
 
     Returns the topic that will run: the same one, or the copy.
     """
@@ -301,7 +302,11 @@ def _resume(topic: Topic) -> None:
 def _copy_with_plan(topic: Topic) -> Topic:
     fields = ("question", "mode", "sources", "time_range", "language")
     copy = Topic.objects.create(
-        owner=topic.owner, status=Topic.Status.QUEUED, **{name: getattr(topic, name) for name in fields}
+        owner=topic.owner,
+        status=Topic.Status.QUEUED,
+        series=topic.series or topic.pk,
+        previous_version=topic,
+        **{name: getattr(topic, name) for name in fields},
     )
     SubQuery.objects.bulk_create(
         SubQuery(topic=copy, position=sq.position, text=sq.text, origin=sq.origin)

@@ -38,6 +38,10 @@ class DocumentOut(Schema):
     page_count: int | None
     chunk_count: int
     published_at: date | None
+    source_url: str = Field(
+        description="For a web page kept from a report's sources: its address; else empty."
+    )
+    fetched_at: datetime | None = Field(description="When that page was read; null for an uploaded file.")
     created_at: datetime
     updated_at: datetime
 

@@ -78,6 +78,9 @@ class UploadedDocument(models.Model):
         help_text=_("Indexing runs started for this file; a failed one is queued again only so often."),
     )
     published_at = models.DateField(null=True, blank=True)
+    # A web page kept from a report's sources (research/keep.py): where it came from and when it was read.
+    source_url = models.URLField(max_length=2000, blank=True, default="")
+    fetched_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

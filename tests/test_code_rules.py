@@ -23,7 +23,7 @@ CLOSES_THE_CIRCLE = {
         "mindsearch/status.py",
     },
     "retrieval": set(),
-    "research": {"research/pipeline/web_search.py"},
+    "research": {"research/pipeline/stages/search.py"},
 }
 DEPENDS_ON = {"mindsearch": set(), "retrieval": {"mindsearch"}, "research": {"mindsearch", "retrieval"}}
 

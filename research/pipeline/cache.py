@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -27,8 +27,15 @@ def make_key(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def get(kind: str, key: str, owner_id: int | None = None) -> Any | None:
-    entry = CacheEntry.objects.live().filter(kind=kind, key_hash=key, owner_id=owner_id).first()
+def get(
+    kind: str, key: str, owner_id: int | None = None, *, newer_than: datetime | None = None
+) -> Any | None:
+    """The payload stored under the key, or None. `newer_than` refuses older entries: a new
+    version of a topic (research/versions.py) searches and reads the web again, as of its run."""
+    entries = CacheEntry.objects.live().filter(kind=kind, key_hash=key, owner_id=owner_id)
+    if newer_than is not None:
+        entries = entries.filter(created_at__gte=newer_than)
+    entry = entries.first()
     _count(kind, hit=entry is not None)
     if entry is None:
         return None

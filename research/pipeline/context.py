@@ -49,7 +49,7 @@ class RunContext:
     model: str
     listeners: list[Callable[[RunEvent], None]] = field(default_factory=list)
     llm_failures: int = 0  # in points: FAILURE_POINTS per failed ask, BAD_ANSWER_POINTS per bad answer
-    # What the vision model saw in the question's picture (research/pipeline/vision.py).
+    # What the vision model saw in the question's picture (research/pipeline/stages/vision.py).
     image_labels: list[str] = field(default_factory=list)
     image_context: str = ""
     # The stages that fell back from the model in this run (`fell_back`), for the report's note.

@@ -35,20 +35,13 @@ from mindsearch import lifecycle
 from mindsearch.clients.llm import Completion, LLMError
 from research import progress
 from research.models import Document, FollowUp, Report, RunEvent, SubQuery, Topic
-from research.pipeline import (
-    citecheck,
-    classifier,
-    extractive,
-    passages,
-    question_domain,
-    report_writer,
-    window,
-)
+from research.pipeline import citecheck, classifier, extractive, passages, question_domain, window
 from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.prompting import data_block, image_context_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
-from research.pipeline.run import ROUND_STAGES, drive, topic_lock
-from research.pipeline.stage import Stage, StageName
+from research.pipeline.run import ROUND_STAGES, Stage, drive, topic_lock
+from research.pipeline.stage import StageName
+from research.pipeline.stages.answer import report_writer
 from research.pipeline.text import BM25, tokenize
 
 log = logging.getLogger(__name__)

@@ -32,22 +32,13 @@ from django.utils.translation import gettext_noop
 from mindsearch import lifecycle
 from mindsearch.clients import fetch, reader, websearch
 from research.models import Document, Hit, SearchQuery, SubQuery, Topic
-from research.pipeline import (
-    queries,
-    read,
-    read_and_summarise,
-    rerank,
-    score_hits,
-    scoring,
-    summarise,
-    web_search,
-    years,
-)
+from research.pipeline import read_and_summarise, rerank, scoring
 from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.stage import Outcome, StageName
+from research.pipeline.stages import queries, read, score_hits, search, summarise, years
 
 STAGE = StageName.SEARCH
-COVERS = (queries, web_search, years, score_hits, read_and_summarise)
+COVERS = (queries, search, years, score_hits, read_and_summarise)
 CANCEL_POLL_SECONDS = 1.0
 
 
@@ -58,7 +49,7 @@ def applies(ctx: RunContext) -> bool:
         return False
     if rerank.is_on() or years.years_asked(topic):
         return False
-    return not web_search.asks_tool_sources()
+    return not search.asks_tool_sources()
 
 
 def run(ctx: RunContext) -> Outcome:
@@ -111,7 +102,7 @@ class _Progress:
         queries written, queries searched, hits scored."""
         done, total = {
             queries.STAGE: (self.written, self.subqueries),
-            web_search.STAGE: (self.searched, self.queries),
+            search.STAGE: (self.searched, self.queries),
             score_hits.STAGE: (self.scored, self.hits),
         }[stage]
         say = ctx.warn if warn else ctx.emit
@@ -208,14 +199,14 @@ async def _search(
 ) -> dict | None:
     if not progress.search_started:
         progress.search_started = True
-        await progress.tell(ctx, web_search.STAGE, gettext_noop("Searching the web"), {})
+        await progress.tell(ctx, search.STAGE, gettext_noop("Searching the web"), {})
     try:
-        response = await web_search._search_widening(ctx, query)
+        response = await search._search_widening(ctx, query)
     except websearch.SearchError as exc:
         failures.append(str(exc))
         await progress.tell(
             ctx,
-            web_search.STAGE,
+            search.STAGE,
             gettext_noop("Search failed for “%(query)s”: %(error)s"),
             {"query": query.text, "error": str(exc)},
             warn=True,
@@ -224,7 +215,7 @@ async def _search(
     progress.searched += 1
     await progress.tell(
         ctx,
-        web_search.STAGE,
+        search.STAGE,
         gettext_noop("%(count)s results for “%(query)s”"),
         {"count": len(response["results"]), "query": query.text},
     )
@@ -239,13 +230,13 @@ async def _save(
     thin: list[tuple[SearchQuery, dict]] = []
     for query, response in zip(asked, responses, strict=True):
         if response is not None:
-            added = await db(web_search._save_hits)(ctx.topic, query, response)
+            added = await db(search._save_hits)(ctx.topic, query, response)
             progress.hits += added
-            if added < web_search.MIN_NEW_HITS and len(response["results"]) >= web_search.RESULTS_PER_QUERY:
+            if added < search.MIN_NEW_HITS and len(response["results"]) >= search.RESULTS_PER_QUERY:
                 thin.append((query, response))
     if thin:
         before = await db(Hit.objects.filter(topic=ctx.topic).count)()
-        await web_search._second_pages(ctx, thin)
+        await search._second_pages(ctx, thin)
         progress.hits += await db(Hit.objects.filter(topic=ctx.topic).count)() - before
 
 
@@ -292,7 +283,7 @@ async def _read_first(ctx: RunContext, subquery: SubQuery, number: int) -> Docum
     if hit is None:
         return None
     try:
-        page = await read.read_page(hit.url, user=ctx.owner_id)
+        page = await read.read_page(hit.url, user=ctx.owner_id, fresh_since=ctx.topic.web_fresh_since)
     except (reader.ReadError, fetch.FetchError) as exc:
         await db(ctx.warn)(
             read.STAGE,

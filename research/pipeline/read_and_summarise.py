@@ -16,9 +16,9 @@ import asyncio
 from asgiref.sync import async_to_sync
 
 from research.models import Document
-from research.pipeline import read, summarise
 from research.pipeline.context import RunContext, db
 from research.pipeline.stage import Outcome, StageName
+from research.pipeline.stages import read, summarise
 
 STAGE = StageName.READ
 COMPOSES = (read, summarise)

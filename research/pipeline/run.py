@@ -19,42 +19,48 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Protocol, runtime_checkable
 
 from django.db import connection
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from research.models import Report, RunEvent, Topic
-from research.pipeline import (
+from research.pipeline import overlap, private, read_and_summarise
+from research.pipeline.context import Cancelled, RunContext, StageError
+from research.pipeline.stage import Outcome, StageName
+from research.pipeline.stages import (
     answer,
     deep,
-    direct,
     domain,
-    local_rag,
-    overlap,
     plan,
-    private,
-    private_search,
     queries,
-    read_and_summarise,
     route,
     score_hits,
     score_summaries,
+    search,
     summarise,
     vision,
-    web_search,
     years,
 )
-from research.pipeline.context import Cancelled, RunContext, StageError
-from research.pipeline.stage import Outcome, Stage, StageName
+from research.pipeline.stages.answer import direct, local_rag
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """What the loop calls: a module with its `STAGE` and `run(ctx) -> Outcome` (stages/)."""
+
+    STAGE: StageName
+
+    def run(self, ctx: RunContext) -> Outcome: ...
+
 
 # One round: what each sub-query not yet done needs, up to its scored summaries.
 ROUND_STAGES: tuple[Stage, ...] = (
     queries,
-    private_search,
-    web_search,
+    search,
     years,
     score_hits,
     read_and_summarise,  # read, each page summarised as it is saved
@@ -183,8 +189,7 @@ def drive(ctx: RunContext, stages: Iterable[Stage], *, show: bool = True) -> Non
     stays the one shown."""
     for stage in stages:
         if _stage(ctx, stage, show=show) is Outcome.SEARCH_AGAIN:  # years added sub-queries
-            _stage(ctx, private_search, show=show)
-            _stage(ctx, web_search, show=show)
+            _stage(ctx, search, show=show)
 
 
 def _stage(ctx: RunContext, stage: Stage, *, show: bool = True) -> Outcome:

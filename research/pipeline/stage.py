@@ -1,4 +1,4 @@
-"""The stage contract: the names of the stages, what a stage is, and what it tells the run loop.
+"""The names of the stages and what a stage tells the run loop.
 
 `StageName` is the one spelling of every stage: `Topic.stage`, `RunEvent.stage` and
 `LLMCall.stage` hold its values (plain strings, so stored rows and archives read as before), the
@@ -6,21 +6,18 @@ progress bars and the websocket's panels are keyed on it, and its labels are wha
 ("score_hits" → "Score hits"). A few of its members are not stages but lines the run itself
 writes (`LLM`, `RUN`, `DONE`, `CANCELLED`).
 
-A stage is a module with a `STAGE: StageName` and a `run(ctx) -> Outcome` (the `Stage`
-protocol). `run` reads the rows of the stage before, skips what is done, saves as it goes and
-says what the run loop (`run.py`) should do next; a stage never runs another stage itself.
+A stage is a module with a `STAGE: StageName` and a `run(ctx) -> Outcome` (the `Stage` protocol
+of `run.py`, which calls them). `run` reads the rows of the stage before, skips what is done, saves
+as it goes and says what the run loop should do next; a stage never runs another stage itself.
+This module imports nothing of the pipeline: everything else may import it.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
-
-if TYPE_CHECKING:
-    from research.pipeline.context import RunContext
 
 
 class StageName(models.TextChoices):
@@ -53,10 +50,3 @@ class Outcome(enum.Enum):
     ANSWERED = "answered"  # local_rag, direct: answered without a search; nothing follows
     SEARCH_AGAIN = "search_again"  # years: sub-queries were added that the search stage must run
     ANOTHER_ROUND = "another_round"  # deep: the next round is planned; its stages follow
-
-
-@runtime_checkable
-class Stage(Protocol):
-    STAGE: StageName
-
-    def run(self, ctx: RunContext) -> Outcome: ...

@@ -11,14 +11,14 @@ from django.contrib.auth.models import User
 
 from mindsearch.api import api
 from research import images, workflow
-from research.models import FollowUp, ShareLink, Topic
+from research.models import Document, FollowUp, ShareLink, Topic
 from retrieval.models import UploadedDocument
 from tests.api.conftest import ApiClient, awaiting, completed
 from tests.support.domain_world import picture
 
 pytestmark = pytest.mark.django_db
 
-# (method, path, body) with {topic}, {link} and {document} filled in from alice's rows.
+# (method, path, body) with {topic}, {link}, {document} and {page} filled in from alice's rows.
 ID_OPERATIONS = [
     ("GET", "/api/topics/{topic}", None),
     ("DELETE", "/api/topics/{topic}", None),
@@ -29,6 +29,8 @@ ID_OPERATIONS = [
     ("POST", "/api/topics/{topic}/plan/approve", None),
     ("GET", "/api/topics/{topic}/events", None),
     ("GET", "/api/topics/{topic}/report", None),
+    ("GET", "/api/topics/{topic}/versions", None),
+    ("POST", "/api/topics/{topic}/sources/{page}/keep", None),
     ("GET", "/api/topics/{topic}/report.md", None),
     ("GET", "/api/topics/{topic}/image", None),
     ("GET", "/api/topics/{topic}/followups", None),
@@ -58,7 +60,10 @@ def owned(alice: User) -> dict[str, int]:
     document = UploadedDocument.objects.create(
         owner=alice, file=f"uploads/{alice.pk}/{sha256}", original_name="notes.txt", sha256=sha256
     )
-    return {"topic": topic.pk, "link": link.pk, "document": document.pk}
+    page = Document.objects.create(
+        topic=topic, title="A page", url="https://a.example/", text="Text.", fetched_via="reader"
+    )
+    return {"topic": topic.pk, "link": link.pk, "document": document.pk, "page": page.pk}
 
 
 def test_the_matrix_covers_every_operation() -> None:
@@ -70,7 +75,8 @@ def test_the_matrix_covers_every_operation() -> None:
             method,
             path.replace("{topic}", "{topic_id}")
             .replace("{link}", "{link_id}")
-            .replace("{document}", "{document_id}"),
+            .replace("{document}", "{document_id}")
+            .replace("{page}", "{document_id}"),
         )
         for method, path in covered
     }

@@ -48,6 +48,8 @@ ACCESS = {
     "password_change_done": ACCOUNT,
     "api_tokens": ACCOUNT,
     "api_token_revoke": OWNED,
+    "email_settings": ACCOUNT,
+    "email_verify": PUBLIC,  # the signed link mailed to an address: it names the account itself
     "set_language": PUBLIC,
     "healthz": PUBLIC,  # for orchestrators: "ok", nothing of anyone's
     "readyz": PUBLIC,
@@ -68,6 +70,11 @@ ACCESS = {
     "topic_delete": OWNED,
     "topic_export": OWNED,
     "share_create": OWNED,
+    "schedule_save": OWNED,
+    "source_keep": OWNED,
+    "schedule_pause": OWNED,
+    "schedule_delete": OWNED,
+    "schedule_unsubscribe": PUBLIC,  # a signed link in an e-mail: it can only stop that schedule's e-mails
     "share_revoke": OWNED,
     "report_markdown": OWNED,
     "report_pdf": OWNED,
@@ -109,6 +116,8 @@ ACCESS = {
     "api:approve_plan": OWNED,
     "api:list_events": OWNED,
     "api:get_report": OWNED,
+    "api:list_versions": OWNED,
+    "api:keep_source": OWNED,
     "api:get_report_markdown": OWNED,
     "api:get_topic_image": OWNED,
     "api:list_followups": OWNED,

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 
 from mindsearch.clients import reader as reader_client
 from research.models import Document, Hit, Topic
-from research.pipeline import read
+from research.pipeline.stages import read
 from tests.reliability.runs import research, warnings_of
 from tests.support.fakes import Fault, Response, redirect
 from tests.support.world import World

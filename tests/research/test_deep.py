@@ -10,9 +10,21 @@ from django.test import Client
 from django.urls import reverse
 
 from research.models import Document, LLMCall, Report, Round, RunEvent, SubQuery, Topic
-from research.pipeline import deep, queries, read, score_hits, score_summaries, summarise, web_search, years
 from research.pipeline.context import RunContext
-from research.pipeline.deep import (
+from research.pipeline.question_domain import merge_with_question
+from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stage import Outcome
+from research.pipeline.stages import (
+    deep,
+    queries,
+    read,
+    score_hits,
+    score_summaries,
+    search,
+    summarise,
+    years,
+)
+from research.pipeline.stages.deep import (
     Direction,
     Finding,
     Proposal,
@@ -20,9 +32,6 @@ from research.pipeline.deep import (
     growth_rate,
     parse_proposals,
 )
-from research.pipeline.question_domain import merge_with_question
-from research.pipeline.run import plan_topic, run_topic
-from research.pipeline.stage import Outcome
 from tests.support.deep_world import FACTS, FIRST_ROUND_FACTS, QUESTION, DeepWorld, deep_world, facts_in
 
 # --- pure parts -------------------------------------------------------------------------------------
@@ -214,7 +223,7 @@ def test_a_deep_run_that_died_between_rounds_resumes_in_its_round(alice: User, w
     topic = Topic.objects.create(owner=alice, question=QUESTION, mode=Topic.Mode.DEEP, auto_approve=True)
     plan_topic(topic.pk)
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
-    for stage in (queries, web_search, years, score_hits, read, summarise, score_summaries):
+    for stage in (queries, search, years, score_hits, read, summarise, score_summaries):
         stage.run(ctx)
     assert deep.run(ctx) is Outcome.ANOTHER_ROUND  # round 2 planned; then the worker died
     calls = LLMCall.objects.filter(topic=topic).count()

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from research.models import Document, Report, RunEvent, Topic
-from research.pipeline.diversity import Candidate, cosine, select_sources, site_of
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stages.answer.diversity import Candidate, cosine, select_sources, site_of
 from tests.support.deep_world import QUESTION, DeepWorld, deep_world
 
 
@@ -50,7 +50,7 @@ def test_the_cap_is_a_preference_never_a_starvation() -> None:
 
 
 def test_language_editions_of_a_wiki_are_sites_of_their_own() -> None:
-    from research.pipeline.diversity import site_of_url
+    from research.pipeline.stages.answer.diversity import site_of_url
 
     assert site_of_url("https://ru.wikipedia.org/wiki/Токен") == "ru.wikipedia.org"
     assert site_of_url("https://en.m.wikipedia.org/wiki/Token") == "en.wikipedia.org"

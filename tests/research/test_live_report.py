@@ -17,8 +17,9 @@ from django.urls import reverse
 
 from research import progress
 from research.models import Report, ReportDraft, RunEvent, Topic
-from research.pipeline import answer, report_writer
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stages import answer
+from research.pipeline.stages.answer import report_writer
 from research.routing import websocket_urlpatterns
 from tests.support.fakes import Fault, Pace
 from tests.support.world import TOPIC, World, loopback_world, prompt_kind

@@ -110,7 +110,7 @@ def test_a_page_of_results_is_saved_in_a_few_statements(
     alice: User, django_assert_max_num_queries: Any
 ) -> None:
     from research.models import SubQuery
-    from research.pipeline import web_search
+    from research.pipeline.stages import search
 
     topic = Topic.objects.create(owner=alice, question=TOPIC)
     subquery = SubQuery.objects.create(topic=topic, position=1, text="Mixture of Tokens")
@@ -126,10 +126,10 @@ def test_a_page_of_results_is_saved_in_a_few_statements(
 
     urls = [f"https://example.org/{i}?utm_source=x" for i in range(20)]
     with django_assert_max_num_queries(4):
-        assert web_search._save_hits(topic, first, page(urls)) == 20
+        assert search._save_hits(topic, first, page(urls)) == 20
     # Known URLs (after normalising) and repeats within the page are not new.
     again = [f"https://example.org/{i}" for i in range(15, 25)] + ["https://example.org/24"]
-    assert web_search._save_hits(topic, second, page(again)) == 5
+    assert search._save_hits(topic, second, page(again)) == 5
     assert Hit.objects.filter(topic=topic).count() == 25
     assert Hit.objects.filter(search_query=second).count() == 5
     assert list(

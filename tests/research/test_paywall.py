@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from research.models import Document, RunEvent, Topic
-from research.pipeline.read import paywalled
+from research.pipeline.stages.read import paywalled
 from tests.reliability.runs import research
 from tests.support.fakes import Request, Response, reader_text
 from tests.support.world import World

@@ -21,9 +21,9 @@ from research.models import (
     Summary,
     Topic,
 )
-from research.pipeline import queries, score_hits, web_search
 from research.pipeline.context import RunContext
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stages import queries, score_hits, search
 from tests.support.fakes import FakeService, Response
 from tests.support.world import PAGES, TOPIC, World
 
@@ -171,7 +171,7 @@ def test_a_run_that_stopped_midway_resumes_without_repeating_work(alice: User, l
     plan_topic(topic.pk)
     # The worker got as far as scoring hits and died: the rows so far are all that is left.
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
-    for stage in (queries, web_search, score_hits):
+    for stage in (queries, search, score_hits):
         stage.run(ctx)
     early = ("plan", "queries", "score_hits")
     calls_before = LLMCall.objects.filter(topic=topic, stage__in=early).count()

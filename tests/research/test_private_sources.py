@@ -28,10 +28,11 @@ from research.models import (
     SummaryScore,
     Topic,
 )
-from research.pipeline import private, private_search, queries, score_hits, web_search
+from research.pipeline import private
 from research.pipeline.context import RunContext
-from research.pipeline.report_writer import sources_section
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stages import queries, score_hits, search
+from research.pipeline.stages.answer.report_writer import sources_section
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 from tests.retrieval.test_parsing import pdf_bytes
@@ -367,7 +368,7 @@ def test_a_run_stopped_after_reading_passages_resumes_without_duplicates(
     topic = Topic.objects.create(owner=alice, question=TOPIC, sources=Topic.Sources.DOCS, auto_approve=True)
     plan_topic(topic.pk)
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
-    for stage in (queries, private_search, web_search, score_hits):
+    for stage in (queries, search, score_hits):
         stage.run(ctx)
     # The worker made the documents and died before summarising any of them.
     assert private.read_documents(ctx, "read")
@@ -385,7 +386,7 @@ def test_a_deleted_document_is_not_read(alice: User, private_loopback: World) ->
     topic = Topic.objects.create(owner=alice, question=TOPIC, sources=Topic.Sources.DOCS, auto_approve=True)
     plan_topic(topic.pk)
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
-    for stage in (queries, private_search, web_search, score_hits):
+    for stage in (queries, search, score_hits):
         stage.run(ctx)
     uploads[MEMO].delete()  # between finding its passages and reading them
     assert run_topic(topic.pk) == Topic.Status.COMPLETED

@@ -13,8 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from research.models import Document, Hit, HitScore, SubQuery, Topic
-from research.pipeline import read
 from research.pipeline.context import RunContext
+from research.pipeline.stages import read
 from tests.support.fakes import FakeService, reader
 
 pytestmark = pytest.mark.django_db

@@ -22,8 +22,10 @@ from mindsearch.models import ApiToken
 from research import export, presenters, progress
 from research.management.commands.research import written_by
 from research.models import Report, RunEvent, Topic
-from research.pipeline import report_checks, report_writer, scoring, summarise, window
+from research.pipeline import report_checks, scoring, window
 from research.pipeline.context import RunContext
+from research.pipeline.stages import summarise
+from research.pipeline.stages.answer import report_writer
 from tests.research.test_citation_report import researched, script_answers
 from tests.research.test_followups import answered, completed_topic
 from tests.support.fakes import Request, Response, Route, openai_chat

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, RunEvent, SearchQuery, Topic
-from research.pipeline import web_search
+from research.pipeline.stages import search
 from tests.reliability.runs import research
 from tests.support.fakes import Request, Response, searxng_config
 from tests.support.world import World
@@ -241,7 +241,7 @@ def test_some_engines_missing_is_cached_briefly(alice: User, loopback: World) ->
     assert topic.status == Topic.Status.COMPLETED, topic.error
     entries = CacheEntry.objects.filter(kind=CacheEntry.Kind.SEARCH_RESULTS)
     assert entries.exists()
-    latest = timezone.now() + web_search.PARTIAL_TTL
+    latest = timezone.now() + search.PARTIAL_TTL
     assert all(entry.expires_at <= latest for entry in entries)
     assert SearchQuery.objects.filter(
         subquery__topic=topic, unresponsive_engines=["google: timeout"]

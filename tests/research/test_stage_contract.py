@@ -15,23 +15,12 @@ from django.contrib.auth.models import User
 
 from research import images, presenters, watchers
 from research.models import Document, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic, TopicImage
-from research.pipeline import (
-    direct,
-    domain,
-    followup,
-    local_rag,
-    private_search,
-    queries,
-    read,
-    read_and_summarise,
-    route,
-    run,
-    vision,
-    web_search,
-    years,
-)
+from research.pipeline import followup, read_and_summarise, run
 from research.pipeline.context import RunContext
-from research.pipeline.stage import Outcome, Stage, StageName
+from research.pipeline.run import Stage
+from research.pipeline.stage import Outcome, StageName
+from research.pipeline.stages import domain, queries, read, route, search, vision, years
+from research.pipeline.stages.answer import direct, local_rag
 from tests.support.code import ROOT, application_modules, name_of
 from tests.support.domain_world import picture
 from tests.support.fakes import Request, searxng_search
@@ -41,8 +30,8 @@ from tests.support.world import PAGES, TOPIC, World, search_pages
 def pipeline_modules() -> list[ModuleType]:
     import research.pipeline
 
-    names = [info.name for info in pkgutil.iter_modules(research.pipeline.__path__)]
-    return [importlib.import_module(f"research.pipeline.{name}") for name in sorted(names)]
+    names = [info.name for info in pkgutil.walk_packages(research.pipeline.__path__, "research.pipeline.")]
+    return [importlib.import_module(name) for name in sorted(names)]
 
 
 def test_every_stage_constant_of_the_pipeline_is_a_stage_name() -> None:
@@ -184,16 +173,28 @@ def pipeline_imports(source: str) -> set[str]:
             found |= {alias.name for alias in node.names if alias.name.startswith(package + ".")}
         elif isinstance(node, ast.ImportFrom):
             base = f"{package}.{node.module or ''}".rstrip(".") if node.level == 1 else node.module or ""
-            if base == package:
-                found |= {f"{package}.{alias.name}" for alias in node.names}
+            if base in PACKAGES:
+                found |= {f"{base}.{alias.name}" for alias in node.names}
             elif base.startswith(package + "."):
                 found.add(base)
-    return {name.split(".")[2] for name in found}
+    return {short_name(name) for name in found}
+
+
+PACKAGES = ("research.pipeline", "research.pipeline.stages", "research.pipeline.stages.answer")
+
+
+def short_name(module: str) -> str:
+    """`research.pipeline.stages.answer.report_writer` → `report_writer`; `….route.inner` → `route`."""
+    for package in reversed(PACKAGES):
+        if module.startswith(package + "."):
+            return module.removeprefix(package + ".").split(".")[0]
+    return module
 
 
 def test_pipeline_imports_sees_every_import_form() -> None:
     source = """
-from research.pipeline import deep as d, text
+from research.pipeline import text
+from research.pipeline import deep as d
 from research.pipeline.score_hits import score_batch
 from research.pipeline.route.inner import x
 import research.pipeline.years
@@ -299,8 +300,7 @@ def test_years_asks_the_run_loop_to_search_and_its_done_state_is_a_row(alice: Us
     assert run.plan_topic(topic.pk) is True
     ctx = RunContext.for_topic(Topic.objects.get(pk=topic.pk))
     queries.run(ctx)
-    private_search.run(ctx)
-    web_search.run(ctx)
+    search.run(ctx)
     assert years.run(ctx) is Outcome.SEARCH_AGAIN
     per_year = SearchQuery.objects.filter(subquery__topic=topic, subquery__origin=SubQuery.Origin.PERIOD)
     assert (
@@ -334,12 +334,6 @@ def test_only_the_run_loop_runs_a_stage() -> None:
         if lines:
             calls[name] = lines
     assert not calls, f"stages run outside the run loop: {calls}"
-
-
-def test_the_web_search_does_not_search_the_owners_documents() -> None:
-    assert "search_documents" not in inspect.getsource(web_search)
-    assert run.ROUND_STAGES.index(private_search) < run.ROUND_STAGES.index(web_search)
-    assert followup.SEARCH_STAGES.index(private_search) < followup.SEARCH_STAGES.index(web_search)
 
 
 # --- the route decides, the run loop dispatches --------------------------------------------------

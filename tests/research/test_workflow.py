@@ -179,9 +179,9 @@ WRITERS_ALLOWED = {
     "research/workflow.py": "the user's steps: under the topic's row lock, within the limits",
     "research/models.py": "`Topic.fail` and `Topic.set_status` themselves, which the allowed writers call",
     "research/pipeline/run.py": "the run loop moves the topic it holds the lock of from stage to stage",
-    "research/pipeline/plan.py": "the plan stage writes the plan the user then reviews",
-    "research/pipeline/deep.py": "a deep round adds the sub-queries of the next round",
-    "research/pipeline/years.py": "the per-year search adds one sub-query per year asked about",
+    "research/pipeline/stages/plan.py": "the plan stage writes the plan the user then reviews",
+    "research/pipeline/stages/deep.py": "a deep round adds the sub-queries of the next round",
+    "research/pipeline/stages/years.py": "the per-year search adds one sub-query per year asked about",
     "research/pipeline/followup.py": "a follow-up's search runs as a sub-query of its own",
     "research/tasks.py": "a stopping worker hands its topic (or follow-up) back to the queue",
     "research/archive/": "an import restores a finished topic's rows (plan size checked by the workflow)",
@@ -189,6 +189,7 @@ WRITERS_ALLOWED = {
     "retrieval/ingest.py": "the ingest moves the upload it holds through its statuses, not a topic",
     "mindsearch/worker.py": "`broker.fail` marks a queued task failed, not a topic",
     "mindsearch/clients/reader.py": "`ReaderError.status` is an HTTP status code",
+    "research/delivery.py": "a delivery's own status (`Delivery.status`), not a topic's",
 }
 # Methods that write rows when called on a manager, a queryset or a row.
 WRITE_METHODS = {"create", "bulk_create", "get_or_create", "update_or_create", "update", "bulk_update"}

@@ -15,16 +15,17 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from research import export, images, workflow
 from research.models import RunEvent, SubQuery, Topic
-from research.pipeline.report_writer import SOURCES_HEADING, clean_citations
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stage import StageName
+from research.pipeline.stages.answer.report_writer import SOURCES_HEADING, clean_citations
 
 BAR_WIDTH = 30
 
 
 class Listener:
     """What the run tells the console: events drawn as bars and lines, and the report's text
-    printed piece by piece as it is written (`report_text`, see research/pipeline/report_writer.py)."""
+    printed piece by piece as it is written (`report_text`, see
+    research/pipeline/stages/answer/report_writer.py)."""
 
     def __init__(self, command: Command) -> None:
         self.command = command

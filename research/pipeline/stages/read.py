@@ -14,7 +14,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from asgiref.sync import async_to_sync
 from django.db.models import F, QuerySet
@@ -164,7 +164,7 @@ def _has_document(hit: Hit) -> bool:
 
 async def _read_hit(ctx: RunContext, hit: Hit, number: int, saved: Saved | None) -> int:
     try:
-        page = await read_page(hit.url, user=ctx.owner_id)
+        page = await read_page(hit.url, user=ctx.owner_id, fresh_since=ctx.topic.web_fresh_since)
     except (reader.ReadError, fetch.FetchError) as exc:
         await db(ctx.warn)(
             STAGE, gettext_noop("Could not read %(url)s: %(error)s"), args={"url": hit.url, "error": str(exc)}
@@ -176,10 +176,13 @@ async def _read_hit(ctx: RunContext, hit: Hit, number: int, saved: Saved | None)
     return 1
 
 
-async def read_page(url: str, *, user: int | None = None) -> dict[str, str]:
-    """The page as Markdown (cached for everyone: public web data), via the reader or directly."""
+async def read_page(
+    url: str, *, user: int | None = None, fresh_since: datetime | None = None
+) -> dict[str, str]:
+    """The page as Markdown (cached for everyone: public web data), via the reader or directly;
+    a copy older than `fresh_since` is read again."""
     key = cache.make_key("page", url)
-    cached = await db(cache.get)(CacheEntry.Kind.DOCS, key)
+    cached = await db(cache.get)(CacheEntry.Kind.DOCS, key, newer_than=fresh_since)
     if cached is not None and "error" in cached:
         raise fetch.FetchError(cached["error"])
     if cached is not None:

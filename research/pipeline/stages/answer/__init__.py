@@ -10,9 +10,9 @@ which the local-RAG branch (`local_rag.py`) writes its report with too.
 from __future__ import annotations
 
 from research.models import Hit, Report
-from research.pipeline import diversity, report_writer
 from research.pipeline.context import RunContext, StageError
 from research.pipeline.stage import Outcome, StageName
+from research.pipeline.stages.answer import diversity, report_writer
 
 STAGE = StageName.ANSWER
 

@@ -24,9 +24,10 @@ from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from research.models import Document, Report, Topic
-from research.pipeline import private, report_writer, rerank
+from research.pipeline import private, rerank
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, StageName
+from research.pipeline.stages.answer import report_writer
 from retrieval.models import Chunk
 from retrieval.search import Passage
 

@@ -1,5 +1,5 @@
 """Stage 7: summaries are scored on the same five criteria; the answer stage picks its sources
-by these scores (research/pipeline/diversity.py)."""
+by these scores (research/pipeline/stages/answer/diversity.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Stage 3: every search query goes to SearXNG; hits are de-duplicated by normalised URL.
+"""Stage 3: the search. The owner's documents first, for every sub-query that has no passages from
+them yet (`private.search_documents`; a web-only topic skips them, a documents-only topic has
+nothing else to search); then every search query goes to SearXNG, and to the MCP sources an admin
+registered; web hits are de-duplicated by normalised URL.
 
 How real SearXNG instances behave, and what this stage does about it:
 
@@ -39,7 +42,7 @@ from django.utils.translation import gettext_noop
 from mcphub import sources as tool_sources
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
-from research.pipeline import cache, question_domain
+from research.pipeline import cache, private, question_domain
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.links import normalize_url
 from research.pipeline.stage import Outcome, StageName
@@ -61,8 +64,9 @@ def asks_tool_sources() -> bool:
 
 
 def run(ctx: RunContext) -> Outcome:
-    """The web's hits (SearXNG's and the MCP sources'); the owner's documents were searched by the
-    stage before (`private_search`), whose hits decide whether a failed web search is fatal."""
+    """The owner's documents' passages, then the web's hits (SearXNG's and the MCP sources'); the
+    documents' hits decide whether a failed web search is fatal."""
+    private.search_documents(ctx, STAGE)
     if ctx.topic.sources == Topic.Sources.DOCS:
         return Outcome.CONTINUE
     # The search tools of MCP servers an admin registered (mcphub/sources.py): their results
@@ -248,7 +252,7 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
     # The default category adds nothing to the key, so earlier entries stay valid.
     key = cache.make_key(*parts, categories) if categories else cache.make_key(*parts)
     kept = MAX_RESULTS_PER_PAGE if ctx.llm_enabled else RESULTS_PER_QUERY
-    cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key)
+    cached = await db(cache.get)(CacheEntry.Kind.SEARCH_RESULTS, key, newer_than=ctx.topic.web_fresh_since)
     if cached is not None:
         return {**cached, "results": cached["results"][:kept], "time_range": time_range}
     response = await websearch.search(
