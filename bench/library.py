@@ -120,7 +120,8 @@ def load(owner: Any, folder: Path, manifest: list[dict[str, str]], *, reuse: boo
             documents[row["file"]] = {"id": None, "ready": False, "error": error.message, "chunks": 0}
             continue
         stale = document.chunks.exclude(embedding_model=model_id()).exists()
-        if document.status != UploadedDocument.Status.READY or stale:
+        done = (UploadedDocument.Status.READY, UploadedDocument.Status.FAILED)
+        if document.status not in done or stale:
             ingest_document(document.pk)
             loaded_now += 1
             document.refresh_from_db()

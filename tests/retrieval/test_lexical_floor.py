@@ -78,3 +78,34 @@ def test_lexical_matches_counts_the_share_of_the_query_stems(alice):
     assert search.lexical_matches(alice.pk, SENTENCE, []) == set()
     # Within the candidates given only.
     assert search.lexical_matches(alice.pk, SENTENCE, [max(matched) + 1000]) == set()
+
+
+def test_word_evidence_comes_before_a_passage_in_another_language():
+    """Issue 28, finding 1: an unrelated passage in the other language, ranked by meaning alone
+    with its offset, came before the passage holding the pasted sentence's own words."""
+    dense = [(1, 0.86), (2, 0.84), (3, 0.83)]  # 1: another language, closest by the model
+    keyword = [(2, 40.0), (3, 12.0)]  # 2 holds the sentence
+    languages = {1: "ru", 2: "en", 3: "en"}
+    plain = search.fuse_by_language(dense, keyword, languages, "en", 0.5, 1.0, 0.05)
+    assert plain[0][0] == 1
+    evidence = search.fuse_by_language(dense, keyword, languages, "en", 0.5, 1.0, 0.05, lexical={2})
+    assert [chunk_id for chunk_id, _ in evidence] == [2, 1, 3]
+
+
+def test_hybrid_search_puts_the_file_holding_the_sentence_first(alice, monkeypatch):
+    add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
+    # The dense leg is made to prefer the other language's passage, as it did in the issue.
+    real = search.nearest_chunks
+
+    def english_first(owner_id, vector, limit, **kwargs):
+        ranked = real(owner_id, vector, limit, **kwargs)
+        return sorted(
+            ((c, s + (0.3 if search.chunk_languages({c})[c] == "en" else 0.0)) for c, s in ranked),
+            key=lambda item: -item[1],
+        )
+
+    monkeypatch.setattr(search, "nearest_chunks", english_first)
+    found = hybrid_search(alice, SENTENCE, k=5)
+    assert found[0].document_name == "order.md"
+    monkeypatch.setattr(search, "WORD_EVIDENCE_FIRST", False)
+    assert hybrid_search(alice, SENTENCE, k=5)[0].document_name == "bread.md"
