@@ -100,7 +100,7 @@ def document_upload(request: HttpRequest) -> HttpResponse:
     outcomes = upload_files(request.user, request.FILES.getlist("files"))
     if request.htmx:
         context = list_context(request.user)
-        context.update(outcomes=outcomes)
+        context.update(outcomes=outcomes, quota=uploads.quota(request.user))  # the quota line, updated
         return render(request, "retrieval/_upload_results.html", context)
     for outcome in outcomes:
         messages.add_message(request, getattr(messages, outcome.level.upper()), outcome.text)
