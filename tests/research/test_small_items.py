@@ -44,3 +44,13 @@ def test_an_imported_topic_is_marked_on_its_page_and_in_the_list(alice_client: C
     ru.force_login(alice)
     ru.cookies["django_language"] = "ru"
     assert "импортирована" in ru.get(reverse("topic_detail", args=[copy.pk])).content.decode()
+
+
+def test_the_theme_switch_is_not_called_a_topic_in_russian(alice: User) -> None:
+    """"Тема" is what the app calls a research topic; the colour switch is "Оформление" (issue 29)."""
+    client = Client()
+    client.force_login(alice)
+    client.cookies["django_language"] = "ru"
+    page = client.get(reverse("home")).content.decode()
+    label = page.split('<label for="theme"')[1].split("</label>")[0]
+    assert label.endswith(">Оформление")
