@@ -47,10 +47,22 @@ def test_an_imported_topic_is_marked_on_its_page_and_in_the_list(alice_client: C
 
 
 def test_the_theme_switch_is_not_called_a_topic_in_russian(alice: User) -> None:
-    """"Тема" is what the app calls a research topic; the colour switch is "Оформление" (issue 29)."""
+    """ "Тема" is what the app calls a research topic; the colour switch is "Оформление" (issue 29)."""
     client = Client()
     client.force_login(alice)
     client.cookies["django_language"] = "ru"
     page = client.get(reverse("home")).content.decode()
     label = page.split('<label for="theme"')[1].split("</label>")[0]
     assert label.endswith(">Оформление")
+
+
+def test_a_web_topic_cannot_start_without_web_search_and_the_form_says_why(
+    alice_client: Client, settings: object
+) -> None:
+    form = {"question": "How do tides work?", "sources": "web", "mode": "quick", "time_range": ""}
+    response = alice_client.post(reverse("topic_create"), form)
+    page = response.content.decode()
+    assert "Web search is not configured on this server (SEARXNG_URL is empty)" in page
+    assert not Topic.objects.exists()
+    response = alice_client.post(reverse("topic_create"), {**form, "sources": "docs"})
+    assert response.status_code == 302 and Topic.objects.count() == 1
