@@ -208,7 +208,12 @@ def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:
         return False
     except StageError as exc:
         ctx.topic.fail(str(exc))
-        ctx.emit(ctx.topic.stage or StageName.RUN, str(exc), level=RunEvent.Level.ERROR)
+        if exc.i18n_args is not None:  # a msgid: the event keeps it for the page to translate
+            ctx.emit(
+                ctx.topic.stage or StageName.RUN, exc.msgid, args=exc.i18n_args, level=RunEvent.Level.ERROR
+            )
+        else:
+            ctx.emit(ctx.topic.stage or StageName.RUN, str(exc), level=RunEvent.Level.ERROR)
         return False
     return True
 

@@ -66,3 +66,32 @@ def test_a_web_topic_cannot_start_without_web_search_and_the_form_says_why(
     assert not Topic.objects.exists()
     response = alice_client.post(reverse("topic_create"), {**form, "sources": "docs"})
     assert response.status_code == 302 and Topic.objects.count() == 1
+
+
+def test_a_documents_topic_that_finds_nothing_fails_in_the_readers_language(alice: User) -> None:
+    """The run's own failure (research/pipeline/private.py) is kept as a msgid: the status line and
+    the event log read it in Russian, the record stays English (issue 29)."""
+    from research.pipeline import private, run
+    from research.pipeline.context import RunContext
+
+    topic = Topic.objects.create(owner=alice, question="Что в моих заметках о приливах?", sources="docs")
+    ctx = RunContext(topic=topic, llm_enabled=False, model="")
+
+    def nothing_relevant() -> None:
+        private.read_documents(ctx, "read")
+
+    assert run._guarded(ctx, nothing_relevant) is False
+    topic.refresh_from_db()
+    assert topic.status == "failed" and topic.error.startswith("None of the passages found in your documents")
+    client = Client()
+    client.force_login(alice)
+    client.cookies["django_language"] = "ru"
+    page = client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert page.count("Ни один фрагмент, найденный в ваших документах, недостаточно относится к вопросу") >= 2
+    assert "None of the passages" not in page
+    english = Client()
+    english.force_login(alice)
+    assert (
+        "None of the passages found in your documents"
+        in english.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    )
