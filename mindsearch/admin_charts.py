@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin
@@ -90,6 +90,15 @@ def build_chart(
     return Chart(str(title), series, top, not series)
 
 
+def data_start(period_start: datetime) -> datetime:
+    """Where the charts begin: the period's start, or its first sample when the figures begin
+    later (15 minutes of samples fill the width, not a 24-hour axis's last sliver)."""
+    first = (
+        MetricSample.objects.filter(at__gte=period_start).order_by("at").values_list("at", flat=True).first()
+    )
+    return max(first, period_start) if first else period_start
+
+
 class MetricSampleAdmin(admin.ModelAdmin):
     list_display = ("at", "name", "labels", "value")
     list_filter = ("name",)
@@ -112,7 +121,7 @@ class MetricSampleAdmin(admin.ModelAdmin):
             hours = 24
         hours = hours if hours in PERIODS else 24
         end = timezone.now()
-        start = end - timedelta(hours=hours)
+        start = data_start(end - timedelta(hours=hours))
         found = metrics.history([name for _, name, _ in CHARTS], start)
         charts = [
             build_chart(title, found.get(name, {}), counter, start.timestamp(), end.timestamp())

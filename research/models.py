@@ -184,6 +184,15 @@ class Topic(models.Model):
         them: the pre-context the report must prefer."""
         return self.documents.filter(fetched_via=Document.FetchedVia.DOMAIN).order_by("id")
 
+    @property
+    def error_text(self) -> str:
+        """`error` in the reader's language: the failing event's line when the run recorded it as
+        a msgid (`StageError` with args), else as stored."""
+        if not self.error:
+            return ""
+        event = self.events.filter(level=RunEvent.Level.ERROR, message=self.error).order_by("-seq").first()
+        return event.display_message if event else self.error
+
     def fail(self, error: str) -> None:
         self.status = self.Status.FAILED
         self.error = error

@@ -102,7 +102,7 @@ def document_upload(request: HtmxHttpRequest) -> HttpResponse:
     outcomes = upload_files(user, request.FILES.getlist("files"))
     if request.htmx:
         context = list_context(user)
-        context.update(outcomes=outcomes)
+        context.update(outcomes=outcomes, quota=uploads.quota(user))  # the quota line, updated
         return render(request, "retrieval/_upload_results.html", context)
     for outcome in outcomes:
         messages.add_message(request, getattr(messages, outcome.level.upper()), outcome.text)

@@ -138,6 +138,13 @@ def no_first_user_admin(settings: Any) -> None:
     settings.FIRST_USER_ADMIN = False
 
 
+@pytest.fixture
+def web_search_configured(settings: Any) -> None:
+    """SEARXNG_URL set (to a refused loopback port), for tests that start a *Web* topic but never
+    search: without it the form, the API and MCP refuse a Web topic (issue 29)."""
+    settings.SEARXNG_URL = "http://127.0.0.1:9"
+
+
 @pytest.fixture(autouse=True)
 def no_internet(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never reach the internet: outside services default to a refused loopback port,

@@ -30,7 +30,15 @@ FATAL_LLM_ERRORS = (
 
 
 class StageError(Exception):
-    """A stage cannot go on; the message is shown to the user on the topic."""
+    """A stage cannot go on; the message is shown to the user on the topic.
+
+    With `args` (`{}` for none), `message` is a msgid marked with gettext_noop: the topic keeps
+    it in English and the page shows it in the reader's language (research/event_text.py);
+    without, it is text from elsewhere (a service's own error) and shown as it came."""
+
+    def __init__(self, message: str, args: dict[str, Any] | None = None) -> None:
+        self.msgid, self.i18n_args = message, args
+        super().__init__(message % args if args else message)
 
 
 class Cancelled(Exception):

@@ -82,13 +82,18 @@ def _no_documents(indexing: int) -> dict[str, Any]:
     )
 
 
+def stage_error(spec: dict[str, Any]) -> StageError:
+    """A StageError the page shows in the reader's language (a `phrase` with flat arguments)."""
+    return StageError(spec["msgid"], dict(spec.get("args") or {}))
+
+
 def check_before_planning(ctx: RunContext) -> None:
     """A documents-only topic with nothing uploaded fails before any LLM call is spent on it."""
     if ctx.topic.sources != Topic.Sources.DOCS:
         return
     ready, indexing = document_counts(ctx.topic.owner)
     if not ready and not indexing:
-        raise StageError(no_documents_message(0))
+        raise stage_error(_no_documents(0))
 
 
 def have_documents(ctx: RunContext, stage: StageName) -> bool:
@@ -97,7 +102,7 @@ def have_documents(ctx: RunContext, stage: StageName) -> bool:
     if ready:
         return True
     if ctx.topic.sources == Topic.Sources.DOCS:
-        raise StageError(no_documents_message(indexing))
+        raise stage_error(_no_documents(indexing))
     ctx.warn(
         stage, gettext_noop("%(reason)s Searching the web only."), args={"reason": _no_documents(indexing)}
     )
@@ -217,8 +222,11 @@ def read_documents(ctx: RunContext, stage: StageName) -> list[Document]:
     documents = Document.objects.filter(topic=ctx.topic, fetched_via=Document.FetchedVia.PRIVATE)
     if ctx.topic.sources == Topic.Sources.DOCS and not documents.exists():
         raise StageError(
-            "None of the passages found in your documents is relevant enough to the question "
-            f"(each scored under {MIN_PASSAGE_SCORE:g} of 10), so there is nothing to write a report from."
+            gettext_noop(
+                "None of the passages found in your documents is relevant enough to the question "
+                "(each scored under %(score)s of 10), so there is nothing to write a report from."
+            ),
+            {"score": f"{MIN_PASSAGE_SCORE:g}"},
         )
     if created:
         ctx.emit(stage, gettext_noop("Took %(count)s passages from your documents"), args={"count": created})

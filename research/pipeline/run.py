@@ -209,7 +209,10 @@ def _guarded(ctx: RunContext, work: Callable[[], None]) -> bool:
     except StageError as exc:
         ctx.topic.fail(str(exc))
         stage = StageName(ctx.topic.stage) if ctx.topic.stage in StageName.values else StageName.RUN
-        ctx.emit(stage, str(exc), level=RunEvent.Level.ERROR)
+        if exc.i18n_args is not None:  # a msgid: the event keeps it for the page to translate
+            ctx.emit(stage, exc.msgid, args=exc.i18n_args, level=RunEvent.Level.ERROR)
+        else:
+            ctx.emit(stage, str(exc), level=RunEvent.Level.ERROR)
         return False
     return True
 

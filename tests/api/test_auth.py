@@ -127,6 +127,7 @@ def test_the_session_works_for_reads_without_csrf(alice: User) -> None:
     assert client.get("/api/topics").status_code == 200
 
 
+@pytest.mark.usefixtures("web_search_configured")
 def test_the_session_needs_the_csrf_token_for_unsafe_methods(alice: User) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
@@ -143,6 +144,7 @@ def test_the_session_needs_the_csrf_token_for_unsafe_methods(alice: User) -> Non
     assert Topic.objects.filter(owner=alice).count() == 1
 
 
+@pytest.mark.usefixtures("web_search_configured")
 def test_a_token_needs_no_csrf_token(alice: User) -> None:
     _row, token = ApiToken.issue(alice, "script")
     client = Client(enforce_csrf_checks=True)

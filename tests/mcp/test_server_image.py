@@ -24,7 +24,8 @@ async def start_two(username: str) -> dict[str, Any]:
     params = StdioServerParameters(
         command=sys.executable,
         args=["manage.py", "mcp", "--user", username],
-        env=processes.process_env(),
+        # A Web topic needs web search configured (issue 29); this one never searches.
+        env=processes.process_env(SEARXNG_URL="http://127.0.0.1:9"),
         cwd=str(processes.ROOT),
     )
     photo = base64.b64encode(picture((220, 30, 30), exif_gps=True)).decode()

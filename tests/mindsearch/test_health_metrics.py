@@ -145,3 +145,22 @@ def test_samples_are_recorded_once_a_minute_and_drawn_on_the_admin_desk(settings
     assert "style=" not in body.split('id="content-main"')[1]  # the CSP allows no inline style
     assert client.get("/admin/").content.decode().count("/admin/mindsearch/metricsample/charts/") == 1
     assert Client().get("/admin/mindsearch/metricsample/charts/").status_code == 302
+
+
+@pytest.mark.django_db
+def test_charts_begin_where_the_samples_do() -> None:
+    """15 minutes of figures are drawn across the chart's width, not in the last sliver of a
+    24-hour axis (issue 29)."""
+    from mindsearch.admin_charts import data_start
+
+    now = timezone.now()
+    period = now - timedelta(hours=24)
+    assert data_start(period) == period  # no samples: the period as asked
+    MetricSample.objects.create(
+        at=now - timedelta(minutes=15), name="mindsearch_topics", labels="", value=1.0
+    )
+    MetricSample.objects.create(at=now - timedelta(minutes=1), name="mindsearch_topics", labels="", value=2.0)
+    assert data_start(period) == now - timedelta(minutes=15)
+    MetricSample.objects.create(at=now - timedelta(hours=30), name="mindsearch_topics", labels="", value=1.0)
+    assert data_start(period) == now - timedelta(minutes=15)  # older samples are outside the period
+    assert data_start(now - timedelta(days=7)) == now - timedelta(hours=30)

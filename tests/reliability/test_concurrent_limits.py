@@ -95,6 +95,7 @@ def test_twenty_guesses_at_once_check_at_most_the_free_attempts(settings: Any) -
     assert set(codes) == {200, 429}
 
 
+@pytest.mark.usefixtures("web_search_configured")
 def test_twenty_topics_started_at_once_meet_the_active_topic_cap(alice: User, settings: Any) -> None:
     settings.RESEARCH_MAX_ACTIVE_TOPICS = 5
     form = {"question": "How do tides work?", "sources": "web", "mode": "quick", "time_range": ""}

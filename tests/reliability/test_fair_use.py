@@ -91,6 +91,7 @@ def test_the_console_add_meets_the_cap(alice: User, settings: Any, monkeypatch: 
     assert any("at most 2 sub-queries" in error for error in errors)
 
 
+@pytest.mark.usefixtures("web_search_configured")
 def test_one_user_has_at_most_n_topics_running(alice: User, bob: User, settings: Any) -> None:
     settings.RESEARCH_MAX_ACTIVE_TOPICS = 2
     alice_client = Client()

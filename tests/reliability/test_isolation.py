@@ -347,6 +347,7 @@ async def mcp_walk(token: str | None, estate: Estate) -> dict[str, object]:
     return seen
 
 
+@pytest.mark.usefixtures("web_search_configured")
 @pytest.mark.django_db(transaction=True)
 def test_the_mcp_server_gives_another_user_or_nobody_nothing_of_alice(estate: Estate, bob: User) -> None:
     bob = with_token(bob)

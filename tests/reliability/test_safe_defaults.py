@@ -37,6 +37,7 @@ def test_check_deploy_warns_of_open_sign_up_without_a_budget(settings: Any) -> N
     assert W_OPEN_SIGNUP_WITHOUT_BUDGET not in deploy_warnings()
 
 
+@pytest.mark.usefixtures("web_search_configured")
 @pytest.mark.django_db
 def test_plans_awaiting_approval_count_as_active_topics(
     alice: User, alice_client: Client, settings: Any

@@ -31,6 +31,7 @@ def test_control_characters_in_a_query_are_refused_not_a_server_error(
     assert response.status_code in (400, 422), response.status_code
 
 
+@pytest.mark.usefixtures("web_search_configured")
 def test_control_characters_in_a_form_are_a_400_and_save_nothing(alice: User, alice_client: Client) -> None:
     form = {"question": "Why\x00 is the sky blue?", "sources": "web", "mode": "quick", "time_range": ""}
     assert alice_client.post("/topics/new/", form).status_code == 400

@@ -7,6 +7,7 @@ search is not in it."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -53,7 +54,7 @@ def checked(owner: User, body: str, question: str) -> Topic:
     return topic
 
 
-def docx_text(content: bytes) -> tuple[Document, str]:
+def docx_text(content: bytes) -> tuple[Any, str]:
     document = Document(io.BytesIO(content))
     return document, "\n".join(p.text for p in document.paragraphs)
 

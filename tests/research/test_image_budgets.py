@@ -110,6 +110,7 @@ def test_a_comment_does_not_survive_re_encoding(kind: str) -> None:
     assert "comment" not in Image.open(io.BytesIO(prepared.data)).info
 
 
+@pytest.mark.usefixtures("web_search_configured")
 @pytest.mark.django_db
 def test_the_active_topic_limit_is_checked_before_the_picture_is_decoded(alice: Any, settings: Any) -> None:
     """A damaged picture tells the order: refused for the limit (429), not for the picture (400)."""

@@ -87,6 +87,7 @@ def test_a_new_user_sees_the_empty_state_with_the_form_and_the_status(alice_clie
     assert "Database" in html and "Worker" in html
 
 
+@pytest.mark.usefixtures("web_search_configured")
 def test_starting_a_topic_queues_its_plan(
     alice_client: Client, alice: User, django_capture_on_commit_callbacks: object
 ) -> None:

@@ -332,7 +332,8 @@ def test_text_that_turns_legacy_after_the_first_kilobytes_is_read_not_refused_la
 
 def test_text_that_turns_binary_after_the_first_kilobytes_is_refused_at_the_upload(alice):
     data = b"Plain ASCII notes. " * 200 + bytes(range(256)) * 16
-    assert rejection(alice, "notes.txt", data) == "notes.txt is not a PDF, DOCX, RTF, Markdown, text or HTML file."
+    refused = "notes.txt is not a PDF, DOCX, RTF, Markdown, text or HTML file."
+    assert rejection(alice, "notes.txt", data) == refused
 
 
 def test_a_ligature_pdf_is_found_by_keyword_search_for_difficult(alice, django_capture_on_commit_callbacks):

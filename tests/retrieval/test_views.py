@@ -168,6 +168,8 @@ def test_htmx_upload_answers_with_the_results_and_a_refreshed_live_list(alice_cl
     assert 'hx-swap-oob="true"' in card
     assert 'hx-trigger="every 2s"' in card
     assert "notes.md" in card and "Waiting" in card
+    # The quota line above the form counts the new document (issue 29: it stayed at 0).
+    assert '<p class="muted" id="quota" hx-swap-oob="true">You keep 1 of at most' in text
 
 
 def test_the_same_file_again_is_reported_not_added(alice, alice_client):
