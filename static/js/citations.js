@@ -19,6 +19,7 @@
   var owner = null;
   var openTimer = null;
   var closeTimer = null;
+  var returning = null;
 
   function isCitation(link) {
     return /^\[\d+\]$/.test(link.textContent.trim());
@@ -104,7 +105,7 @@
 
   function enter(event) {
     var link = target(event);
-    if (!link) { return; }
+    if (!link || (event.type === "focusin" && link === returning)) { return; }
     clearTimeout(closeTimer);
     if (link === owner && card && !card.hidden) { return; }
     clearTimeout(openTimer);
@@ -129,7 +130,8 @@
     if (closer && card && card.contains(closer)) {
       var back = owner;
       close();
-      if (closer.tagName === "BUTTON" && back) { back.focus(); }
+      // Back to the citation, without its focus opening the card again.
+      if (closer.tagName === "BUTTON" && back) { returning = back; back.focus(); returning = null; }
       return;
     }
     var link = target(event);
