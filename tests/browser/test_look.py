@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
+from axe_playwright_python.sync_playwright import Axe  # type: ignore[import-untyped]
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Locator, Page, expect
 
