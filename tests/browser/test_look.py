@@ -122,7 +122,7 @@ def use_language(page: Page, site: str, code: str) -> None:
     page.context.add_cookies([{"name": "django_language", "value": code, "url": site}])
 
 
-def test_every_page_reads_in_both_languages_sizes_and_themes(
+def test_every_page_reads_in_both_languages_sizes_and_themes_and_on_a_phone(
     made: dict[str, int], browser: Browser, site: str, artifacts: Path
 ) -> None:
     page = new_context(browser, site).new_page()
@@ -144,15 +144,12 @@ def test_every_page_reads_in_both_languages_sizes_and_themes(
         looks.every_way(f"{language}-document", scroll_to=page.locator(".passage.cited"))
         page.goto("/status/")
         looks.every_way(f"{language}-status")
+    use_language(page, site, "en")
+    a_phone_taps_a_citation_and_reads_the_tables(page, looks, made)
     assert not looks.problems, "\n".join(looks.problems)
 
 
-def test_a_phone_taps_a_citation_and_reads_the_tables(
-    made: dict[str, int], browser: Browser, site: str, artifacts: Path
-) -> None:
-    page = new_context(browser, site).new_page()
-    looks = Looks(page, artifacts)
-    sign_in(page)
+def a_phone_taps_a_citation_and_reads_the_tables(page: Page, looks: Looks, made: dict[str, int]) -> None:
     looks.at("phone", "light")
     page.goto(f"/topics/{made['report']}/")
     citation = page.locator("#report article.markdown a.citation").nth(1)
@@ -188,7 +185,6 @@ def test_a_phone_taps_a_citation_and_reads_the_tables(
     labelled = page.locator("table.topics tbody tr").first.locator("td[data-label]").first
     label = labelled.evaluate("td => getComputedStyle(td, '::before').content")
     assert label == '"Status: "', label
-    assert not looks.problems, "\n".join(looks.problems)
 
 
 def test_a_topic_keeps_what_moves_in_the_first_screen(browser: Browser, site: str, artifacts: Path) -> None:
