@@ -7,6 +7,7 @@ from research import views, views_archive, views_citations, views_followups, vie
 urlpatterns = [
     path("", views.topic_list, name="home"),
     path("topics/new/", views.topic_create, name="topic_create"),
+    path("topics/history/", views.topic_history, name="topic_history"),
     path("topics/<int:topic_id>/", views.topic_detail, name="topic_detail"),
     path("topics/<int:topic_id>/subqueries/", views.subquery_add, name="subquery_add"),
     path(

@@ -54,6 +54,21 @@ def topic_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "research/topic_list.html", context)
 
 
+HISTORY_SIZE = 12
+
+
+@require_GET
+def topic_history(request: HttpRequest) -> HttpResponse:
+    """The header's history menu (every page, loaded by htmx when it is opened): the newest
+    topics with their status, or those matching what was typed in its search box."""
+    topics = Topic.objects.for_user(request.user)
+    query = request.GET.get("q", "").strip()
+    if query:
+        topics = topics.matching(query)
+    topics = topics.only(*ROW_FIELDS).order_by("-created_at", "-id")[:HISTORY_SIZE]
+    return render(request, "research/_history.html", {"topics": topics, "query": query})
+
+
 # What a row of the topic list shows (the only columns read).
 ROW_FIELDS = ("id", "question", "mode", "status", "stage", "sources", "created_at", "archive_bytes")
 

@@ -3,7 +3,9 @@
 // citation check's verdict — fetched from "citations/<k>/" beside the page (the topic page
 // /topics/<id>/ and a shared report /s/<token>/ both end in "/"). k is the citation's place
 // among the report's citations in reading order, as the server numbers them.
-// Escape or leaving the link closes it; clicking still jumps to the sources list.
+// Escape or leaving the link closes it. A click or a tap on "[n]" opens the card instead of
+// jumping away (on a phone there is no hover): the card's ✕ brings the reader back to the link, and
+// its own link leads to the sources list; a click on a link whose card is already open jumps there.
 (function () {
   "use strict";
   // A follow-up's answer in the thread (#thread) numbers its citations among its own, and its
@@ -17,6 +19,7 @@
   var owner = null;
   var openTimer = null;
   var closeTimer = null;
+  var returning = null;
 
   function isCitation(link) {
     return /^\[\d+\]$/.test(link.textContent.trim());
@@ -102,7 +105,7 @@
 
   function enter(event) {
     var link = target(event);
-    if (!link) { return; }
+    if (!link || (event.type === "focusin" && link === returning)) { return; }
     clearTimeout(closeTimer);
     if (link === owner && card && !card.hidden) { return; }
     clearTimeout(openTimer);
@@ -122,6 +125,27 @@
   document.addEventListener("focusin", enter);
   document.addEventListener("mouseout", leave);
   document.addEventListener("focusout", leave);
+  document.addEventListener("click", function (event) {
+    var closer = event.target.closest && event.target.closest("[data-close-card]");
+    if (closer && card && card.contains(closer)) {
+      var back = owner;
+      close();
+      // Back to the citation, without its focus opening the card again.
+      if (closer.tagName === "BUTTON" && back) { returning = back; back.focus(); returning = null; }
+      return;
+    }
+    var link = target(event);
+    if (link) {
+      if (link === owner && card && !card.hidden) { return; }
+      event.preventDefault();
+      clearTimeout(openTimer);
+      clearTimeout(closeTimer);
+      open(link);
+      return;
+    }
+    // A tap anywhere else closes an open card.
+    if (owner && card && !card.contains(event.target)) { close(); }
+  });
   document.addEventListener("keydown", function (event) {
     if (event.key === "Escape" && owner) { var link = owner; close(); link.focus(); }
   });

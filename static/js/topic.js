@@ -36,7 +36,9 @@ function reportReady() {
   const report = document.getElementById("report");
   const status = document.getElementById("topic-status");
   if (!live || !report) return;
-  if (status && status.nextElementSibling !== report) status.after(report);
+  // The follow-up dock and form go with it, so that the way to ask about it follows it.
+  const followers = [report, document.getElementById("followup-dock"), document.getElementById("thread")];
+  if (status && status.nextElementSibling !== report) status.after(...followers.filter(Boolean));
   if (live.dataset.readyTitle) document.title = live.dataset.readyTitle;
   for (const panel of document.querySelectorAll("details.work-panel")) panel.open = false;
   const jump = document.getElementById("report-ready");
@@ -100,3 +102,14 @@ function giveFormsTheToken() {
   }
 }
 document.addEventListener("htmx:wsAfterMessage", giveFormsTheToken);
+
+// The dock at the bottom of the window: its link scrolls to the follow-up form; the question
+// field then has the focus, so that typing can start at once.
+document.addEventListener("click", (event) => {
+  if (!event.target.closest("#followup-dock a")) return;
+  const field = document.getElementById("followup-question");
+  if (!field) return;
+  event.preventDefault();
+  field.scrollIntoView({ block: "center" });
+  field.focus({ preventScroll: true });
+});

@@ -146,3 +146,12 @@ document.addEventListener("htmx:oobAfterSwap", () => {
   }
   refocus = null;
 });
+
+// <details data-fold-on-phone open>: the header's links fold into their Menu button on a narrow
+// window (the stylesheet hides that button on a wide one, where the links stay in the bar).
+const phone = window.matchMedia("(max-width: 40rem)");
+const foldMenus = () => {
+  for (const menu of document.querySelectorAll("details[data-fold-on-phone]")) menu.open = !phone.matches;
+};
+document.addEventListener("DOMContentLoaded", foldMenus);
+phone.addEventListener("change", foldMenus);

@@ -248,7 +248,12 @@ def approve_and_watch(page: Page, folder: Path, plan: list[str]) -> None:
 
 
 def follow_citation(page: Page, folder: Path) -> None:
+    # A click (or a tap) opens the source's card in place; the card's link leads to the list.
     page.locator('#report article a[href="#source-1"]').first.click()
+    card = page.locator("#citation-card")
+    expect(card).to_be_visible()
+    assert "#" not in page.url
+    card.get_by_role("link", name="See it in the list of sources").click()
     expect(page).to_have_url(re.compile("#source-1$"))
     expect(page.locator("#source-1")).to_be_in_viewport()
     shot(page, folder, "08-citation", focus=page.locator("#source-1"))
