@@ -48,14 +48,22 @@ Two figures, each against a database of its own and real processes:
    thousands of `[n]` markers (a sentence each, and all in one sentence) or one 200,000-character
    line are imported (in this process, as the worker does); then the same daphne serves, one at a
    time, each one's topic page (to its owner), share page and citation card (to anyone with the
-   link). For each page: daphne's CPU for the request and `/healthz`'s slowest answer meanwhile
-   (asked every 50 ms). Targets: under 100 ms of CPU per page, `/healthz` under 100 ms.
+   link). For each page's first view: daphne's CPU for the request alone, and `/healthz`'s
+   slowest answer (asked every 50 ms) during a first view of a second copy. Targets: under
+   100 ms of CPU per page, `/healthz` under 100 ms.
+
+7. **Queue** (issue 26, finding 7 and "Done when"). One qcluster of two workers against the
+   loopback LLM (1 s an answer, 2/s). User B's plan is timed (median of 3) on the idle queue;
+   then user A queues four 70 KB PDFs of 22,000 separately placed glyphs (pdfminer's slow case)
+   and the 64 MB-of-`{}` archive, and B's plan is timed again while they are worked on. Sampled
+   every 200 ms until A's work is settled: each worker's resident memory (with its children's)
+   over its idle size. Targets: loaded plan ≤ 2 × idle, every worker under +300 MB.
 
 Prints JSON; exits 1 when a target is missed.
 
     nice -n 10 .venv/bin/python bench/abuse.py [--clients 20] [--megabytes 100] [--subqueries 600]
         [--skip-bodies] [--skip-fairness] [--skip-archives] [--skip-files] [--skip-connections]
-        [--skip-render]
+        [--skip-render] [--skip-queue]
     .venv/bin/python bench/abuse.py --skip-bodies --skip-fairness --skip-archives --skip-connections
     .venv/bin/python bench/abuse.py --skip-bodies --skip-fairness --skip-archives --skip-files \
         --skip-connections   # the rendering part alone
@@ -93,6 +101,8 @@ def main() -> None:
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     setup_django(DATABASE)
     report: dict[str, Any] = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    # /healthz asked alone (nothing hostile sent): what the machine's own load makes of it.
+    report["healthz_control_at_start"] = healthz_control()
     if not args.skip_bodies:
         report["bodies"] = bodies(args)
     if not args.skip_fairness:
@@ -105,6 +115,9 @@ def main() -> None:
         report["connections"] = connections()
     if not args.skip_render:
         report["render"] = render_costs()
+    if not args.skip_queue:
+        report["queue"] = queue(args)
+    report["healthz_control_at_end"] = healthz_control()
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report["ok"] = all(part.get("ok", True) for part in report.values() if isinstance(part, dict))
     print_report(report, ok=report["ok"])
@@ -122,6 +135,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--skip-files", action="store_true")
     parser.add_argument("--skip-connections", action="store_true")
     parser.add_argument("--skip-render", action="store_true")
+    parser.add_argument("--skip-queue", action="store_true")
     return parser.parse_args()
 
 
@@ -627,6 +641,203 @@ def _readyz(port: int) -> bool:
     return json.loads(body).get("channels") == "ok"
 
 
+def healthz_control(seconds: float = 15.0) -> dict[str, Any]:
+    """/healthz of an idle daphne asked every 50 ms for `seconds`, nothing else sent: the control
+    for the parts' /healthz figures on a machine others load (a slow answer here is the load's)."""
+    with daphne(production_env()) as (port, _proc):
+        for _ in range(5):
+            get_page(port)
+        latencies = []
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
+            latencies.append(_timed_get(port, "/healthz") * 1000)
+            time.sleep(0.05)
+    latencies.sort()
+    return {
+        "answers": len(latencies),
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1], 1),
+        "max_ms": round(latencies[-1], 1),
+        "over_100_ms": sum(1 for x in latencies if x >= 100),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# --- 7. Queue --------------------------------------------------------------------------------------
+
+QUEUE_TARGETS = {"plan_ratio_at_most": 2.0, "worker_extra_rss_mb_under": 300}
+
+
+def slow_pdf(glyphs: int = 22_000, seed: int = 0) -> bytes:
+    """A one-page PDF whose text is `glyphs` letters each placed on its own (a Tm per glyph):
+    small once deflated, slow for pdfminer's layout analysis."""
+    import random
+    import zlib
+
+    rng = random.Random(seed)
+    ops = ["BT /F1 5 Tf"]
+    for _ in range(glyphs):
+        x, y, letter = rng.randint(20, 580), rng.randint(20, 820), chr(rng.randint(97, 122))
+        ops.append(f"1 0 0 1 {x} {y} Tm ({letter}) Tj")
+    ops.append("ET")
+    stream = zlib.compress("\n".join(ops).encode(), 9)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 600 842] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def empty_objects_archive() -> bytes:
+    import io
+    import zipfile
+
+    head = b'{"format": "mindsearch.topic", "version": 1, "run_events": ['
+    body = b"{}," * ((64 * 2**20 - 100) // 3)  # just within the 64 MB an archive may unpack to
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("topic.json", head + body + b"{}]}")
+    return buffer.getvalue()
+
+
+def queue(args: argparse.Namespace) -> dict[str, Any]:
+    import hashlib
+    import io
+
+    import psutil
+    from django.contrib.auth.models import User
+    from django.core.files.base import ContentFile
+    from django.db import transaction
+    from django_q.tasks import async_task
+
+    from bench.load import load_world
+    from research import imports
+    from research.models import Topic
+    from retrieval.models import UploadedDocument
+    from retrieval.tasks import enqueue_ingest
+    from tests.support.processes import stop
+    from tests.support.world import TOPIC
+
+    with ExitStack() as stack:
+        w = stack.enter_context(load_world())
+        limits = {"LIMIT_AITUNNEL_RPS": str(args.llm_rps), "LIMIT_JINA_RPS": "5", "LIMIT_SEARXNG_RPM": "30"}
+        env = production_env(**{**w.env(), **limits})
+        env["MINDSEARCH_WORKERS"] = "2"
+        cluster = subprocess.Popen(
+            [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=sys.stderr
+        )
+        stack.callback(stop, cluster)
+        greedy = User.objects.get_or_create(username="abuse-queue-greedy")[0]
+        other = User.objects.get_or_create(username="abuse-queue-other")[0]
+
+        def plan_time(n: int) -> float:
+            topic = Topic.objects.create(owner=other, question=f"{TOPIC} (очередь {n})")
+            started = time.monotonic()
+            async_task("research.tasks.plan", topic.pk, task_name=f"abuse queue plan {topic.pk}")
+            while Topic.objects.get(pk=topic.pk).status == Topic.Status.PLANNING:
+                if time.monotonic() - started > 900:
+                    raise TimeoutError("the plan never came")
+                time.sleep(0.05)
+            return time.monotonic() - started
+
+        plan_time(0)  # the workers are up and warm
+        idle = statistics.median(plan_time(n) for n in (1, 2, 3))
+        workers = psutil.Process(cluster.pid).children(recursive=True)
+
+        def tree_rss(process: Any) -> int:
+            try:
+                return process.memory_info().rss + sum(
+                    c.memory_info().rss for c in process.children(recursive=True)
+                )
+            except psutil.Error:
+                return 0
+
+        baseline = {p.pid: tree_rss(p) for p in workers}
+        peak = dict(baseline)
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.is_set():
+                for process in workers:
+                    peak[process.pid] = max(peak[process.pid], tree_rss(process))
+                time.sleep(0.2)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        documents = []
+        for n in range(4):
+            data = slow_pdf(seed=n)
+            with transaction.atomic():
+                document = UploadedDocument.objects.create(
+                    owner=greedy,
+                    original_name=f"glyphs-{n}.pdf",
+                    sha256=hashlib.sha256(data).hexdigest(),
+                    content_type="application/pdf",
+                    size_bytes=len(data),
+                )
+                document.file.save(f"glyphs-{n}.pdf", ContentFile(data))
+                enqueue_ingest(document)
+            documents.append(document.pk)
+        archive = empty_objects_archive()
+        job = imports.start(io.BytesIO(archive), greedy)
+        started = time.monotonic()
+        while not UploadedDocument.objects.filter(
+            pk__in=documents, status__in=["parsing", "embedding"]
+        ).exists():
+            if time.monotonic() - started > 120:
+                break
+            time.sleep(0.1)
+        loaded = [plan_time(n) for n in (4, 5, 6)]
+        settled_after = None
+        while time.monotonic() - started < 900:
+            statuses = list(
+                UploadedDocument.objects.filter(pk__in=documents).values_list("status", flat=True)
+            )
+            job_state = (imports.status(job, greedy) or {}).get("state")
+            if all(s in UploadedDocument.SETTLED for s in statuses) and job_state in (
+                imports.DONE,
+                imports.FAILED,
+            ):
+                settled_after = round(time.monotonic() - started, 1)
+                break
+            time.sleep(0.5)
+        sampling.set()
+        sampler.join()
+        final_statuses = list(
+            UploadedDocument.objects.filter(pk__in=documents).values_list("status", "error")
+        )
+        job_final = imports.status(job, greedy) or {}
+    extra = {str(pid): round((peak[pid] - baseline[pid]) / 2**20, 1) for pid in baseline}
+    ratio = statistics.median(loaded) / idle
+    return {
+        "pdf_kb": round(len(slow_pdf()) / 1024, 1),
+        "archive_kb": round(len(archive) / 1024, 1),
+        "plan_seconds_idle_median_of_3": round(idle, 2),
+        "plan_seconds_loaded": [round(x, 2) for x in loaded],
+        "ratio": round(ratio, 2),
+        "greedy_work_settled_after_s": settled_after,
+        "documents": [{"status": s, "error": e[:160]} for s, e in final_statuses],
+        "archive_import": {"state": job_final.get("state"), "error": str(job_final.get("error", ""))[:160]},
+        "worker_extra_rss_mb": extra,
+        "targets": QUEUE_TARGETS,
+        "ok": ratio <= QUEUE_TARGETS["plan_ratio_at_most"]
+        and all(mb < QUEUE_TARGETS["worker_extra_rss_mb_under"] for mb in extra.values()),
+    }
+
+
 # --- 6. Rendering ----------------------------------------------------------------------------------
 
 RENDER_TARGETS = {"cpu_ms_under": 100, "healthz_max_ms_under": 100}
@@ -646,30 +857,48 @@ def render_costs() -> dict[str, Any]:
     client = Client()
     client.force_login(reader)  # a session in the database, which daphne reads too
     cookie = f"sessionid={client.cookies['sessionid'].value}"
-    pages: dict[str, dict[str, tuple[str, str]]] = {}
     results: dict[str, Any] = {}
-    # A plain report first, whose pages load the templates (not timed): each hostile topic's
-    # own pages are then timed on their first view, before any cache holds them.
+    # Each shape is imported twice, so that each page is timed on a first view (before any cache
+    # holds it) twice: once alone, for daphne's CPU for that request and nothing else, and once
+    # while /healthz is asked every 50 ms, for its slowest answer (whose own CPU, on a loaded
+    # machine many answers' worth, is not the page's).
+    pages: list[dict[str, dict[str, tuple[str, str]]]] = [{}, {}]
+    # A plain report first, whose pages load the templates (not timed).
     for shape, body in {"warm": "A claim [1].", **SHAPES}.items():
-        started = time.process_time()
-        topic = imported(writer, body, reader)
-        results[shape] = {"import_cpu_s": round(time.process_time() - started, 3), "chars": len(body)}
-        _link, token = ShareLink.issue(topic)
-        pages[shape] = {
-            "topic": (reverse("topic_detail", args=[topic.pk]), cookie),
-            "share": (reverse("shared_report", args=[token]), ""),
-            "card": (reverse("shared_citation_card", args=[token, 0]), ""),
-        }
+        for copy in pages:
+            started = time.process_time()
+            topic = imported(writer, body, reader)
+            results[shape] = {"import_cpu_s": round(time.process_time() - started, 3), "chars": len(body)}
+            _link, token = ShareLink.issue(topic)
+            copy[shape] = {
+                "topic": (reverse("topic_detail", args=[topic.pk]), cookie),
+                "share": (reverse("shared_report", args=[token]), ""),
+                "card": (reverse("shared_citation_card", args=[token, 0]), ""),
+            }
     with daphne(production_env()) as (port, proc):
         process = psutil.Process(proc.pid)
         for _ in range(5):
             get_page(port)
-        for path, sent_cookie in pages.pop("warm").values():
-            _timed_get(port, path, sent_cookie)
+        for copy in pages:
+            for path, sent_cookie in copy.pop("warm").values():
+                _timed_get(port, path, sent_cookie)
         results.pop("warm")
-        for shape, views in pages.items():
+        alone, watched = pages
+        for shape, views in alone.items():
             for name, (path, sent_cookie) in views.items():
-                results[shape][name] = _one_page(port, process, path, sent_cookie)
+                cpu_before = sum(process.cpu_times()[:2])
+                wall = _timed_get(port, path, sent_cookie)
+                cpu = sum(process.cpu_times()[:2]) - cpu_before
+                meanwhile = _one_page(port, process, *watched[shape][name])
+                results[shape][name] = {
+                    "daphne_cpu_ms": round(cpu * 1000, 1),
+                    "wall_ms": round(wall * 1000, 1),
+                    "healthz_max_ms": meanwhile["healthz_max_ms"],
+                    "daphne_cpu_ms_with_healthz": meanwhile["daphne_cpu_ms"],
+                    "healthz_answers": meanwhile["healthz_answers"],
+                    "ok": cpu * 1000 < RENDER_TARGETS["cpu_ms_under"]
+                    and meanwhile["healthz_max_ms"] < RENDER_TARGETS["healthz_max_ms_under"],
+                }
     ok = all(page["ok"] for views in results.values() for page in views.values() if isinstance(page, dict))
     return {**results, "targets": RENDER_TARGETS, "ok": ok}
 
@@ -697,6 +926,7 @@ def _one_page(port: int, process: Any, path: str, cookie: str) -> dict[str, Any]
         "daphne_cpu_ms": round(cpu * 1000, 1),  # with the /healthz answers meanwhile
         "wall_ms": round(wall * 1000, 1),
         "healthz_max_ms": round(worst * 1000, 1),
+        "healthz_answers": len(latencies),
         "ok": cpu * 1000 < RENDER_TARGETS["cpu_ms_under"]
         and worst * 1000 < RENDER_TARGETS["healthz_max_ms_under"],
     }

@@ -186,3 +186,65 @@ def test_twenty_llm_calls_at_once_spend_at_most_one_calls_maximum_past_the_daily
     assert spent <= settings.LLM_DAILY_TOKEN_BUDGET + most, (spent, len(sent))
     assert sent and refused
     assert LimitCounter.objects.get(key=f"llm-budget:{alice.pk}").count == 0  # every hold let go
+
+
+def test_twenty_uploads_at_once_meet_the_storage_quota(alice: User, settings: Any, tmp_path: Path) -> None:
+    settings.MEDIA_ROOT = tmp_path / "media"
+    text = [f"Notes number {n}: the tide tables of harbour {n:02d}.\n".encode() * 20 for n in range(AT_ONCE)]
+    settings.UPLOAD_MAX_STORAGE_BYTES = 5 * len(text[0]) + 10  # room for five of them
+    client = Client()
+    client.force_login(alice)
+    session = client.cookies
+
+    def upload(n: int) -> Any:
+        own = Client()
+        own.cookies = session
+        return own.post("/api/documents", {"file": SimpleUploadedFile(f"notes{n}.txt", text[n])})
+
+    from retrieval.uploads import quota
+
+    codes = statuses(at_once(upload))
+    assert 4 <= codes.count(201) <= 5, codes  # five fit; what is stored per file may be a little more
+    assert UploadedDocument.objects.filter(owner=alice).count() == codes.count(201)
+    assert quota(alice)["bytes"] <= settings.UPLOAD_MAX_STORAGE_BYTES
+
+
+def test_twenty_follow_ups_asked_at_once_of_one_topic_make_one(alice: User, settings: Any) -> None:
+    """One follow-up at a time per topic (and RESEARCH_MAX_FOLLOWUPS in all): twenty asked at
+    once are one question being answered and nineteen refusals."""
+    from research import workflow
+    from research.models import FollowUp
+    from tests.research.test_followups import completed_topic
+
+    settings.RESEARCH_MAX_FOLLOWUPS = 3
+    topic = completed_topic(alice)
+
+    def ask(n: int) -> Any:
+        return workflow.ask_followup(Topic.objects.get(pk=topic.pk), question=f"Question {n}?")
+
+    answers = at_once(ask)
+    asked = [a for a in answers if isinstance(a, FollowUp)]
+    refused = [a for a in answers if isinstance(a, workflow.Refused | workflow.OverLimit)]
+    assert len(asked) == 1 and len(refused) == AT_ONCE - 1, answers
+    assert FollowUp.objects.filter(topic=topic).count() == 1
+
+
+def test_twenty_imports_at_once_meet_the_pending_import_cap(
+    alice: User, settings: Any, tmp_path: Path
+) -> None:
+    import io
+
+    from research import imports
+    from research.archive import ArchiveError
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.IMPORT_MAX_PENDING = 2
+
+    def start(n: int) -> Any:
+        return imports.start(io.BytesIO(b"PK\x05\x06" + bytes(18)), User.objects.get(pk=alice.pk))
+
+    answers = at_once(start)
+    started = [a for a in answers if isinstance(a, str)]
+    refused = [a for a in answers if isinstance(a, ArchiveError)]
+    assert len(started) == 2 and len(refused) == AT_ONCE - 2, answers
+    assert len(imports.pending(alice.pk)) == 2
