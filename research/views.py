@@ -26,8 +26,8 @@ from django_htmx.middleware import HtmxDetails
 
 from mindsearch.status import checks_for
 from research import export, fragments, versions, workflow
-from research.forms import ShareLinkForm, SubQueryForm, TopicForm
-from research.models import ShareLink, Topic, TopicImage
+from research.forms import SITE_FIELDS, ShareLinkForm, SubQueryForm, TopicForm
+from research.models import ShareLink, SiteDefaults, Topic, TopicImage
 from research.presenters import panel_context, topic_context, topic_page_context
 from research.views_schedules import versions_context
 
@@ -57,7 +57,7 @@ def topic_list(request: HtmxHttpRequest) -> HttpResponse:
     rows = topic_rows(context)
     if request.htmx and request.htmx.target == "topic-rows":
         return HttpResponse(rows)
-    context.update(rows=rows, form_fields=blank_form_fields(), has_any=has_any)
+    context.update(rows=rows, form_fields=blank_form_fields(request.user), has_any=has_any)
     context["checks"] = [] if has_any else checks_for(request.user)
     return render(request, "research/topic_list.html", context)
 
@@ -76,8 +76,12 @@ def topic_rows(context: dict[str, Any]) -> SafeString:
     return fragments.fragment(version, name, lambda: render_to_string("research/_topic_rows.html", context))
 
 
-def blank_form_fields() -> SafeString:
-    """The new-topic form's fields before anything was typed: the same for everyone."""
+def blank_form_fields(user: Any = None) -> SafeString:
+    """The new-topic form's fields before anything was typed: the same for everyone (cached),
+    but for a user with saved site lists, whose form starts with them."""
+    initial = SiteDefaults.initial_for(user)
+    if initial:
+        return render_to_string("_form_fields.html", {"form": TopicForm(initial=initial)})
     return fragments.fragment(
         fragments.NO_ROWS, "topic-form", lambda: render_to_string("_form_fields.html", {"form": TopicForm()})
     )
@@ -101,6 +105,10 @@ def topic_create(request: HttpRequest) -> HttpResponse:
     try:
         image = form.cleaned_data.get("image")
         topic = workflow.start_topic(form.save(commit=False), _signed_in(request), image=image)
+        if form.cleaned_data.get("remember_sites"):
+            SiteDefaults.objects.update_or_create(
+                owner=topic.owner, defaults={name: getattr(topic, name) for name in SITE_FIELDS}
+            )
     except workflow.OverLimit as over:
         form.add_error(None, over.message)
         return _topic_list_with_form(request, form, status=429)
@@ -305,8 +313,9 @@ def plan_approve(request: HtmxHttpRequest, topic_id: int) -> HttpResponse:
         if form.errors:
             return _plan_response(request, topic, form=form)
     try:
+        workflow.set_token_cap(topic, request.POST.get("token_cap", ""))
         workflow.approve_plan(topic)
-    except workflow.Refused as refused:  # an empty plan, or too many topics running
+    except workflow.Refused as refused:  # an empty plan, too many topics running, a cap not a number
         return _plan_response(request, topic, error=refused.message, keep_new=False)
     return redirect("topic_detail", topic_id=topic.pk)
 

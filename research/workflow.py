@@ -230,6 +230,19 @@ def _save_subquery(subquery: SubQuery, text: str, position: int) -> None:
     subquery.save(update_fields=["text", "origin", "position"])
 
 
+def set_token_cap(topic: Topic, value: str | int | None) -> None:
+    """The topic's own token cap (research/pipeline/cap.py), set while its plan is reviewed;
+    empty for none. Refused for what is not a positive whole number."""
+    text = str(value if value is not None else "").replace(" ", "").replace(",", "").replace("\u00a0", "")
+    if text and (not text.isdigit() or int(text) <= 0 or int(text) > 2_000_000_000):
+        raise Refused(_("The cap is a number of tokens, such as 200000, or empty for none."))
+    with transaction.atomic():
+        locked = _lock_reviewable(topic)
+        locked.token_cap = int(text) if text else None
+        locked.save(update_fields=["token_cap", "updated_at"])
+    topic.token_cap = locked.token_cap
+
+
 def approve_plan(topic: Topic, *, queue: bool = True) -> None:
     """Queue the reviewed plan for a worker. The console, which runs the topic in its own
     process, approves with `queue=False`: the same checks and refusals, no task."""
@@ -300,7 +313,16 @@ def _resume(topic: Topic) -> None:
 
 
 def _copy_with_plan(topic: Topic) -> Topic:
-    fields = ("question", "mode", "sources", "time_range", "language")
+    fields = (
+        "question",
+        "mode",
+        "sources",
+        "time_range",
+        "language",
+        "sites_only",
+        "sites_prefer",
+        "sites_avoid",
+    )
     copy = Topic.objects.create(
         owner=topic.owner,
         status=Topic.Status.QUEUED,

@@ -20,6 +20,7 @@ from mindsearch.clients import llm as llm_client
 from research import budget
 from research.models import LLMCall
 from research.pipeline import cache as result_cache
+from research.pipeline import cap
 from research.pipeline.context import RunContext, db
 
 PROMPTS = Path(__file__).with_name("prompts")
@@ -133,6 +134,7 @@ async def ask_completion(
     messages = [{"role": "system", "content": prompt.text}, {"role": "user", "content": user_content}]
     try:
         await db(budget.check)(ctx.owner_id)
+        await db(cap.check)(ctx.topic)
         completion = await llm_client.complete(
             messages, max_tokens=max_tokens, user=ctx.owner_id, on_text=on_text, on_thinking=on_thinking
         )
