@@ -11,6 +11,7 @@ report and to the finished report, against the critical-path bound of the stages
 answer (target: first words <= that bound + 1 s).
 
     .venv/bin/python bench/pipeline.py [--searxng-rpm 60] [--extra-pages 60] [--no-baseline]
+    .venv/bin/python bench/pipeline.py --estimate   # the cost shown before Approve vs what was spent
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,9 @@ def main() -> None:
     from tests.support.world import TOPIC, world
 
     owner, _ = User.objects.get_or_create(username="bench")
+    if args.estimate:
+        print(json.dumps({"benchmark": "pipeline", "estimate": estimate_error(owner, args)}, indent=2))
+        return
     if args.streaming_only:
         limits = limit_settings(args)
         print(
@@ -180,11 +186,125 @@ def parse_args() -> argparse.Namespace:
         "--extra-pages", type=int, default=60, help="less relevant pages, to fill result pages"
     )
     parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="only the cost estimate shown before Approve against the calls and tokens then spent, "
+        "quick and deep, and a topic capped at half its estimate",
+    )
+    parser.add_argument(
         "--streaming-only",
         action="store_true",
         help="only the report-streaming figures (fixed latencies and the realistic profile)",
     )
     return parser.parse_args()
+
+
+def estimate_error(owner: Any, args: argparse.Namespace, runs: int = 6) -> dict[str, Any]:
+    """Each topic's estimate as its plan awaits approval (from the topics before it) against what
+    its run then paid for; the cache is emptied between runs, so every run pays in full, as a new
+    question would. The runs are in worlds of 10 to 110 extra pages (more found, more scored), so
+    no two cost the same. Then a topic capped at half its estimate."""
+    from research import estimate
+    from research.models import Report, Topic
+    from research.pipeline import cap
+
+    figures: dict[str, Any] = {}
+    for mode in ("quick", "deep"):
+        rows = [_estimated_run(owner, args, mode, extra_pages=10 + 20 * run) for run in range(runs)]
+        from_history = [row for row in rows if row["measured_from_history"]]
+        figures[mode] = {
+            "runs": rows,
+            "max_abs_calls_error_from_history": max(
+                (abs(r["calls_error"]) for r in from_history), default=None
+            ),
+            "max_abs_tokens_error_from_history": max(
+                (abs(r["tokens_error"]) for r in from_history), default=None
+            ),
+        }
+    with _fresh_world(args, extra_pages=args.extra_pages):
+        topic = Topic.objects.create(owner=owner, question=_question())
+        _plan(topic)
+        half = max(1, round(estimate.estimate(topic)["tokens"].mid / 2))
+        topic.token_cap = half
+        topic.save(update_fields=["token_cap"])
+        status = _run(topic)
+        report = Report.objects.filter(topic=topic).first()
+        figures["capped"] = {
+            "cap": half,
+            "status": status,
+            "tokens_before_the_report": cap.spent(topic, besides=("answer", "citecheck")),
+            "tokens_in_all": cap.spent(topic),
+            "report_marks": report.marks if report else None,
+        }
+    return figures
+
+
+def _question() -> str:
+    from tests.support.world import TOPIC
+
+    return TOPIC
+
+
+@contextmanager
+def _fresh_world(args: argparse.Namespace, *, extra_pages: int) -> Iterator[None]:
+    from django.conf import settings
+
+    from research.models import CacheEntry
+    from tests.support.world import world
+
+    with world(extra_pages=extra_pages, queries_per_language=3) as w:
+        for name, value in {**w.settings(), **limit_settings(args)}.items():
+            setattr(settings, name, value)
+        CacheEntry.objects.all().delete()
+        yield
+
+
+def _plan(topic: Any) -> None:
+    from research.pipeline.run import plan_topic
+
+    plan_topic(topic.pk)
+    topic.refresh_from_db()
+
+
+def _run(topic: Any) -> str:
+    from research.models import Topic
+    from research.pipeline.run import run_topic
+
+    topic.set_status(Topic.Status.QUEUED)
+    return run_topic(topic.pk)
+
+
+def _estimated_run(owner: Any, args: argparse.Namespace, mode: str, *, extra_pages: int) -> dict[str, Any]:
+    from research import estimate
+    from research.models import LLMCall, Topic
+    from research.pipeline import cap
+
+    with _fresh_world(args, extra_pages=extra_pages):
+        topic = Topic.objects.create(owner=owner, question=_question(), mode=mode)
+        _plan(topic)
+        guess = estimate.estimate(topic)
+        _run(topic)
+    calls, tokens = LLMCall.objects.filter(topic=topic, cache_hit=False).count(), cap.spent(topic)
+    return {
+        "extra_pages": extra_pages,
+        "measured_from_history": guess["measured"],
+        "calls": {"estimate": round(guess["calls"].mid), "range": _range(guess["calls"]), "actual": calls},
+        "tokens": {
+            "estimate": round(guess["tokens"].mid),
+            "range": _range(guess["tokens"]),
+            "actual": tokens,
+        },
+        "calls_error": _error(guess["calls"].mid, calls),
+        "tokens_error": _error(guess["tokens"].mid, tokens),
+    }
+
+
+def _range(figure: Any) -> list[int]:
+    return [round(figure.low), round(figure.high)]
+
+
+def _error(estimated: float, actual: int) -> float:
+    return round((estimated - actual) / actual, 3) if actual else 0.0
 
 
 def run_topic(owner: Any, question: str) -> dict[str, Any]:

@@ -144,6 +144,19 @@ async def start_research(
             "stored without its metadata and described by the vision model, whose labels join the question."
         ),
     ] = None,
+    sites_only: Annotated[
+        list[str], Field(description="Only web results on these sites (host names, with their subdomains).")
+    ] = [],  # noqa: B006 — the SDK builds the schema from it; never mutated
+    sites_prefer: Annotated[list[str], Field(description="Read and cite pages of these sites first.")] = [],  # noqa: B006
+    sites_avoid: Annotated[list[str], Field(description="Never web results on these sites.")] = [],  # noqa: B006
+    token_cap: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            description="Past this many tokens the run stops gathering and writes its report "
+            "from what it has.",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Start researching a question. Returns the new topic; poll get_topic_status until its
     status is completed, failed or cancelled, then read get_report."""
@@ -154,6 +167,10 @@ async def start_research(
         "auto_approve": auto_approve,
         "time_range": time_range,
         "image": image,
+        "sites_only": sites_only,
+        "sites_prefer": sites_prefer,
+        "sites_avoid": sites_avoid,
+        "token_cap": token_cap,
     }
     return await _run(ctx, _start, payload)
 

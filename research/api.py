@@ -27,7 +27,7 @@ from mindsearch.api_common import (
     page_of,
 )
 from research import export, images, keep, versions, workflow
-from research.forms import SubQueryForm, TopicForm
+from research.forms import SITE_FIELDS, SubQueryForm, TopicForm
 from research.models import Citation, Document, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
 from research.pipeline import cache
 from research.presenters import followup_item, report_of, thread_context
@@ -58,6 +58,16 @@ class TopicIn(Schema):
     mode: TopicMode = Field(TopicMode.QUICK, description="Deep mode searches in rounds.")
     time_range: TopicTimeRange = Field(TopicTimeRange.NONE, description="Only results from this period.")
     auto_approve: bool = Field(False, description="Run the plan without waiting for review.")
+    sites_only: list[str] = Field(
+        [], description="Only web results on these sites (host names; each covers its subdomains)."
+    )
+    sites_prefer: list[str] = Field([], description="Read and cite pages of these sites first.")
+    sites_avoid: list[str] = Field([], description="Never web results on these sites.")
+    token_cap: int | None = Field(
+        None,
+        ge=1,
+        description="Past this many tokens the run stops gathering and writes its report from what it has.",
+    )
     image: str | None = Field(
         None,
         description="A picture the question is about, base64 or a data URL (JPEG, PNG, GIF or WebP, "
@@ -94,6 +104,10 @@ class TopicOut(Schema):
     llm_model: str = Field(description="Empty when the topic was researched without an LLM.")
     last_event_seq: int
     has_report: bool
+    sites_only: list[str]
+    sites_prefer: list[str]
+    sites_avoid: list[str]
+    token_cap: int | None
     series: int = Field(description="The first version's id: every version of the topic shares it.")
     previous_version: int | None = Field(description="The version this one was researched again from.")
     image: TopicImageOut | None = Field(None, description="The picture the question came with, if any.")
@@ -370,6 +384,7 @@ def _reported(topic: Topic) -> Topic:
 def create_topic(request: HttpRequest, payload: TopicIn) -> Status:
     """Start researching a question; its plan is written next (poll the topic or its events)."""
     fields = payload.model_dump(mode="json", exclude={"image"})
+    fields.update({name: ", ".join(fields[name]) for name in SITE_FIELDS})
     form = TopicForm(data=fields)
     if not form.is_valid():
         raise form_invalid(form)

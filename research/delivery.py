@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -52,7 +53,7 @@ def check_webhook_address(url: str) -> None:
 
 
 def channels_of(schedule: TopicSchedule) -> list[str]:
-    found = []
+    found: list[str] = []
     if schedule.email and mail_configured() and verified_address(schedule.owner):
         found.append(Delivery.Channel.EMAIL)
     if schedule.webhook_url:
@@ -67,9 +68,7 @@ def deliver(schedule: TopicSchedule, topic: Topic) -> list[Delivery]:
         item, created = Delivery.objects.get_or_create(schedule=schedule, topic=topic, channel=channel)
         if created:
             made.append(item)
-            transaction.on_commit(
-                lambda pk=item.pk: async_task("research.delivery.send", pk, group="delivery")
-            )
+            transaction.on_commit(partial(async_task, "research.delivery.send", item.pk, group="delivery"))
     return made
 
 

@@ -8,9 +8,11 @@ from django.utils.translation import gettext_lazy as _
 
 from research import images
 from research.models import SubQuery, Topic, TopicSchedule
+from research.pipeline import sites
 
 MAX_QUESTION_CHARS = 2000
 MAX_SUBQUERY_CHARS = 500
+SITE_FIELDS = ("sites_only", "sites_prefer", "sites_avoid")
 
 
 class TopicForm(forms.ModelForm):
@@ -23,7 +25,51 @@ class TopicForm(forms.ModelForm):
         ),
         widget=forms.ClearableFileInput(attrs={"accept": "image/jpeg,image/png,image/gif,image/webp"}),
     )
-    field_order = ("question", "image", "sources", "mode", "time_range", "auto_approve")
+    sites_only = forms.CharField(
+        label=_("Only these sites"),
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 1, "placeholder": "example.org, docs.python.org"}),
+        help_text=_(
+            "Web results from other sites are dropped (a site covers its subdomains). Empty: any site."
+        ),
+    )
+    sites_prefer = forms.CharField(
+        label=_("Prefer these sites"),
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 1}),
+        help_text=_("Their pages are read and cited first among pages of equal score."),
+    )
+    sites_avoid = forms.CharField(
+        label=_("Never these sites"),
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 1}),
+    )
+    token_cap = forms.IntegerField(
+        label=_("Stop at (tokens, optional)"),
+        required=False,
+        min_value=1,
+        max_value=2_000_000_000,
+        help_text=_("Past this many tokens the run stops gathering and writes its report from what it has."),
+    )
+    remember_sites = forms.BooleanField(
+        label=_("Use these site lists for my next topics too"), required=False
+    )
+    field_order = (
+        "question",
+        "image",
+        "sources",
+        "mode",
+        "time_range",
+        "auto_approve",
+        "sites_only",
+        "sites_prefer",
+        "sites_avoid",
+        "remember_sites",
+        "token_cap",
+    )
 
     class Meta:
         model = Topic
@@ -95,6 +141,30 @@ class TopicForm(forms.ModelForm):
             return images.prepare(upload.read(images.max_bytes() + 1))
         except images.ImageRejected as rejected:
             raise forms.ValidationError(rejected.message) from None
+
+    def _clean_sites(self, name: str) -> list[str]:
+        try:
+            return sites.clean(self.cleaned_data.get(name) or "")
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+    def clean_sites_only(self) -> list[str]:
+        return self._clean_sites("sites_only")
+
+    def clean_sites_prefer(self) -> list[str]:
+        return self._clean_sites("sites_prefer")
+
+    def clean_sites_avoid(self) -> list[str]:
+        return self._clean_sites("sites_avoid")
+
+    def save(self, commit: bool = True) -> Topic:
+        topic = super().save(commit=False)
+        for name in SITE_FIELDS:
+            setattr(topic, name, self.cleaned_data.get(name) or [])
+        topic.token_cap = self.cleaned_data.get("token_cap")
+        if commit:
+            topic.save()
+        return topic
 
     def clean_question(self) -> str:
         question = " ".join(self.cleaned_data["question"].split())

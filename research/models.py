@@ -101,6 +101,15 @@ class Topic(models.Model):
     # The domain's live data was asked for (research/pipeline/stages/domain.py): a document, or said why not.
     domain_data_checked = models.BooleanField(default=False)
     auto_approve = models.BooleanField(default=False, help_text=_("Skip plan review."))
+    # Sites the web search may use (research/pipeline/sites.py): host names, each with its subdomains.
+    sites_only = models.JSONField(default=list, blank=True, help_text=_("Only these sites (empty: any)."))
+    sites_prefer = models.JSONField(default=list, blank=True, help_text=_("Read and cite these sites first."))
+    sites_avoid = models.JSONField(default=list, blank=True, help_text=_("Never these sites."))
+    token_cap = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Past this many tokens the run stops gathering and writes its report from what it has."),
+    )
     stage = models.CharField(max_length=30, blank=True, default="")
     error = models.TextField(blank=True, default="")
     llm_model = models.CharField(
@@ -324,6 +333,7 @@ class Round(models.Model):
         GROWTH = "growth", _("Little new was found")
         MAX_ROUNDS = "max_rounds", _("The last allowed round")
         NO_QUERIES = "no_queries", _("No new sub-query was left to ask")
+        CAP = "cap", _("The topic reached its token cap")
 
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="rounds")
     number = models.PositiveIntegerField()
@@ -360,6 +370,11 @@ class SearchQuery(models.Model):
     text = models.TextField()
     result_count = models.PositiveIntegerField(null=True, blank=True)
     unresponsive_engines = models.JSONField(default=list, blank=True)
+    dropped = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("Results the topic's site rules dropped: [{url, title, reason}]."),
+    )
     searched_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -505,6 +520,7 @@ class Report(models.Model):
         UNCITED = "uncited", _("Cites none of its sources")
         WRONG_LANGUAGE = "wrong_language", _("Written in another language than the question's")
         UNSUPPORTED = "unsupported", _("Most of its citations are not supported by their sources")
+        CAPPED = "capped", _("Written from what was gathered when the topic reached its token cap")
 
     topic = models.OneToOneField(Topic, on_delete=models.CASCADE, related_name="report")
     markdown = models.TextField()
@@ -997,3 +1013,26 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} of topic {self.topic_id}: {self.status}"
+
+
+class SiteDefaults(models.Model):
+    """A user's site lists, offered on their next topics' form (research/pipeline/sites.py)."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="site_defaults"
+    )
+    sites_only = models.JSONField(default=list, blank=True)
+    sites_prefer = models.JSONField(default=list, blank=True)
+    sites_avoid = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return f"Site lists of {self.owner}"
+
+    @classmethod
+    def initial_for(cls, user: Any) -> dict[str, str | bool]:
+        """The form's initial text for the three lists (empty without saved defaults)."""
+        found = cls.objects.filter(owner_id=getattr(user, "pk", None)).first()
+        if found is None:
+            return {}
+        names = ("sites_only", "sites_prefer", "sites_avoid")
+        return {name: ", ".join(getattr(found, name)) for name in names} | {"remember_sites": True}

@@ -16,7 +16,7 @@ from django.utils import translation
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from research import fragments, usage
+from research import estimate, fragments, usage
 from research.forms import ShareLinkForm
 from research.models import (
     Citation,
@@ -27,6 +27,7 @@ from research.models import (
     Report,
     ReportDraft,
     RunEvent,
+    SearchQuery,
     Topic,
 )
 from research.pipeline import citecheck, passages
@@ -112,6 +113,8 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
     if "plan" in panels:
         subqueries = topic.subqueries.prefetch_related("search_queries").order_by("round", "position", "id")
         context["subqueries"] = list(subqueries)
+        if topic.status == Topic.Status.AWAITING_APPROVAL:
+            context["estimate"] = estimate.estimate(topic)
     if "progress" in panels:
         context.update(progress=stage_progress(topic), usage=usage_of(topic), rounds=deep.rounds_of(topic))
         context["deep_rule"] = {
@@ -120,6 +123,7 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
         }
     if "hits" in panels:
         context["hits"] = hits_of(topic)
+        context["dropped"] = dropped_of(topic)
     if "documents" in panels:
         context["documents"] = documents_of(topic)
     if "report" in panels or "sharing" in panels:
@@ -283,6 +287,18 @@ def _past(stage: str, topic: Topic) -> bool:
 def hits_of(topic: Topic) -> list[Hit]:
     hits = Hit.objects.filter(topic=topic).select_related("score", "subquery")
     return sorted(hits, key=lambda hit: (-(hit.score.total if _scored(hit) else -1), hit.position, hit.url))
+
+
+def dropped_of(topic: Topic) -> list[dict[str, str]]:
+    """The results the topic's site rules dropped, once each, with the query that found them."""
+    seen: set[str] = set()
+    found = []
+    for query in SearchQuery.objects.filter(subquery__topic=topic).exclude(dropped=[]).order_by("id"):
+        for row in query.dropped:
+            if row["url"] not in seen:
+                seen.add(row["url"])
+                found.append({**row, "query": query.text})
+    return found
 
 
 def _scored(hit: Hit) -> bool:

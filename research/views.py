@@ -24,8 +24,8 @@ from django.views.decorators.http import require_GET, require_POST
 from mindsearch.requests import HtmxHttpRequest, signed_in
 from mindsearch.status import checks_for
 from research import export, fragments, versions, workflow
-from research.forms import ShareLinkForm, SubQueryForm, TopicForm
-from research.models import ShareLink, Topic, TopicImage
+from research.forms import SITE_FIELDS, ShareLinkForm, SubQueryForm, TopicForm
+from research.models import ShareLink, SiteDefaults, Topic, TopicImage
 from research.presenters import panel_context, report_without_rendering, topic_context, topic_page_context
 from research.views_schedules import versions_context
 
@@ -49,7 +49,7 @@ def topic_list(request: HtmxHttpRequest) -> HttpResponse:
     rows = topic_rows(context)
     if request.htmx and request.htmx.target == "topic-rows":
         return HttpResponse(rows)
-    context.update(rows=rows, form_fields=blank_form_fields(), has_any=has_any)
+    context.update(rows=rows, form_fields=blank_form_fields(request.user), has_any=has_any)
     context["checks"] = [] if has_any else checks_for(request.user)
     return render(request, "research/topic_list.html", context)
 
@@ -83,8 +83,12 @@ def topic_rows(context: dict[str, Any]) -> SafeString:
     return fragments.fragment(version, name, lambda: render_to_string("research/_topic_rows.html", context))
 
 
-def blank_form_fields() -> SafeString:
-    """The new-topic form's fields before anything was typed: the same for everyone."""
+def blank_form_fields(user: Any = None) -> SafeString:
+    """The new-topic form's fields before anything was typed: the same for everyone (cached),
+    but for a user with saved site lists, whose form starts with them."""
+    initial = SiteDefaults.initial_for(user)
+    if initial:
+        return render_to_string("_form_fields.html", {"form": TopicForm(initial=initial)})
     return fragments.fragment(
         fragments.NO_ROWS, "topic-form", lambda: render_to_string("_form_fields.html", {"form": TopicForm()})
     )
@@ -108,6 +112,10 @@ def topic_create(request: HttpRequest) -> HttpResponse:
     try:
         image = form.cleaned_data.get("image")
         topic = workflow.start_topic(form.save(commit=False), signed_in(request), image=image)
+        if form.cleaned_data.get("remember_sites"):
+            SiteDefaults.objects.update_or_create(
+                owner=topic.owner, defaults={name: getattr(topic, name) for name in SITE_FIELDS}
+            )
     except workflow.OverLimit as over:
         form.add_error(None, over.message)
         return _topic_list_with_form(request, form, status=429)
@@ -301,7 +309,9 @@ def plan_approve(request: HtmxHttpRequest, topic_id: int) -> HttpResponse:
     items: list[tuple[int | None, str]] = [(sq.pk, sq.text) for sq in typed]
     if form is not None:
         items.append((None, form.cleaned_data["text"]))
-    shown = workflow.ShownPlan(version=request.POST.get("plan_version") or None, items=items)
+    shown = workflow.ShownPlan(
+        version=request.POST.get("plan_version") or None, items=items, token_cap=request.POST.get("token_cap")
+    )
     try:
         workflow.approve_plan(topic, shown)
     except workflow.Refused as refused:  # changed or approved elsewhere, empty, too big, too many running

@@ -7,6 +7,8 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -23,6 +25,13 @@ from retrieval.uploads import UploadRejected
 
 def _topic(request: HttpRequest, topic_id: int) -> Topic:
     return get_object_or_404(Topic.objects.for_user(request.user), pk=topic_id)
+
+
+def _user(request: HttpRequest) -> User:
+    """The signed-in user of a workspace page (LoginRequiredMiddleware lets no one else reach it)."""
+    if not isinstance(request.user, User):
+        raise PermissionDenied
+    return request.user
 
 
 def versions_context(topic: Topic, user: Any, form: ScheduleForm | None = None) -> dict[str, Any]:
@@ -61,7 +70,7 @@ def schedule_save(request: HttpRequest, topic_id: int) -> HttpResponse:
             cron = schedules.check_cron(data.get("cron", "")) if request.user.is_staff else ""
             schedules.save_schedule(
                 topic,
-                request.user,
+                _user(request),
                 every=data["every"],
                 email=data["email"],
                 webhook_url=data["webhook_url"],
@@ -121,7 +130,7 @@ def source_keep(request: HttpRequest, topic_id: int, document_id: int) -> HttpRe
     topic = _topic(request, topic_id)
     document = get_object_or_404(Document, topic=topic, pk=document_id)
     try:
-        upload, created = keep.keep(request.user, document)
+        upload, created = keep.keep(_user(request), document)
     except UploadRejected as rejected:
         message, status, upload = rejected.message, 400, None
     else:

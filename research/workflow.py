@@ -249,6 +249,8 @@ class ShownPlan:
 
     version: str | None = None
     items: list[tuple[int | None, str]] | None = None
+    # The topic's own token cap as typed (research/pipeline/cap.py): "" for none, None to keep it.
+    token_cap: str | None = None
 
 
 def approve_plan(topic: Topic, shown: ShownPlan | None = None, *, queue: bool = True) -> None:
@@ -270,6 +272,8 @@ def approve_plan(topic: Topic, shown: ShownPlan | None = None, *, queue: bool = 
             )
         if shown.items is not None:
             _replace_locked(locked, shown.items)
+        if shown.token_cap is not None:
+            _set_token_cap(locked, shown.token_cap)
         if not locked.subqueries.exists():
             raise Refused(_("Add at least one sub-query before approving the plan."))
         check_plan_size(planned_count(locked))
@@ -279,6 +283,15 @@ def approve_plan(topic: Topic, shown: ShownPlan | None = None, *, queue: bool = 
         if queue:
             tasks.enqueue_run(locked)
     topic.status = locked.status
+
+
+def _set_token_cap(locked: Topic, typed: str) -> None:
+    """The cap as typed ("150 000"), or none when empty; Refused for what is not a positive number."""
+    text = typed.replace(" ", "").replace(",", "").replace("\u00a0", "")
+    if text and (not text.isdigit() or int(text) <= 0 or int(text) > 2_000_000_000):
+        raise Refused(_("The cap is a number of tokens, such as 200000, or empty for none."))
+    locked.token_cap = int(text) if text else None
+    locked.save(update_fields=["token_cap", "updated_at"])
 
 
 def cancel_topic(topic: Topic) -> bool:
@@ -335,7 +348,16 @@ def _resume(topic: Topic) -> None:
 
 
 def _copy_with_plan(topic: Topic) -> Topic:
-    fields = ("question", "mode", "sources", "time_range", "language")
+    fields = (
+        "question",
+        "mode",
+        "sources",
+        "time_range",
+        "language",
+        "sites_only",
+        "sites_prefer",
+        "sites_avoid",
+    )
     copy = Topic.objects.create(
         owner=topic.owner,
         status=Topic.Status.QUEUED,

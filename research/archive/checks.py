@@ -34,6 +34,7 @@ from research.models import (
     Topic,
     TopicImage,
 )
+from research.pipeline import sites
 from research.pipeline.stage import StageName
 
 MAX_ROWS = 100_000
@@ -107,10 +108,15 @@ TOPIC_FIELDS = (
     "error",
     "llm_model",
     "last_event_seq",
+    "sites_only",
+    "sites_prefer",
+    "sites_avoid",
+    "token_cap",
     "created_at",
     "started_at",
     "finished_at",
 )
+SITE_FIELDS = ("sites_only", "sites_prefer", "sites_avoid")
 REPORT_FIELDS = ("markdown", "sources", "model", "marks", "without_model", "created_at")
 # A picture's outcomes the vision stage saved without describing it (as migration 0014 reads them).
 SETTLED_PICTURES = (TopicImage.Analysis.NO_VISION, TopicImage.Analysis.FAILED)
@@ -229,6 +235,13 @@ def check(data: dict[str, Any]) -> Checked:
     topic = check_row(Topic, TOPIC_FIELDS, data.get("topic"), "topic")
     if topic["status"] in Topic.ACTIVE_STATUSES:
         raise ArchiveError(_("The archive's topic was still being researched when it was exported."))
+    for name in SITE_FIELDS:  # host names only: a re-run sends them to the search engine
+        try:
+            topic[name] = sites.clean([str(site) for site in topic[name]])
+        except ValueError:
+            raise ArchiveError(
+                _("In the archive, the topic's site lists hold something that is not a site name.")
+            ) from None
     events = data.get("run_events")
     if isinstance(events, list) and len(events) > MAX_EVENTS:
         raise ArchiveError(_("The archive holds more than %(n)d run events.") % {"n": MAX_EVENTS})

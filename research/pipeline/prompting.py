@@ -20,6 +20,7 @@ from mindsearch.clients import llm as llm_client
 from research import budget
 from research.models import LLMCall
 from research.pipeline import cache as result_cache
+from research.pipeline import cap
 from research.pipeline.context import RunContext, db
 from research.pipeline.stage import StageName
 
@@ -135,6 +136,7 @@ async def ask_completion(
     held = 0  # the most this call can cost, held against the owner's budget until its row is saved
     try:
         try:
+            await db(cap.check)(ctx.topic)
             if budget.enabled() and ctx.owner_id is not None:
                 most = await llm_client.most_tokens(messages, max_tokens)
                 held = await db(budget.hold)(ctx.owner_id, most, settings.AITUNNEL_MODEL)

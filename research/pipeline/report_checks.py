@@ -31,6 +31,7 @@ def marks_of(
     truncated: bool,
     sources: int,
     verdicts: Sequence[citecheck.Verdict],
+    capped: bool = False,
 ) -> list[str]:
     """The `Report.Mark` values a report's body earns. The language is the model's to get right:
     the extractive engine quotes its sources in theirs."""
@@ -43,6 +44,8 @@ def marks_of(
         marks.append(Report.Mark.WRONG_LANGUAGE)
     if citecheck.mostly_unsupported(verdicts):
         marks.append(Report.Mark.UNSUPPORTED)
+    if capped:
+        marks.append(Report.Mark.CAPPED)
     return [str(mark) for mark in marks]
 
 

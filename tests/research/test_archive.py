@@ -261,6 +261,9 @@ def good_data(alice: User) -> dict[str, Any]:
         domain=Topic.Domain.FINANCE,
         period_start=date(2023, 1, 1),
         period_end=date(2024, 12, 31),
+        sites_only=["arxiv.org"],
+        sites_avoid=["reddit.com"],
+        token_cap=50_000,
     )
     subquery = SubQuery.objects.create(topic=topic, text="what")
     Round.objects.create(topic=topic, number=1, documents=4, new_documents=4, growth_rate=1.0)
@@ -297,6 +300,7 @@ def test_the_small_archive_is_valid(good_data: dict[str, Any], bob_client: Clien
         date(2023, 1, 1),
         date(2024, 12, 31),
     )
+    assert (topic.sites_only, topic.sites_avoid, topic.token_cap) == (["arxiv.org"], ["reddit.com"], 50_000)
     assert list(topic.rounds.values_list("number", "growth_rate", "stop_reason")) == [
         (1, 1.0, ""),
         (2, 0.05, "growth"),
@@ -410,6 +414,9 @@ BROKEN_ROWS = [
     ("llm_calls.0.cache_hit", "yes", "invalid cache_hit"),
     ("run_events.1.seq", 1, "two rows of run_events have the same seq"),
     ("report.sources", [{"n": 1, "document_id": 999999}], "cites a document that is not in it"),
+    ("topic.sites_avoid", ["x OR site:evil"], "site lists hold something that is not a site name"),
+    ("topic.sites_only", "arxiv.org", "invalid sites_only"),
+    ("topic.token_cap", -5, "invalid token_cap"),
 ]
 
 

@@ -23,7 +23,7 @@ from mindsearch.clients import webhook
 from mindsearch.models import EmailAddress
 from research import delivery, schedules, tasks
 from research.models import Delivery, LLMCall, Report, SubQuery, Topic, TopicSchedule
-from tests.support.fakes import FakeService, Request, Response
+from tests.support.fakes import FakeService, Request, Response, html_page
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
@@ -46,7 +46,7 @@ class Inbox:
         self.messages: list[EmailMessage] = []
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # aiosmtpd's name
-        self.messages.append(message_from_bytes(envelope.content, policy=policy.default))  # type: ignore[arg-type]
+        self.messages.append(message_from_bytes(envelope.content, policy=policy.default))
         return "250 Message accepted for delivery"
 
     def text(self, message: EmailMessage) -> str:
@@ -121,7 +121,7 @@ def change_the_web(world: World) -> None:
     world.script.pages.remove(dropped)
     world.script.pages.append(NEW_PAGE)
     slug, title, _keywords, _score, text = NEW_PAGE
-    world.web.routes[("GET", f"/pages/{slug}")] = Response(200, f"<h1>{title}</h1><p>{text}</p>")
+    world.web.routes[("GET", f"/pages/{slug}")] = html_page(title, f"<h1>{title}</h1><p>{text}</p>")
     url = f"{world.web.url}pages/{slug}?utm_source=searx"
     reader = world.reader.fallback
     assert reader is not None
@@ -157,6 +157,7 @@ def test_a_weekly_topic_reports_exactly_what_changed_and_mails_it_once(
     assert second.status == Topic.Status.COMPLETED, second.error
     assert (second.series, second.previous_version_id) == (first.pk, first.pk)
     changes = Report.objects.get(topic=second).changes
+    assert changes is not None
     added = [claim["text"] for claim in changes["claims"]["added"]]
     removed = [claim["text"] for claim in changes["claims"]["removed"]]
     assert added == [
@@ -190,7 +191,8 @@ def test_a_weekly_topic_reports_exactly_what_changed_and_mails_it_once(
     schedule.save()
     third = run_schedule(schedule, worker)
     assert third.status == Topic.Status.COMPLETED
-    assert Report.objects.get(topic=third).changes["empty"] is True
+    third_changes = Report.objects.get(topic=third).changes
+    assert third_changes is not None and third_changes["empty"] is True
     assert len(inbox.messages) == 1
     assert not Delivery.objects.filter(topic=third).exists()
 

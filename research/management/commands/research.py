@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from research import export, images, workflow
 from research.models import RunEvent, SubQuery, Topic
+from research.pipeline import sites
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stage import StageName
 from research.pipeline.stages.answer.report_writer import SOURCES_HEADING, clean_citations
@@ -60,6 +61,21 @@ class Command(BaseCommand):
             "--mode", choices=Topic.Mode.values, default=Topic.Mode.QUICK, help="deep: search in rounds"
         )
         parser.add_argument(
+            "--only-sites", default="", help="Only web results on these sites (comma-separated)."
+        )
+        parser.add_argument(
+            "--prefer-sites", default="", help="Read and cite these sites first (comma-separated)."
+        )
+        parser.add_argument(
+            "--avoid-sites", default="", help="Never web results on these sites (comma-separated)."
+        )
+        parser.add_argument(
+            "--token-cap",
+            type=int,
+            default=None,
+            help="Stop gathering past this many tokens; write the report.",
+        )
+        parser.add_argument(
             "--image",
             default="",
             help="A picture the question is about (JPEG, PNG, GIF or WebP); VISION_MODEL describes it.",
@@ -68,12 +84,27 @@ class Command(BaseCommand):
     def handle(self, *args: Any, question: str, user: str, yes: bool, sources: str, **options: Any) -> None:
         owner = self._owner(user)
         image = self._image(options["image"]) if options.get("image") else None
+        try:
+            rules = {
+                name: sites.clean(options[option] or "")
+                for name, option in (
+                    ("sites_only", "only_sites"),
+                    ("sites_prefer", "prefer_sites"),
+                    ("sites_avoid", "avoid_sites"),
+                )
+            }
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        if options.get("token_cap") is not None and options["token_cap"] < 1:
+            raise CommandError("--token-cap is a number of tokens, 1 or more.")
         topic = Topic(
             question=question,
             sources=sources,
             time_range=options["time_range"],
             mode=options["mode"],
             auto_approve=yes,
+            token_cap=options.get("token_cap"),
+            **rules,
         )
         try:
             workflow.create_topic(topic, owner, image)

@@ -32,7 +32,7 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import LLMError
 from research.event_text import phrase
 from research.models import CacheEntry, Document, Round, SubQuery, Topic
-from research.pipeline import passages
+from research.pipeline import cap, passages
 from research.pipeline.context import RunContext, db
 from research.pipeline.prompting import LINE_TOKENS, ask, data_block, image_labels_block, load_prompt
 from research.pipeline.question_domain import merge_with_question
@@ -70,6 +70,8 @@ def run(ctx: RunContext) -> Outcome:
     if measured.stop_reason:
         return Outcome.CONTINUE
     reason = stop_reason(measured.growth_rate, number)
+    if not reason and cap.reached(topic):
+        reason = Round.Stop.CAP
     if reason:
         _stop(ctx, measured, reason)
         return Outcome.CONTINUE
@@ -139,6 +141,7 @@ def _stop(ctx: RunContext, measured: Round, reason: str) -> None:
             gettext_noop("round %(round)s is the last allowed"), round=measured.number
         ),
         Round.Stop.NO_QUERIES: phrase(gettext_noop("no new sub-query was left to ask")),
+        Round.Stop.CAP: phrase(gettext_noop("the topic reached its token cap")),
     }[Round.Stop(reason)]
     ctx.emit(
         STAGE,

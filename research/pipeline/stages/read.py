@@ -22,7 +22,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit
-from research.pipeline import cache, private
+from research.pipeline import cache, private, sites
 from research.pipeline.context import RunContext, db
 from research.pipeline.stage import Outcome, StageName
 
@@ -110,10 +110,15 @@ def _candidates(ctx: RunContext) -> list[Hit]:
     hits = Hit.objects.filter(topic=ctx.topic, source=Hit.Source.WEB, score__isnull=False)
     # Equal scores (sums of five small integers, so common) go by the reranker's order, if any.
     by_reranker = F("rerank_rank").asc(nulls_last=True)
-    ordered = hits.select_related("document", "subquery").order_by(
-        "-score__total", by_reranker, "position", "normalized_url"
+    ordered = list(
+        hits.select_related("document", "subquery", "score").order_by(
+            "-score__total", by_reranker, "position", "normalized_url"
+        )
     )
-    return list(ordered)
+    rules = sites.Rules.of(ctx.topic)
+    if rules.prefer:  # a preferred site's page goes ahead of equals (a stable sort keeps the rest)
+        ordered.sort(key=lambda hit: -(hit.score.total + sites.PREFERRED_BONUS * rules.preferred(hit.url)))
+    return ordered
 
 
 def _reading_order(pool: list[Hit], number: int, *, attempts: int) -> list[Hit]:

@@ -42,7 +42,7 @@ from django.utils.translation import gettext_noop
 from mcphub import sources as tool_sources
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
-from research.pipeline import cache, private, question_domain
+from research.pipeline import cache, private, question_domain, sites
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.links import normalize_url
 from research.pipeline.stage import Outcome, StageName
@@ -248,7 +248,8 @@ def _in_period(published_at: str | None, start: date | None, end: date | None) -
 
 async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pageno: int = 1) -> dict:
     categories = question_domain.categories_for(ctx.topic.domain, ctx.question, ctx.topic.time_range)
-    parts = ("search", query.text, query.language, time_range, pageno)
+    text = " ".join(filter(None, (query.text, sites.Rules.of(ctx.topic).operators())))
+    parts = ("search", text, query.language, time_range, pageno)
     # The default category adds nothing to the key, so earlier entries stay valid.
     key = cache.make_key(*parts, categories) if categories else cache.make_key(*parts)
     kept = MAX_RESULTS_PER_PAGE if ctx.llm_enabled else RESULTS_PER_QUERY
@@ -256,7 +257,7 @@ async def _search(ctx: RunContext, query: SearchQuery, *, time_range: str, pagen
     if cached is not None:
         return {**cached, "results": cached["results"][:kept], "time_range": time_range}
     response = await websearch.search(
-        query.text,
+        text,
         language=query.language,
         time_range=time_range,
         pageno=pageno,
@@ -283,9 +284,16 @@ def _save_hits(topic: Topic, query: SearchQuery, response: dict, *, offset: int 
     In three statements, not three or four per result: which of its URLs the topic has, the new
     ones in one insert (one another query saved at the same moment is skipped, as `_save_hit`
     skips it), and how many of them are this query's."""
+    rules = sites.Rules.of(topic)
+    dropped = [
+        {"url": r["url"][:2000], "title": r["title"][:300], "reason": rules.verdict(r["url"])}
+        for r in response["results"]
+        if rules.verdict(r["url"])
+    ]
     results = [
         (position, result, normalize_url(result["url"])[:2000])
         for position, result in enumerate(response["results"], start=offset)
+        if not rules.verdict(result["url"])
     ]
     known = set(
         Hit.objects.filter(topic=topic, normalized_url__in=[url for _, _, url in results]).values_list(
@@ -307,11 +315,14 @@ def _save_hits(topic: Topic, query: SearchQuery, response: dict, *, offset: int 
     if not offset or response["unresponsive_engines"]:
         query.unresponsive_engines = response["unresponsive_engines"]
     query.searched_at = timezone.now()
-    query.save(update_fields=["result_count", "unresponsive_engines", "searched_at"])
+    query.dropped = (query.dropped if offset else []) + dropped
+    query.save(update_fields=["result_count", "unresponsive_engines", "searched_at", "dropped"])
     return added
 
 
 def _save_hit(topic: Topic, query: SearchQuery, position: int, result: dict) -> int:
+    if sites.Rules.of(topic).verdict(result["url"]):  # an MCP source's result on a site ruled out
+        return 0
     normalized = normalize_url(result["url"])
     if Hit.objects.filter(topic=topic, normalized_url=normalized).exists():
         return 0

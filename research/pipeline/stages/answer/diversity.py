@@ -38,6 +38,7 @@ from django.conf import settings
 from django.utils.translation import gettext_noop
 
 from research.models import Document, SummaryScore, Topic
+from research.pipeline import sites
 from research.pipeline.context import RunContext
 from research.pipeline.links import domain_of, normalize_url
 from research.pipeline.stage import StageName
@@ -144,7 +145,8 @@ def final_documents(ctx: RunContext) -> list[Document]:
         .select_related("hit__subquery", "hit__score", "summary__score")
         .order_by(*ORDER)
     )
-    candidates = [_candidate(document) for document in documents]
+    rules = sites.Rules.of(ctx.topic)
+    candidates = [_candidate(document, rules) for document in documents]
     deep = ctx.topic.mode == Topic.Mode.DEEP
     min_score = settings.RESEARCH_MIN_SCORE
     judged = [candidate for candidate in candidates if candidate.judged]
@@ -173,11 +175,12 @@ def _per_site(topic: Topic) -> int:
     return 0 if topic.sources == Topic.Sources.DOCS else settings.RESEARCH_SOURCES_PER_SITE
 
 
-def _candidate(document: Document) -> Candidate:
+def _candidate(document: Document, rules: sites.Rules | None = None) -> Candidate:
+    preferred = rules is not None and rules.preferred(document.url)
     return Candidate(
         key=document.pk,
         site=site_of(document),
-        score=document.summary.score.total,
+        score=document.summary.score.total + (sites.PREFERRED_BONUS if preferred else 0.0),
         text=f"{document.title} {document.summary.text}",
         round=document.round,
         judged=document.summary.score.origin == SummaryScore.Origin.LLM,

@@ -37,7 +37,7 @@ from django.utils.translation import gettext_noop
 from mindsearch.clients.llm import Completion, LLMError
 from research import progress
 from research.models import CacheEntry, Citation, Document, Report, ReportDraft, Topic
-from research.pipeline import citecheck, extractive, passages, report_checks, window
+from research.pipeline import cap, citecheck, extractive, passages, report_checks, window
 from research.pipeline.context import RunContext, db
 from research.pipeline.prompting import (
     Prompt,
@@ -136,6 +136,7 @@ def _save(ctx: RunContext, material: Material, answer: Answer, verdicts: list[ci
         truncated=answer.truncated,
         sources=len(sources),
         verdicts=verdicts,
+        capped=cap.reached(ctx.topic, besides=(STAGE, CHECK_STAGE)),  # reached before the report
     )
     without = report_checks.without_model(ctx.topic, answer.model, ctx.fallen_back) if ctx.model else []
     with transaction.atomic():

@@ -1,0 +1,114 @@
+"""What a topic's run is likely to cost, shown with its plan before *Approve* (issue 30).
+
+The estimate scales this instance's own history to the plan: for the last completed topics of
+the same mode (not imported), the model calls, tokens (cache hits are free), search requests and
+minutes per planned sub-query; the plan's sub-query count times their 25th, 50th and 75th
+percentiles gives the range. With fewer than MIN_HISTORY such topics, a fixed profile of a run
+stands in, and the page says the figure is a first guess. Cost uses the configured prices of the
+model that will run it (research/usage.py). The error of the estimate is measured by
+`bench/pipeline.py --estimate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import quantiles
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Coalesce
+
+from research.models import LLMCall, SearchQuery, SubQuery, Topic
+from research.usage import price_for, prices_configured
+
+HISTORY = 30
+MIN_HISTORY = 3
+# Per planned sub-query, when this instance has no history: about what a topic of the loopback
+# world spends (`bench/pipeline.py --estimate`: quick 10 calls and 6,700 tokens per sub-query,
+# deep 12 and 7,500), a little over.
+PROFILE = {
+    Topic.Mode.QUICK: {"calls": 10.0, "tokens": 7500.0, "searches": 4.0, "minutes": 1.5},
+    Topic.Mode.DEEP: {"calls": 13.0, "tokens": 9000.0, "searches": 10.0, "minutes": 4.0},
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    low: float
+    mid: float
+    high: float
+
+    def scaled(self, factor: float) -> Figure:
+        return Figure(self.low * factor, self.mid * factor, self.high * factor)
+
+
+def _spread(values: list[float]) -> Figure:
+    if len(values) == 1:
+        return Figure(values[0], values[0], values[0])
+    low, mid, high = quantiles(values, n=4, method="inclusive")
+    return Figure(low, mid, high)
+
+
+def history(mode: str) -> list[dict[str, float]]:
+    """Per planned sub-query figures of the last completed topics of this mode."""
+    topics = (
+        Topic.objects.filter(
+            status=Topic.Status.COMPLETED, mode=mode, archive_bytes=0, started_at__isnull=False
+        )
+        .annotate(planned=Count("subqueries", filter=Q(subqueries__round=1), distinct=True))
+        .filter(planned__gt=0)
+        .order_by("-finished_at")[:HISTORY]
+    )
+    rows = []
+    for topic in topics:
+        calls = LLMCall.objects.filter(topic=topic, cache_hit=False)
+        paid = calls.aggregate(
+            n=Count("id"), tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0)
+        )
+        if not paid["n"]:
+            continue  # answered from the cache or without a model: no measure of cost
+        searches = SearchQuery.objects.filter(subquery__topic=topic, searched_at__isnull=False).count()
+        minutes = (topic.finished_at - topic.started_at).total_seconds() / 60 if topic.finished_at else 0.0
+        planned = float(topic.planned)
+        rows.append(
+            {
+                "calls": paid["n"] / planned,
+                "tokens": paid["tokens"] / planned,
+                "searches": searches / planned,
+                "minutes": minutes / planned,
+            }
+        )
+    return rows
+
+
+def estimate(topic: Topic) -> dict[str, Any]:
+    """The run's likely model calls, tokens, cost, search requests and minutes, each a range."""
+    planned = SubQuery.objects.filter(topic=topic, round=1).count()
+    rows = history(topic.mode)
+    measured = len(rows) >= MIN_HISTORY
+    figures: dict[str, Figure] = {}
+    for name in ("calls", "tokens", "searches", "minutes"):
+        if measured:
+            figures[name] = _spread([row[name] for row in rows]).scaled(planned)
+        else:
+            base = PROFILE[Topic.Mode(topic.mode)][name] * planned
+            figures[name] = Figure(base * 0.6, base, base * 1.6)
+    if topic.sources == Topic.Sources.DOCS:
+        figures["searches"] = Figure(0, 0, 0)
+    price = price_for(topic.llm_model or settings.AITUNNEL_MODEL)
+    # Prompts are most of a run's tokens (pages sent to be scored, summarised, cited).
+    cost = figures["tokens"].scaled(1.0)
+    cost = Figure(*(price.of(int(t * 0.85), int(t * 0.15)) for t in (cost.low, cost.mid, cost.high)))
+    return {
+        "planned": planned,
+        "measured": measured,
+        "history": len(rows),
+        "calls": figures["calls"],
+        "tokens": figures["tokens"],
+        "searches": figures["searches"],
+        "minutes": figures["minutes"],
+        "cost": cost if prices_configured() else None,
+        "currency": settings.LLM_PRICE_CURRENCY,
+        "cap": topic.token_cap,
+    }
