@@ -73,7 +73,12 @@ def hold(owner_id: int | None, tokens: int, model: str) -> int:
     held (0 without a budget: nothing to give back)."""
     if not enabled() or owner_id is None:
         return 0
-    params = {"key": _key(owner_id), "now": clock.time(), "window": HOLD_SECONDS, "tokens": tokens}
+    params: dict[str, str | float | int] = {
+        "key": _key(owner_id),
+        "now": clock.time(),
+        "window": HOLD_SECONDS,
+        "tokens": tokens,
+    }
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(_LOCK, params)  # other calls of this user wait here until we commit

@@ -19,6 +19,7 @@ from django.test import Client
 from mindsearch import limits
 from mindsearch.models import Invite, LimitCounter
 from research.models import Topic
+from research.pipeline.stage import StageName
 from retrieval.models import UploadedDocument
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -166,7 +167,9 @@ def test_twenty_llm_calls_at_once_spend_at_most_one_calls_maximum_past_the_daily
         def ask(n: int) -> str:
             ctx = RunContext(topic=topic, llm_enabled=True, model="test-model")
             request = f"Plan question {n}"
-            return asyncio.run(prompting.ask(ctx, "plan", prompt, request, kind="plan", max_tokens=200))
+            return asyncio.run(
+                prompting.ask(ctx, StageName.PLAN, prompt, request, kind="plan", max_tokens=200)
+            )
 
         ask(100)  # one call alone: what a call costs here
         one = LLMCall.objects.get(user=alice)

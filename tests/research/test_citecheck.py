@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from research.models import CacheEntry, LLMCall, Topic
 from research.pipeline import citecheck
 from research.pipeline.context import RunContext
+from research.pipeline.stage import StageName
 from research.rendering import render_markdown
 from tests.support.fakes import FakeService, openai_chat
 
@@ -311,7 +312,7 @@ def test_the_llm_pass_decides_and_is_recorded_in_batches(
         return '[{"id": 1, "verdict": "unsupp'  # cut short: nothing usable
 
     replies += [by_batch, by_batch]
-    checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage="citecheck")
+    checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage=StageName.CITECHECK)
     assert [(v.verdict, v.method, v.note) for v in checked[:2]] == [
         ("weak", citecheck.LLM, "only in part"),
         ("supported", citecheck.LLM, ""),
@@ -342,7 +343,7 @@ def test_the_llm_does_not_overturn_a_missing_number_or_a_copied_sentence(llm_top
         '[{"id": 1, "verdict": "supported"}, {"id": 2, "verdict": "unsupported"},'
         ' {"id": 3, "verdict": "unsupported", "reason": "not said"}]'
     )
-    checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage="citecheck")
+    checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage=StageName.CITECHECK)
     assert [v.verdict for v in checked[:2]] == ["unsupported", "supported"]
     assert "the LLM said supported" in checked[0].note and "the LLM said unsupported" in checked[1].note
     assert (checked[2].verdict, checked[2].method) == ("unsupported", citecheck.LLM)  # not settled: LLM
@@ -358,7 +359,7 @@ def test_a_failing_llm_leaves_the_local_verdicts(
     monkeypatch.setattr(llm_client, "MAX_ATTEMPTS", 1)
     settings.AITUNNEL_BASE_URL = "http://127.0.0.1:9/v1/"  # nothing listens there
     local = verdicts("Tokens are mixed in groups [1]. Validators rotate every 40 minutes [1].")
-    checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage="citecheck")
+    checked = async_to_sync(citecheck.verify)(ctx, local, private=False, stage=StageName.CITECHECK)
     assert [(v.verdict, v.method) for v in checked] == [(v.verdict, v.method) for v in local]
     assert LLMCall.objects.get(topic=ctx.topic).error
 

@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research.models import Topic
+from research.pipeline.stage import StageName
 from tests.research.test_views import awaiting, completed
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +79,7 @@ def test_a_documents_topic_that_finds_nothing_fails_in_the_readers_language(alic
     ctx = RunContext(topic=topic, llm_enabled=False, model="")
 
     def nothing_relevant() -> None:
-        private.read_documents(ctx, "read")
+        private.read_documents(ctx, StageName.READ)
 
     assert run._guarded(ctx, nothing_relevant) is False
     topic.refresh_from_db()
