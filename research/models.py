@@ -967,7 +967,7 @@ class TopicSchedule(models.Model):
         on_delete=models.SET_NULL,
         null=True,
         blank=True,
-        related_name="+",
+        related_name="started_by_schedules",
         help_text=_("The version the schedule started last."),
     )
     last_error = models.TextField(blank=True, default="")

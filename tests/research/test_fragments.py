@@ -28,6 +28,7 @@ from django.utils import timezone, translation
 from research import fragments, presenters
 from research.models import (
     Citation,
+    Delivery,
     Document,
     FollowUp,
     Hit,
@@ -44,6 +45,7 @@ from research.models import (
     SummaryScore,
     Topic,
     TopicImage,
+    TopicSchedule,
 )
 from research.progress import record_event
 from tests.research.test_views import completed
@@ -136,6 +138,8 @@ NOT_CACHED = {
     FollowUp: "the thread panel (forms)",
     ShareLink: "the sharing panel (forms)",
     SearchQuery: "the plan panel (forms)",
+    TopicSchedule: "the schedule card (forms), rendered per request",
+    Delivery: "the admin only",
 }
 
 
