@@ -189,7 +189,8 @@ def test_first_run_plan_review_phone_layout_and_revoked_share(
         timeout=RUN_TIMEOUT,
     )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.evaluate("document.getElementById('progress').scrollIntoView()")
+    # The page leads with what moves (status, event log, report, progress): its first screen.
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=SCREENSHOTS / "topic-live.png")
     wait_for_report(page)
     page.evaluate("document.getElementById('report').scrollIntoView()")

@@ -241,6 +241,7 @@ def test_a_topic_keeps_what_moves_in_the_first_screen(browser: Browser, site: st
     looks.every_way("ru-completed")
 
     # The history menu, one click away: this topic with its status, and a search that narrows it.
+    looks.at("desktop", "light")
     page.evaluate("window.scrollTo(0, 0)")
     page.locator("#history > summary").click()
     entries = page.locator("#history-list li")
