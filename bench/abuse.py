@@ -765,14 +765,23 @@ def queue(args: argparse.Namespace) -> dict[str, Any]:
             except psutil.Error:
                 return 0
 
+        def own_rss(process: Any) -> int:
+            try:
+                return process.memory_info().rss
+            except psutil.Error:
+                return 0
+
         baseline = {p.pid: tree_rss(p) for p in workers}
         peak = dict(baseline)
+        own_baseline = {p.pid: own_rss(p) for p in workers}
+        own_peak = dict(own_baseline)
         sampling = threading.Event()
 
         def sample() -> None:
             while not sampling.is_set():
                 for process in workers:
                     peak[process.pid] = max(peak[process.pid], tree_rss(process))
+                    own_peak[process.pid] = max(own_peak[process.pid], own_rss(process))
                 time.sleep(0.2)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -820,7 +829,9 @@ def queue(args: argparse.Namespace) -> dict[str, Any]:
             UploadedDocument.objects.filter(pk__in=documents).values_list("status", "error")
         )
         job_final = imports.status(job, greedy) or {}
+    # With its children (the bounded parser child a file is read in), and the process alone.
     extra = {str(pid): round((peak[pid] - baseline[pid]) / 2**20, 1) for pid in baseline}
+    own_extra = {str(pid): round((own_peak[pid] - own_baseline[pid]) / 2**20, 1) for pid in own_baseline}
     ratio = statistics.median(loaded) / idle
     return {
         "pdf_kb": round(len(slow_pdf()) / 1024, 1),
@@ -832,6 +843,7 @@ def queue(args: argparse.Namespace) -> dict[str, Any]:
         "documents": [{"status": s, "error": e[:160]} for s, e in final_statuses],
         "archive_import": {"state": job_final.get("state"), "error": str(job_final.get("error", ""))[:160]},
         "worker_extra_rss_mb": extra,
+        "worker_process_alone_extra_rss_mb": own_extra,
         "targets": QUEUE_TARGETS,
         "ok": ratio <= QUEUE_TARGETS["plan_ratio_at_most"]
         and all(mb < QUEUE_TARGETS["worker_extra_rss_mb_under"] for mb in extra.values()),
