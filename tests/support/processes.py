@@ -45,6 +45,9 @@ def process_env(**extra: str) -> dict[str, str]:
         ALLOWED_HOSTS="127.0.0.1,localhost",
         PYTHONUNBUFFERED="1",
         MINDSEARCH_WORKERS="1",
+        # Accounts signed up in a test are plain users, as in tests/conftest.py: the first-run
+        # administrator is tested where it is meant (tests/mindsearch/test_first_run_admin.py).
+        MINDSEARCH_FIRST_USER_ADMIN="0",
     )
     env.update(extra)
     return env
