@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 
 from mindsearch.models import EmailAddress
+from mindsearch.querysets import AnyUser
 
 VERIFY_SALT = "mindsearch.email-verify"
 VERIFY_DAYS = 3
@@ -47,8 +48,10 @@ def address_of(user: User) -> EmailAddress | None:
     return EmailAddress.objects.filter(user=user).first()
 
 
-def verified_address(user: User) -> str:
-    """The address to deliver to, or "" while there is none verified."""
+def verified_address(user: AnyUser) -> str:
+    """The address to deliver to, or "" while there is none verified (or no one signed in)."""
+    if not isinstance(user, User):
+        return ""
     address = address_of(user)
     return address.email if address is not None and address.verified else ""
 

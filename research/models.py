@@ -1029,7 +1029,7 @@ class SiteDefaults(models.Model):
         return f"Site lists of {self.owner}"
 
     @classmethod
-    def initial_for(cls, user: Any) -> dict[str, str | bool]:
+    def initial_for(cls, user: AnyUser | None) -> dict[str, str | bool]:
         """The form's initial text for the three lists (empty without saved defaults)."""
         found = cls.objects.filter(owner_id=getattr(user, "pk", None)).first()
         if found is None:

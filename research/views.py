@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from mindsearch.querysets import AnyUser
 from mindsearch.requests import HtmxHttpRequest, signed_in
 from mindsearch.status import checks_for
 from research import export, fragments, versions, workflow
@@ -83,7 +84,7 @@ def topic_rows(context: dict[str, Any]) -> SafeString:
     return fragments.fragment(version, name, lambda: render_to_string("research/_topic_rows.html", context))
 
 
-def blank_form_fields(user: Any = None) -> SafeString:
+def blank_form_fields(user: AnyUser | None = None) -> SafeString:
     """The new-topic form's fields before anything was typed: the same for everyone (cached),
     but for a user with saved site lists, whose form starts with them."""
     initial = SiteDefaults.initial_for(user)

@@ -16,6 +16,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
 from mindsearch.email_address import mail_configured, verified_address
+from mindsearch.querysets import AnyUser
 from research import delivery, keep, schedules, versions
 from research.forms import ScheduleForm
 from research.models import Document, Report, Topic, TopicSchedule
@@ -34,7 +35,7 @@ def _user(request: HttpRequest) -> User:
     return request.user
 
 
-def versions_context(topic: Topic, user: Any, form: ScheduleForm | None = None) -> dict[str, Any]:
+def versions_context(topic: Topic, user: AnyUser, form: ScheduleForm | None = None) -> dict[str, Any]:
     """What the topic page shows of the topic's versions, what changed and its schedule."""
     schedule = schedules.schedule_of(topic)
     if form is None:

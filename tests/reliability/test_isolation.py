@@ -56,6 +56,7 @@ ACCESS = {
     "metrics": PUBLIC,  # counts only, and only with METRICS_TOKEN (401 without, 404 when unset)
     # research
     "home": ACCOUNT,
+    "topic_history": ACCOUNT,
     "topic_create": ACCOUNT,
     "topic_import": ACCOUNT,
     "topic_import_status": OWNED,

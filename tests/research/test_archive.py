@@ -147,7 +147,9 @@ def test_a_topic_goes_from_alice_to_bob_intact(
     content = response.content
     with zipfile.ZipFile(io.BytesIO(content)) as zf:
         assert sorted(zf.namelist()) == ["report.md", "topic.json"]
-        assert researched.report.markdown.strip() in zf.read("report.md").decode()
+        exported = zf.read("report.md").decode()  # the report as downloaded: its check marked in it
+        assert researched.report.markdown.splitlines()[0] in exported
+        assert all(source["url"] in exported for source in researched.report.sources if source["url"])
 
     response = import_as(bob_client, content)
     copy = Topic.objects.exclude(pk=researched.pk).get()

@@ -86,7 +86,7 @@ class Command(BaseCommand):
         image = self._image(options["image"]) if options.get("image") else None
         try:
             rules = {
-                name: sites.clean(options[option] or "")
+                name: sites.clean(options.get(option) or "")
                 for name, option in (
                     ("sites_only", "only_sites"),
                     ("sites_prefer", "prefer_sites"),
