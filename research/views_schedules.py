@@ -46,7 +46,7 @@ def versions_context(topic: Topic, user: AnyUser, form: ScheduleForm | None = No
                 for name in ("every", "cron", "email", "webhook_url", "deliver_unchanged")
             }
         form = ScheduleForm(initial=initial)
-    if not user.is_staff:
+    if not getattr(user, "is_staff", False):
         form.fields.pop("cron", None)
     changes = Report.objects.filter(topic=topic).values_list("changes", flat=True).first()
     all_versions = versions.version_list(topic)
