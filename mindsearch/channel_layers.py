@@ -35,6 +35,14 @@ class PostgresChannelLayer(BasePostgresChannelLayer):
         super().__init__(*args, **config)
 
     def _get_or_create_listener_task(self) -> tuple[asyncio.Event, bool]:
+        loop = asyncio.get_running_loop()
+        stale = self.listener_task_is_running
+        if stale is not None and getattr(stale, "_loop", None) not in (None, loop):
+            # The package keeps one Event for the layer's life; once awaited in one event loop it
+            # cannot be awaited in another ("bound to a different event loop"): a layer used from
+            # a second loop (each test's, or a thread's of its own) starts afresh there.
+            self.listener_task_is_running = None
+            self.event_loop = loop
         event, is_new = super()._get_or_create_listener_task()
         if not is_new:
             return event, False
