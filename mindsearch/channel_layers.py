@@ -36,7 +36,7 @@ class PostgresChannelLayer(BasePostgresChannelLayer):
 
     def _get_or_create_listener_task(self) -> tuple[asyncio.Event, bool]:
         loop = asyncio.get_running_loop()
-        stale = self.listener_task_is_running
+        stale: asyncio.Event | None = getattr(self, "listener_task_is_running", None)
         if stale is not None and getattr(stale, "_loop", None) not in (None, loop):
             # The package keeps one Event for the layer's life; once awaited in one event loop it
             # cannot be awaited in another ("bound to a different event loop"): a layer used from
