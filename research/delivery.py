@@ -83,7 +83,9 @@ def retry_due() -> int:
 
 
 def send(delivery_id: int) -> str:
-    """Try one delivery once; returns its status after the try."""
+    """Try one delivery once; returns its status after the try. The row is claimed (its try
+    counted) in one short transaction and the outcome saved in another: the mail or the POST,
+    up to its timeout, holds no lock and no transaction open."""
     with transaction.atomic():
         item = (
             Delivery.objects.select_for_update(skip_locked=True)
@@ -94,13 +96,17 @@ def send(delivery_id: int) -> str:
         if item is None:
             return "gone"
         item.attempts += 1
-        try:
-            _send(item)
-        except Exception as exc:  # every failure is retried, then given up: none is lost silently
+        item.next_try_at = None  # claimed: not handed out again while this try runs
+        item.save(update_fields=["attempts", "next_try_at"])
+    try:
+        _send(item)
+    except Exception as exc:  # every failure is retried, then given up: none is lost silently
+        with transaction.atomic():
             _retry_or_give_up(item, str(exc) or type(exc).__name__)
-        else:
-            item.status, item.sent_at, item.last_error = Delivery.Status.SENT, timezone.now(), ""
-        item.save()
+            item.save()
+    else:
+        item.status, item.sent_at, item.last_error = Delivery.Status.SENT, timezone.now(), ""
+        item.save(update_fields=["status", "sent_at", "last_error"])
     return item.status
 
 
