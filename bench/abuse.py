@@ -298,6 +298,7 @@ def hostile_files() -> dict[str, Any]:
     from mindsearch.models import ApiToken
     from tests.research.test_image_budgets import many_scans
     from tests.retrieval.hostile_files import content_types_bomb, pdf_bomb, relationships_bomb
+    from tests.support.processes import free_port
 
     owner = User.objects.get_or_create(username="abuse-files")[0]
     _row, token = ApiToken.issue(owner, "bench")
@@ -309,7 +310,9 @@ def hostile_files() -> dict[str, Any]:
         "jpeg_6000_scans": ("/api/topics", base64.b64encode(many_scans()).decode()),
     }
     results: dict[str, Any] = {}
-    with daphne(production_env()) as (port, proc):
+    # A Web topic is refused outright while web search is not configured, before its picture is
+    # looked at: an address nobody answers on lets the picture reach its checks (no worker runs).
+    with daphne(production_env(SEARXNG_URL=f"http://127.0.0.1:{free_port()}/")) as (port, proc):
         process = psutil.Process(proc.pid)
         for _ in range(5):
             get_page(port)
