@@ -40,7 +40,8 @@ def _bounded_groups(
         return LTLayoutContainer.group_textboxes(container, laparams, boxes)
     # pdfminer's own order without grouping (LAParams.boxes_flow=None): vertical boxes first, right
     # to left, then the rest top to bottom, left to right. A plain group keeps the order it is given.
-    return [LTTextGroup(sorted(boxes, key=_reading_key))]
+    in_order: list[LTTextBox] = sorted(boxes, key=_reading_key)
+    return [LTTextGroup(in_order)]
 
 
 def _reading_key(box: LTTextBox) -> tuple[int, float, float]:

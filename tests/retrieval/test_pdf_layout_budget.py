@@ -104,10 +104,9 @@ def boxes(layouts: object) -> list[list[tuple[str, tuple[float, float, float, fl
 )
 def test_ordinary_pages_are_laid_out_exactly_as_pdfminer_lays_them_out(name: str) -> None:
     data = (DOCUMENTS / name).read_bytes()
-    ours = boxes(pdflayout.extract_pages(data, LAParams(all_texts=True, **LAPARAMS)))
-    theirs = boxes(
-        pdfminer_extract_pages(str(DOCUMENTS / name), laparams=LAParams(all_texts=True, **LAPARAMS))
-    )
+    laparams = LAParams(all_texts=True, char_margin=LAPARAMS["char_margin"])
+    ours = boxes(pdflayout.extract_pages(data, laparams))
+    theirs = boxes(pdfminer_extract_pages(str(DOCUMENTS / name), laparams=laparams))
     assert ours == theirs and any(ours)
 
 
