@@ -256,13 +256,14 @@ def _tesseract(png: bytes, languages: str = OCR_LANGUAGES) -> str:
 def _pdfminer_pages(data: bytes) -> tuple[list[Page], str, str, bool]:
     """(pages, title, error, complete): no pages and the error when pdfminer cannot read the
     file; not complete when its time ran out (pdfminer is pure Python: pdfium reads the rest)."""
-    from pdfminer.high_level import extract_pages
     from pdfminer.layout import LAParams, LTFigure, LTImage, LTTextBox
+
+    from retrieval.readers.pdflayout import extract_pages
 
     pages: list[Page] = []
     deadline = time.monotonic() + PDFMINER_SECONDS
     try:
-        layouts = extract_pages(io.BytesIO(data), laparams=LAParams(all_texts=True, **LAPARAMS))
+        layouts = extract_pages(data, LAParams(all_texts=True, **LAPARAMS))
         while True:
             budget = min(PDFMINER_PAGE_SECONDS, deadline - time.monotonic())
             if budget <= 0:
