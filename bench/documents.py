@@ -25,6 +25,7 @@ import time
 import unicodedata
 from collections import Counter
 from pathlib import Path
+from typing import TypedDict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,28 +41,44 @@ def words(text: str) -> list[str]:
     return WORD.findall(unicodedata.normalize("NFKC", text).lower())
 
 
-def measure(path: Path, known: str) -> dict[str, object]:
+class Measured(TypedDict, total=False):
+    """One file's row: what it is, whether it was read, and how much of the known text came back."""
+
+    file: str
+    bytes: int
+    kind: str
+    accepted: bool
+    message: str
+    seconds: float
+    characters: int
+    pages: int
+    word_recall: float
+    word_precision: float
+    order_similarity: float
+
+
+def measure(path: Path, known: str) -> Measured:
     data = path.read_bytes()
-    row: dict[str, object] = {"file": path.name, "bytes": len(data)}
+    row: Measured = {"file": path.name, "bytes": len(data)}
     started = time.perf_counter()
     try:
         with path.open("rb") as handle:
             row["kind"] = sniff_kind(handle)
         parsed = parse(data, filename=path.name)
     except ParseError as error:
-        row.update(accepted=False, message=str(error), seconds=round(time.perf_counter() - started, 2))
+        row |= {"accepted": False, "message": str(error), "seconds": round(time.perf_counter() - started, 2)}
         return row
     row["seconds"] = round(time.perf_counter() - started, 2)
     expected, found = words(known), words(parsed.text)
     common = sum((Counter(expected) & Counter(found)).values())
-    row.update(
-        accepted=True,
-        characters=len(parsed.text),
-        pages=len(parsed.pages),
-        word_recall=round(common / max(1, len(expected)), 3),
-        word_precision=round(common / max(1, len(found)), 3),
-        order_similarity=round(difflib.SequenceMatcher(None, expected, found, autojunk=False).ratio(), 3),
-    )
+    row |= {
+        "accepted": True,
+        "characters": len(parsed.text),
+        "pages": len(parsed.pages),
+        "word_recall": round(common / max(1, len(expected)), 3),
+        "word_precision": round(common / max(1, len(found)), 3),
+        "order_similarity": round(difflib.SequenceMatcher(None, expected, found, autojunk=False).ratio(), 3),
+    }
     return row
 
 
@@ -82,7 +99,7 @@ def main() -> None:
         "refused": {row["file"]: row["message"] for row in rows if not row["accepted"]},
         "min_word_recall": min((row["word_recall"] for row in read), default=None),
         "min_order_similarity": min((row["order_similarity"] for row in read), default=None),
-        "total_seconds": round(sum(float(row["seconds"]) for row in rows), 2),
+        "total_seconds": round(sum(row["seconds"] for row in rows), 2),
     }
     print(
         json.dumps({"folder": str(args.folder), "ocr": args.ocr, "files": rows, "summary": summary}, indent=2)

@@ -293,9 +293,14 @@ def citation_verdicts(report: Any) -> list[dict[str, str]] | None:
         )
         if "verdict" not in fields or report_field is None:
             continue
-        rows = model.objects.filter(**{report_field.name: report})
+        rows = model._default_manager.filter(**{report_field.name: report})
         return [
-            {**_detail(row), "verdict": str(row.verdict), "sentence": str(_sentence_of(row))} for row in rows
+            {
+                **_detail(row),
+                "verdict": str(row.serializable_value("verdict")),
+                "sentence": str(_sentence_of(row)),
+            }
+            for row in rows
         ]
     return None
 

@@ -105,19 +105,28 @@ def variant_of(text: str) -> str:
 def load_world() -> Iterator[Any]:
     """The scripted world of the tests, made to give each topic variant its own work: its own
     sub-queries and queries (one Russian and one English each), result URLs and page texts."""
-    from tests.support.fakes import Response, reader_text, searxng_search
-    from tests.support.world import PAGES, search_pages, world
+    from tests.support.fakes import Response, openai_chat, reader_text, searxng_search
+    from tests.support.world import PAGES, ScriptedLLM, search_pages, world
 
-    with world(**LATENCY) as w:
-        w.script.plan = lambda user: "\n".join(
-            f"ПОДЗАПРОС: {text} (тема {variant_of(user)})" for text, _, _ in ASPECTS
-        )
-        w.script.queries = lambda user: "\n".join(
-            f"ЗАПРОС: Mixture of Tokens {words} t{variant_of(user)}"
-            for text, ru, en in ASPECTS
-            if text in user
-            for words in (ru, en)
-        )
+    class VariantScript(ScriptedLLM):
+        def plan(self, user: str) -> str:
+            return "\n".join(f"ПОДЗАПРОС: {text} (тема {variant_of(user)})" for text, _, _ in ASPECTS)
+
+        def queries(self, user: str) -> str:
+            return "\n".join(
+                f"ЗАПРОС: Mixture of Tokens {words} t{variant_of(user)}"
+                for text, ru, en in ASPECTS
+                if text in user
+                for words in (ru, en)
+            )
+
+    with world(
+        llm_latency=LATENCY["llm_latency"],
+        search_latency=LATENCY["search_latency"],
+        reader_latency=LATENCY["reader_latency"],
+    ) as w:
+        w.script = VariantScript(pages=w.script.pages, queries_per_language=w.script.queries_per_language)
+        w.llm.routes[("POST", "/v1/chat/completions")] = openai_chat(w.script)
         plain = search_pages(w.web.url, PAGES)
 
         def results(request: Any) -> list[dict]:

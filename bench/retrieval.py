@@ -48,6 +48,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -335,7 +336,7 @@ def throughput(corpus: dict[str, str], documents: int) -> dict[str, Any]:
         # The configured model alone, at embed()'s batch size, which index_documents uses.
         raw.append(len(texts) / timed(lambda: encoder().passages(texts, 32)))
         items = make_uploads(owner, sample)
-        ingested.append(len(texts) / timed(lambda items=items: index_documents(items)))
+        ingested.append(len(texts) / timed(partial(index_documents, items)))
         owner.uploads.all().delete()
     return {
         "sample_documents": len(sample),
@@ -492,7 +493,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
     rrf = fused(lambda q, d, k: search.reciprocal_rank_fusion([ranked_ids(d), ranked_ids(k)]))
     fusion = {
         "by_language_ndcg@10": grid,
-        "best": max(grid, key=grid.get),
+        "best": max(grid, key=grid.__getitem__),
         "other_language_floored_ndcg@10": other_language,
         "rrf_k60": metrics(rrf, names, qrels),
         "bm25": {"k1": search.BM25_K1, "b": search.BM25_B},
@@ -600,7 +601,7 @@ def document_languages(names: dict[int, str], languages: dict[int, str]) -> dict
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for chunk_id, doc in names.items():
         counts[doc][languages.get(chunk_id, "")] += 1
-    return {doc: max(by_language, key=by_language.get) for doc, by_language in counts.items()}
+    return {doc: max(by_language, key=by_language.__getitem__) for doc, by_language in counts.items()}
 
 
 def chunk_matrix(owner: Any) -> tuple[list[int], np.ndarray]:
@@ -612,7 +613,7 @@ def chunk_matrix(owner: Any) -> tuple[list[int], np.ndarray]:
     return ids, np.asarray([np.asarray(vector, dtype=np.float32) for _, vector in rows])
 
 
-def paired_difference(ours: list[float], theirs: list[float]) -> dict[str, float]:
+def paired_difference(ours: list[float], theirs: list[float]) -> dict[str, float | list[float]]:
     """Mean per-query nDCG@10 difference with a 95% bootstrap interval, and wins/losses."""
     differences = np.asarray(ours) - np.asarray(theirs)
     rng = np.random.default_rng(1)
@@ -696,12 +697,10 @@ def latency(owner: Any, queries: dict[str, str]) -> dict[str, Any]:
     sample = list(queries.values())[:LATENCY_QUERIES]
     vectors = [embed_query(text) for text in sample]
     parts = {
-        "hybrid_search_ms": [timed(lambda t=text: search.hybrid_search(owner, t, k=10)) for text in sample],
-        "embed_query_ms": [timed(lambda t=text: embed_query(t)) for text in sample],
-        "dense_leg_ms": [
-            timed(lambda v=vector: search.nearest_chunks(owner.pk, v, 100)) for vector in vectors
-        ],
-        "keyword_leg_ms": [timed(lambda t=text: search.bm25_chunks(owner.pk, t, 100)) for text in sample],
+        "hybrid_search_ms": [timed(partial(search.hybrid_search, owner, text, k=10)) for text in sample],
+        "embed_query_ms": [timed(partial(embed_query, text)) for text in sample],
+        "dense_leg_ms": [timed(partial(search.nearest_chunks, owner.pk, vector, 100)) for vector in vectors],
+        "keyword_leg_ms": [timed(partial(search.bm25_chunks, owner.pk, text, 100)) for text in sample],
     }
     recall, hnsw_times, exact_times = [], [], []
     for vector in vectors[:50]:

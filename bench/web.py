@@ -458,7 +458,11 @@ def topic_sample(user: Any, size: int = 100) -> list[int]:
     return rich + random.Random(0).sample(everything, size - len(rich))
 
 
-async def page_latency(port: int, cookie: str, sample: list[int], args: argparse.Namespace) -> dict[str, Any]:
+async def page_latency(
+    port: int, cookie: str, sample: list[int], args: argparse.Namespace
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, Any]]:
+    """The latency of the topic list and topic pages, of the floor under them (a static file, a
+    signed-in 404), and of pages asked for with think time between them."""
     import httpx
 
     pages = [f"/topics/{sample[i % len(sample)]}/" for i in range(args.requests)]

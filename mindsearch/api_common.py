@@ -28,7 +28,10 @@ Text = Annotated[str, AfterValidator(_storable)]
 def choices_enum(name: str, choices: type[models.TextChoices]) -> type[enum.Enum]:
     """The values of a model's choices as an enum of its own name in the OpenAPI schema: two
     models' `Status` classes would otherwise share one schema component."""
-    return enum.Enum(name, {value.upper() or "NONE": value for value in choices.values}, type=str)
+    members = {value.upper() or "NONE": value for value in choices.values}
+    # Enum's functional API through its metaclass: mypy reads `enum.Enum(name, …)` only with a
+    # literal name, and this name is the caller's.
+    return enum.EnumMeta.__call__(enum.Enum, name, members, type=str)
 
 
 class ErrorOut(Schema):

@@ -319,13 +319,20 @@ def install_daphne_guard() -> None:
 def _spool(request: Any) -> None:
     """Keep the request's body in its file for GuardedApp; daphne and twisted see an empty one
     (twisted parses no multipart into memory, daphne queues one empty piece)."""
-    from twisted.internet import reactor
-
     key = secrets.token_urlsafe(24)
     _spooled[key] = request.content
     request.content = io.BytesIO()
     request.requestHeaders.setRawHeaders(SPOOLED_HEADER, [key.encode()])
-    reactor.callLater(SPOOLED_ORPHAN_SECONDS, _discard_spooled, key)
+    _call_later(SPOOLED_ORPHAN_SECONDS, _discard_spooled, key)
+
+
+def _call_later(seconds: float, function: Callable[..., object], *args: object) -> None:
+    """The reactor's callLater. Its interface (zope) declares methods without `self`, so mypy,
+    reading it as a class, takes `seconds` for the callable: the reactor is untyped here."""
+    from twisted.internet import reactor as twisted_reactor
+
+    reactor: Any = twisted_reactor
+    reactor.callLater(seconds, function, *args)
 
 
 def _discard_spooled(key: str) -> None:
@@ -360,8 +367,6 @@ def _daphne_refuse(request: Any) -> None:
     transport.write(head + body)
     # Read no more of it: what already arrived is dropped (handle_content_chunk), the rest stays
     # with the client, and the socket is closed once it had time to read the answer.
-    from twisted.internet import reactor
-
     transport.pauseProducing()
-    reactor.callLater(LINGER_SECONDS, transport.abortConnection)
+    _call_later(LINGER_SECONDS, transport.abortConnection)
     log.info("refused a request body over %d bytes", request._ms_limit)

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, UserCreationForm, UsernameField
+from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch import throttle
@@ -13,22 +15,25 @@ from mindsearch import throttle
 class SignUpForm(UserCreationForm):
     email = forms.EmailField(label=_("Email"), required=False, help_text=_("Optional."))
 
-    class Meta(UserCreationForm.Meta):
+    class Meta:  # UserCreationForm.Meta's, with the address
+        model = User
         fields = ("username", "email")
+        field_classes = {"username": UsernameField}
 
 
-class GuardedAuthenticationMixin:
+class GuardedAuthenticationMixin(AuthenticationForm):
     """The login guard (mindsearch/throttle.py) for any authentication form: within the delay
     the password is not even checked, and every failure counts for the account and address."""
 
     throttled = False
+    retry_after = 0
     error_messages = {
         **AuthenticationForm.error_messages,
         "throttled": _("Too many failed sign-in attempts. Wait %(seconds)d seconds and try again."),
     }
 
-    def clean(self) -> dict:
-        request = getattr(self, "request", None)
+    def clean(self) -> dict[str, Any]:
+        request = self.request
         if request is None:
             return super().clean()
         username = self.cleaned_data.get("username") or ""

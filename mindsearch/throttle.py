@@ -34,6 +34,8 @@ ADDRESS_FACTOR = 4
 DEVICE_COOKIE = "ms_device"
 DEVICE_SALT = "mindsearch.throttle.device"
 DEVICE_MAX_AGE = 365 * 24 * 3600
+# The request attribute a successful sign-in leaves the new cookie value in, for remember_device.
+_PENDING_COOKIE_ATTRIBUTE = "_mindsearch_device_cookie"
 
 
 @dataclass(frozen=True)
@@ -116,14 +118,13 @@ class Attempt:
         name = _name(self.username)
         devices = _known_devices(self.request)
         devices.setdefault(name, secrets.token_hex(8))
-        self.request._mindsearch_device_cookie = signing.dumps(
-            dict(list(devices.items())[-20:]), salt=DEVICE_SALT
-        )
+        value = signing.dumps(dict(list(devices.items())[-20:]), salt=DEVICE_SALT)
+        setattr(self.request, _PENDING_COOKIE_ATTRIBUTE, value)
 
 
 def remember_device(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     """Set the device cookie a successful sign-in left on the request (any door)."""
-    value = getattr(request, "_mindsearch_device_cookie", None)
+    value = getattr(request, _PENDING_COOKIE_ATTRIBUTE, None)
     if value:
         response.set_cookie(
             DEVICE_COOKIE,

@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import AdminSite
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import User
 from django.contrib.auth.views import LoginView
 from django.db import connection, transaction
@@ -19,8 +20,15 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from mindsearch import email_address, signup_rate, throttle
-from mindsearch.forms import ApiTokenForm, EmailAddressForm, SignUpForm, ThrottledAuthenticationForm
+from mindsearch.forms import (
+    ApiTokenForm,
+    EmailAddressForm,
+    GuardedAuthenticationMixin,
+    SignUpForm,
+    ThrottledAuthenticationForm,
+)
 from mindsearch.models import ApiToken, Invite
+from mindsearch.requests import signed_in
 from mindsearch.status import check_the_model, checks_for
 
 
@@ -125,7 +133,7 @@ def made_administrator(user: User) -> bool:
 
 def guarded_response(request: HttpRequest, response: HttpResponse, form: object) -> HttpResponse:
     """A refused attempt answers 429 with Retry-After; a successful one remembers the browser."""
-    if getattr(form, "throttled", False):
+    if isinstance(form, GuardedAuthenticationMixin) and form.throttled:
         response.status_code = 429
         response["Retry-After"] = str(form.retry_after)
     return throttle.remember_device(request, response)
@@ -135,10 +143,10 @@ class ThrottledLoginView(LoginView):
     form_class = ThrottledAuthenticationForm
     redirect_authenticated_user = True
 
-    def form_invalid(self, form: ThrottledAuthenticationForm) -> HttpResponse:
+    def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         return guarded_response(self.request, super().form_invalid(form), form)
 
-    def form_valid(self, form: ThrottledAuthenticationForm) -> HttpResponse:
+    def form_valid(self, form: AuthenticationForm) -> HttpResponse:
         return guarded_response(self.request, super().form_valid(form), form)
 
 
@@ -163,7 +171,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             days = form.cleaned_data["expires_in_days"]
             expires_in = timedelta(days=days) if days else None
-            _row, new_token = ApiToken.issue(request.user, form.cleaned_data["name"], expires_in)
+            _row, new_token = ApiToken.issue(signed_in(request), form.cleaned_data["name"], expires_in)
             form = ApiTokenForm()
         else:
             status = 400
@@ -189,14 +197,14 @@ def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
 def email_settings(request: HttpRequest) -> HttpResponse:
     """The account's address for deliveries: set it (a link is mailed to it) and see whether it
     is verified."""
-    address = email_address.address_of(request.user)
+    address = email_address.address_of(signed_in(request))
     form = EmailAddressForm(request.POST or None, initial={"email": address.email if address else ""})
     status = 200
     if request.method == "POST":
         if form.is_valid():
             try:
                 address = email_address.set_address(
-                    request.user, form.cleaned_data["email"], translation.get_language() or "en"
+                    signed_in(request), form.cleaned_data["email"], translation.get_language() or "en"
                 )
             except email_address.EmailError as error:
                 form.add_error("email", str(error))
