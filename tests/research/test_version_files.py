@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import io
+import json
+import zipfile
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 
-from research import export, versions
+from research import archive, export, versions
+from research.archive import checks as archive_checks
+from research.archive import series
+from research.archive.checks import ArchiveError
 from research.models import Report, Topic
 
+from .test_archive import import_as, zipped
 from .test_versions import AFTER, BEFORE, SOURCES_AFTER, SOURCES_BEFORE, completed, words_only
 
 pytestmark = pytest.mark.django_db
@@ -96,3 +105,93 @@ def test_summary_text_is_written_as_literal_markdown(alice: User) -> None:
 
     html = str(render_markdown(markdown))
     assert "<img" not in html and 'href="javascript' not in html
+
+
+# --- Archives -------------------------------------------------------------------------------------
+
+
+def archived(topic: Topic) -> dict[str, Any]:
+    content = archive.export_topic(topic)
+    with zipfile.ZipFile(io.BytesIO(content)) as zf:
+        return json.loads(zf.read("topic.json"))
+
+
+def test_an_archive_carries_the_series_and_imports_it_as_one(
+    alice: User, bob: User, bob_client: Client
+) -> None:
+    first, second = two_versions(alice)
+    data = archived(second)
+    assert [body["report"]["markdown"] for body in data["versions"]] == [BEFORE]
+    assert data["report"]["changes"]["claims"]["removed"][0]["text"]
+    assert data["versions"][0]["report"]["changes"] is None
+    # The first version's archive has no versions before it.
+    assert archived(first)["versions"] == []
+    import_as(bob_client, archive.export_topic(second))
+    imported = list(Topic.objects.filter(owner=bob).order_by("created_at", "pk"))
+    assert len(imported) == 2
+    old, new = imported
+    assert (old.series, old.previous_version_id) == (None, None)
+    assert (new.series, new.previous_version_id) == (old.pk, old.pk)
+    assert old.is_imported and new.is_imported  # data, not history
+    assert [v["id"] for v in versions.version_list(new)] == [old.pk, new.pk]
+    assert old.report.markdown == BEFORE and old.report.changes is None
+    changes = new.report.changes
+    assert changes["previous_topic"] == old.pk
+    assert changes["sources"] == second.report.changes["sources"]
+    assert changes["claims"] == second.report.changes["claims"]
+    page = bob_client.get(reverse("topic_detail", args=[new.pk])).content.decode()
+    assert "1 new source" in page and "<del>Analysts expected no cut before spring.</del>" in page
+    # The imported newest version's files say what changed, like the exporter's.
+    assert "~~Analysts expected no cut before spring.~~" in export.report_markdown(new)
+
+
+def _archive_with(data: dict[str, Any], **changes: Any) -> bytes:
+    return zipped({"topic.json": json.dumps({**data, **changes})})
+
+
+@pytest.mark.parametrize(
+    "spoil, reason",
+    [
+        (
+            lambda d: d["report"]["changes"]["sources"]["added"][0].update(url="javascript:alert(1)"),
+            "changed",
+        ),
+        (lambda d: d["report"]["changes"].update(since="yesterday"), "changed"),
+        (lambda d: d["report"]["changes"]["claims"].update(added="all"), "changed"),
+        (lambda d: d["report"]["changes"]["claims"]["added"].append({"text": 5}), "changed"),
+        (lambda d: d["versions"][0].update(versions=[]), "versions"),
+        (lambda d: d["versions"][0]["topic"].update(status="running"), "still being researched"),
+        (lambda d: d.update(versions=[d["versions"][0]] * (series.MAX_VERSIONS + 1)), "rows of versions"),
+        (lambda d: d.update(versions={"a": 1}), "not a list"),
+    ],
+)
+def test_a_hostile_series_is_refused_and_nothing_saved(
+    alice: User, bob: User, bob_client: Client, spoil: Any, reason: str
+) -> None:
+    _first, second = two_versions(alice)
+    data = archived(second)
+    spoil(data)
+    response = import_as(bob_client, _archive_with(data))
+    assert response.status_code == 302 and response["Location"] == reverse("home")
+    page = bob_client.get(reverse("home")).content.decode()
+    assert "Nothing was imported" in page and reason in page
+    assert not Topic.objects.filter(owner=bob).exists()
+
+
+def test_the_shape_count_bounds_the_versions_before_parsing(alice: User) -> None:
+    _first, second = two_versions(alice)
+    data = archived(second)
+    data["versions"] = [data["versions"][0]] * (series.MAX_VERSIONS + 1)
+    content = _archive_with(data)
+    with pytest.raises(ArchiveError, match="rows of versions"):
+        archive.read_archive(io.BytesIO(content))
+
+
+def test_an_export_keeps_only_the_newest_versions_that_fit(alice: User) -> None:
+    _first, second = two_versions(alice)
+    body = archived(second)
+    own = series.row_count(body)
+    bodies = [{"citations": [{}] * 10}, {"citations": [{}] * 20}]
+    assert series.trim(bodies, own) == bodies
+    assert series.trim(bodies, archive_checks.MAX_ROWS - 25) == [bodies[1]]
+    assert series.trim(bodies, archive_checks.MAX_ROWS) == []
