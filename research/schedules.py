@@ -198,8 +198,12 @@ def _failed(schedule: TopicSchedule, reason: str, now: datetime) -> None:
 
 # SearXNG's windows, narrowest first, with how far back each reaches; an hour's leeway for the
 # scheduler's minute and a retry's wait, so a daily run of a "past day" topic stays a day.
-WINDOWS = (("day", timedelta(days=1)), ("week", timedelta(weeks=1)), ("month", timedelta(days=30)))
-WINDOWS += (("year", timedelta(days=365)),)
+WINDOWS: tuple[tuple[str, timedelta], ...] = (
+    ("day", timedelta(days=1)),
+    ("week", timedelta(weeks=1)),
+    ("month", timedelta(days=30)),
+    ("year", timedelta(days=365)),
+)
 LEEWAY = timedelta(hours=1)
 
 

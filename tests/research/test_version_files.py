@@ -92,6 +92,7 @@ def test_the_summary_is_in_the_reports_language(alice: User) -> None:
 def test_summary_text_is_written_as_literal_markdown(alice: User) -> None:
     _first, second = two_versions(alice)
     changes = second.report.changes
+    assert changes is not None
     changes["claims"]["removed"][0]["text"] = (
         "An <img src=x onerror=alert(1)> *claim* [x](javascript:alert(1))"
     )
@@ -135,10 +136,11 @@ def test_an_archive_carries_the_series_and_imports_it_as_one(
     assert old.is_imported and new.is_imported  # data, not history
     assert [v["id"] for v in versions.version_list(new)] == [old.pk, new.pk]
     assert old.report.markdown == BEFORE and old.report.changes is None
-    changes = new.report.changes
+    changes, exported = new.report.changes, second.report.changes
+    assert changes is not None and exported is not None
     assert changes["previous_topic"] == old.pk
-    assert changes["sources"] == second.report.changes["sources"]
-    assert changes["claims"] == second.report.changes["claims"]
+    assert changes["sources"] == exported["sources"]
+    assert changes["claims"] == exported["claims"]
     page = bob_client.get(reverse("topic_detail", args=[new.pk])).content.decode()
     assert "1 new source" in page and "<del>Analysts expected no cut before spring.</del>" in page
     # The imported newest version's files say what changed, like the exporter's.
@@ -191,7 +193,7 @@ def test_an_export_keeps_only_the_newest_versions_that_fit(alice: User) -> None:
     _first, second = two_versions(alice)
     body = archived(second)
     own = series.row_count(body)
-    bodies = [{"citations": [{}] * 10}, {"citations": [{}] * 20}]
+    bodies: list[dict[str, Any]] = [{"citations": [{}] * 10}, {"citations": [{}] * 20}]
     assert series.trim(bodies, own) == bodies
     assert series.trim(bodies, archive_checks.MAX_ROWS - 25) == [bodies[1]]
     assert series.trim(bodies, archive_checks.MAX_ROWS) == []
