@@ -568,8 +568,9 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
     tags=["documents"],
 )
 def keep_source(request: HttpRequest, topic_id: int, document_id: int) -> Status:
-    """Add a web page the topic read (a `documents` id of its sources) to my documents: stored as
-    the reader got it, with its address and read date, and indexed; 200 when already there."""
+    """Add a web page the topic read (a `documents` id of its sources) to my documents: the PDF it
+    is or names, else the page as the reader got it, with its address and date, and indexed;
+    200 when already there."""
     document = Document.objects.filter(topic=_topic(request, topic_id), pk=document_id).first()
     if document is None:
         raise Http404(f"Page {document_id} of topic {topic_id} not found.")

@@ -73,10 +73,19 @@ def _report_markdown(topic: Topic) -> str:
     check = checked_report(topic)
     lines = [*report_notes(topic), *([check.summary] if check.summary else [])]
     notes = "".join(f">\n> **{line}**\n" for line in lines)
+    since = _changes_block(topic)
     return (
-        f"> {header}\n{notes}>\n> {heading}:\n>\n{_quote(subqueries)}\n\n"
+        f"> {header}\n{notes}>\n> {heading}:\n>\n{_quote(subqueries)}\n\n{since}"
         f"{check.markdown.strip()}\n{check.notes_markdown}{thread}"
     )
+
+
+def _changes_block(topic: Topic) -> str:
+    """A later version's "since <date>" summary before its report (research/versions.py)."""
+    from research.versions import changes_markdown
+
+    summary = changes_markdown(topic.report.changes)
+    return f"{summary}\n---\n\n" if summary else ""
 
 
 @dataclass(frozen=True)
@@ -297,8 +306,17 @@ def report_pdf_html(topic: Topic) -> str:
             checked_html=render_markdown(body, source_count=len(topic.report.sources)),
             plan=list(plan),
             language=translation.get_language(),
+            version_changes=_changes_of(topic),
         )
         return render_to_string("research/report_pdf.html", context)
+
+
+def _changes_of(topic: Topic) -> dict[str, Any] | None:
+    """What the PDF shows of a later version's changes (research/_changes.html); None for a first."""
+    from research.versions import changes_context
+
+    context = changes_context(topic.report.changes)
+    return context if context["since"] is not None else None
 
 
 def render_pdf(html: str) -> bytes:

@@ -9,9 +9,16 @@ compared with the version before it and what changed is delivered (research/deli
 failed or refused one is tried again later, with a growing pause, and its owner is told once per
 run of failures, never on every try.
 
-A topic whose time range is relative (past day, week, month, year) searches that window as of
-each run, so the window moves with the schedule; one with no range, or with dates in its
-question, searches as it did.
+The time filter of a scheduled run is moved to the period since the last run when the question
+allows (`move_window`): a range the user chose (past day, week, month, year) searches that window
+as of the new run, widened when more time than it covers has passed since the version before
+began (a weekly run of a "past day" topic searches the past week, so nothing published in
+between is missed; the chosen range again once runs come as often as it). A question that names
+its own period keeps it — relative words ("this month", "the last 3 days") are read on the day
+of each run, dates ("in 2023") stay the dates asked about. A topic with no range searches the
+whole web as before (its pages are read afresh, research/versions.py): narrowing it to the days
+since the last run would drop what the previous report stood on, and its "what changed" would
+list all of it as no longer said.
 """
 
 from __future__ import annotations
@@ -144,6 +151,8 @@ def _start(schedule_id: int, now: datetime) -> int:
         except workflow.Refused as refused:  # the owner's limits: another time
             _failed(schedule, refused.message, now)
             return 0
+        if running.pk != latest.pk:  # a new version (a failed one resumes as it was)
+            move_window(running, latest)
         schedule.last_topic, schedule.last_run_at = running, now
         schedule.next_run_at = next_time(schedule.every, now, schedule.cron)
         schedule.save(update_fields=["last_topic", "last_run_at", "next_run_at"])
@@ -183,3 +192,44 @@ def _failed(schedule: TopicSchedule, reason: str, now: datetime) -> None:
         transaction.on_commit(lambda: delivery.notify_failure(schedule.pk))
     schedule.save(update_fields=fields)
     log.info("scheduled research %s failed (%s); next try %s", schedule.pk, reason, schedule.next_run_at)
+
+
+# --- The time filter, moved to the period since the last run ---------------------------------------
+
+# SearXNG's windows, narrowest first, with how far back each reaches; an hour's leeway for the
+# scheduler's minute and a retry's wait, so a daily run of a "past day" topic stays a day.
+WINDOWS: tuple[tuple[str, timedelta], ...] = (
+    ("day", timedelta(days=1)),
+    ("week", timedelta(weeks=1)),
+    ("month", timedelta(days=30)),
+    ("year", timedelta(days=365)),
+)
+LEEWAY = timedelta(hours=1)
+
+
+def window_since(elapsed: timedelta) -> str:
+    """The narrowest window that reaches back `elapsed`; "" (any time) past a year."""
+    for window, span in WINDOWS:
+        if elapsed <= span + LEEWAY:
+            return window
+    return ""
+
+
+def move_window(version: Topic, previous: Topic) -> None:
+    """Give a scheduled version the time filter of the period since `previous` began, when its
+    question allows (see the module's docstring). Called before the version's run is committed."""
+    from research.pipeline import timeparse
+
+    if timeparse.parse_period(version.question, timezone.localdate(version.created_at)) is not None:
+        return  # the question's own period: the route stage reads it for this run's day
+    chosen = (
+        Topic.objects.filter(pk=versions.series_of(previous)).values_list("time_range", flat=True).first()
+    )
+    if not chosen:
+        return  # any time: the whole web, read afresh
+    needed = window_since(version.created_at - previous.created_at)
+    order = [window for window, _span in WINDOWS] + [""]
+    widest = max(chosen, needed, key=order.index)
+    if widest != version.time_range:
+        version.time_range = widest
+        version.save(update_fields=["time_range", "updated_at"])

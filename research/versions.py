@@ -233,3 +233,78 @@ def newest_reported(topic: Topic) -> Topic:
         .last()
     )
     return newest or topic
+
+
+# --- What changed, in a file ----------------------------------------------------------------------
+
+
+def changes_markdown(changes: dict[str, Any] | None) -> str:
+    """The "since <date>" summary of a later version for its Markdown and DOCX files, in the
+    active language (the report's, `export.report_markdown`), every text from the report and
+    its sources written as literal Markdown; "" for a first version."""
+    from django.utils.formats import date_format
+    from django.utils.translation import gettext as _
+    from django.utils.translation import ngettext
+
+    from research.pipeline.stages.answer.report_writer import _escape, _plain
+
+    context = changes_context(changes)
+    if context["since"] is None:
+        return ""
+    when = date_format(context["since"], "DATETIME_FORMAT")
+    if not context["count"]:
+        return "**" + _("Nothing has changed since %(date)s.") % {"date": when} + "**\n"
+    sources, claims = changes["sources"], changes["claims"]  # type: ignore[index]
+
+    def counted(singular: str, plural: str, items: list[Any]) -> str:
+        return ngettext(singular, plural, len(items)) % {"n": len(items)}
+
+    summary = (
+        f"{counted('%(n)s new source', '%(n)s new sources', sources['added'])}, "
+        f"{counted('%(n)s dropped', '%(n)s dropped', sources['dropped'])}; "
+        f"{counted('%(n)s new claim', '%(n)s new claims', claims['added'])}, "
+        f"{counted('%(n)s changed', '%(n)s changed', claims['changed'])}, "
+        f"{counted('%(n)s no longer made', '%(n)s no longer made', claims['removed'])}."
+    )
+    lines = ["## " + _("Since %(date)s:") % {"date": _plain(when)}, "", summary]
+
+    def cited(claim: dict[str, Any]) -> str:
+        return "".join(f" <{url}>" for url in claim.get("sources", []) if _web(url))
+
+    if claims["added"]:
+        lines += ["", "### " + _("New"), ""]
+        for claim in claims["added"]:
+            lines.append(f"- {_plain(_one_line(claim['text']))}{cited(claim)}")
+            if claim.get("passage"):
+                lines.append(f"  > {_plain(_one_line(claim['passage'])[:400])}")
+    if claims["changed"]:
+        lines += ["", "### " + _("Changed"), ""]
+        for pair in claims["changed"]:
+            before, after = (
+                _plain(_one_line(pair["before"]["text"])),
+                _plain(_one_line(pair["after"]["text"])),
+            )
+            lines.append(f"- ~~{before}~~ → {after}{cited(pair['after'])}")
+    if claims["removed"]:
+        lines += ["", "### " + _("No longer in the report"), ""]
+        lines += [f"- ~~{_plain(_one_line(claim['text']))}~~{cited(claim)}" for claim in claims["removed"]]
+    if sources["added"] or sources["dropped"]:
+        lines += ["", "### " + _("Sources"), ""]
+        for source in sources["added"]:
+            title = source.get("title") or source.get("url") or ""
+            if _web(source.get("url")):
+                lines.append(f"- \\+ [{_escape(_one_line(title))}]({source['url']})")
+            else:
+                lines.append(f"- \\+ {_plain(_one_line(title))}")
+        for source in sources["dropped"]:
+            title = source.get("title") or source.get("url") or ""
+            lines.append(f"- − ~~{_plain(_one_line(title))}~~")
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _web(url: Any) -> bool:
+    return isinstance(url, str) and url.lower().startswith(("http://", "https://")) and " " not in url

@@ -375,3 +375,82 @@ def _markdown_title(text: str) -> str:
         if line.startswith("# "):
             return line[2:].strip()
     return ""
+
+
+# --- A file behind a page (research/keep.py) -------------------------------------------------------
+
+PDF_TYPE = "application/pdf"
+# What servers send a PDF as; it is taken only when its bytes begin as a PDF does.
+PDF_TYPES = {PDF_TYPE, "application/x-pdf", "application/octet-stream", "binary/octet-stream"}
+PDF_MAGIC = b"%PDF-"
+_PDF_LINK = re.compile(
+    r"""<meta\s[^>]*name=["']citation_pdf_url["'][^>]*content=["']([^"']+)["']"""
+    r"""|<meta\s[^>]*content=["']([^"']+)["'][^>]*name=["']citation_pdf_url["']""",
+    re.IGNORECASE,
+)
+PAGE_HEAD_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True)
+class FetchedFile:
+    url: str
+    content_type: str
+    body: bytes
+
+
+async def fetch_pdf(url: str, *, max_bytes: int, timeout: float = 30.0) -> FetchedFile | None:
+    """The PDF at `url`, or the one its page names as its own (`citation_pdf_url`, as scholarly
+    pages do); None when it is a page without one. Every hop checked like a page fetch
+    (SSRF-safe), the PDF at most `max_bytes` (FetchError past it), the whole within `timeout`."""
+    try:
+        async with asyncio.timeout(timeout), checked_client(timeout) as client:
+            found = await _follow_file(client, url, max_bytes)
+            if found is None or _is_pdf(found):
+                return found
+            if mime_of(found.content_type) in PDF_TYPES:
+                return None  # a file, but not a PDF
+            link = _PDF_LINK.search(found.body.decode("utf-8", "replace"))
+            if link is None:
+                return None
+            behind = await _follow_file(
+                client, urljoin(found.url, html.unescape(link.group(1) or link.group(2))), max_bytes
+            )
+            return behind if behind is not None and _is_pdf(behind) else None
+    except (TimeoutError, httpx.TimeoutException):
+        raise FetchError(f"the file did not load within {timeout:g} s") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise FetchError(f"could not fetch the file: {exc or type(exc).__name__}") from exc
+
+
+def _is_pdf(found: FetchedFile) -> bool:
+    return mime_of(found.content_type) in PDF_TYPES and found.body.startswith(PDF_MAGIC)
+
+
+async def _follow_file(client: httpx.AsyncClient, url: str, max_bytes: int) -> FetchedFile | None:
+    """A PDF (whole, up to `max_bytes`), an HTML page's head (to look for its PDF), or None."""
+    seen: set[str] = set()
+    for _hop in range(MAX_REDIRECTS + 1):
+        if url in seen:
+            raise FetchError(f"redirect loop at {url}")
+        seen.add(url)
+        await asyncio.to_thread(check_url, url)
+        async with client.stream("GET", url, headers={"Accept": f"{PDF_TYPE},text/html;q=0.9"}) as response:
+            location = response.headers.get("location")
+            if response.status_code in REDIRECT_STATUSES and location:
+                url = urljoin(str(response.url), location)
+                continue
+            if not response.is_success:
+                raise FetchError(f"the file answered HTTP {response.status_code}")
+            content_type = response.headers.get("content-type", "")
+            mime = mime_of(content_type)
+            if mime in PDF_TYPES:
+                return FetchedFile(str(response.url), content_type, await _read_capped(response, max_bytes))
+            if mime in ("text/html", "application/xhtml+xml"):
+                head = bytearray()
+                async for chunk in response.aiter_bytes():
+                    head += chunk
+                    if len(head) >= PAGE_HEAD_BYTES:
+                        break
+                return FetchedFile(str(response.url), content_type, bytes(head[:PAGE_HEAD_BYTES]))
+            return None
+    raise FetchError(f"more than {MAX_REDIRECTS} redirects")

@@ -27,7 +27,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from research import export
-from research.archive import citations, followups, image, shape
+from research.archive import citations, followups, image, series, shape
 from research.archive.checks import (
     REPORT_FIELDS,
     ROW_LIMITS,
@@ -73,12 +73,19 @@ def export_topic(topic: Topic) -> bytes:
 
 
 def topic_data(topic: Topic) -> dict[str, Any]:
+    data: dict[str, Any] = {"format": FORMAT, "version": VERSION, "exported_at": timezone.now()}
+    data.update(_body(topic))
+    # The versions before it, each with its report's changes (research/archive/series.py).
+    earlier = [_body(version) for version in series.earlier_versions(topic)]
+    data[series.KEY] = series.trim(earlier, series.row_count(data))
+    return data
+
+
+def _body(topic: Topic) -> dict[str, Any]:
+    """One topic's part of an archive: its row, its report (with what changed) and its tables."""
     data: dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION,
-        "exported_at": timezone.now(),
         "topic": Topic.objects.filter(pk=topic.pk).values(*TOPIC_FIELDS).get(),
-        "report": Report.objects.filter(topic=topic).values(*REPORT_FIELDS).first(),
+        "report": Report.objects.filter(topic=topic).values(*REPORT_FIELDS, "changes").first(),
     }
     for table in TABLES:
         rows = table.model.objects.filter(**{table.topic_path: topic}).order_by("pk")
@@ -167,7 +174,8 @@ def _read_member(archive: zipfile.ZipFile, room: int | None) -> bytearray:
         raise ArchiveError(_too_big())
     if room is not None and info.file_size > room:
         raise ArchiveError(_over_quota(info.file_size, room))
-    counted = shape.Shape({**ROW_LIMITS, followups.KEY: settings.RESEARCH_MAX_FOLLOWUPS}, shape.OTHER_ROWS)
+    limits = {**ROW_LIMITS, followups.KEY: settings.RESEARCH_MAX_FOLLOWUPS, series.KEY: series.MAX_VERSIONS}
+    counted = shape.Shape(limits, shape.OTHER_ROWS)
     raw = bytearray()
     with archive.open(info) as member:
         # zipfile stops at the declared size, so a member lying about it cannot inflate further.
@@ -224,25 +232,56 @@ def import_topic(
     """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved.
     `progress(done, total)` hears of the rows saved so far (the import job's page shows it);
     `archive_bytes`, what the archive unpacked to, is kept on the topic (never 0: it is imported)."""
-    from research.presenters import store_thread
+    earlier = [_check_body(body, f"{series.KEY}[{index}]") for index, body in enumerate(series.bodies(data))]
+    own = _check_body(data, "report")
+    try:
+        with transaction.atomic():
+            # An imported series is data: every version is marked imported, the newest counts
+            # what the whole archive unpacked to against its owner's storage.
+            previous: Topic | None = None
+            for body in earlier:
+                previous = _create_body(body, owner, lambda done, total: None, 1, previous)
+            return _create_body(own, owner, progress or (lambda done, total: None), archive_bytes, previous)
+    except DatabaseError:
+        # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.
+        log.exception("a checked topic archive could not be saved")
+        raise ArchiveError(_("The archive holds data the database refuses.")) from None
 
+
+Body = tuple[Checked, list[dict[str, Any]], list[dict[str, Any]], Any, dict[str, Any] | None]
+
+
+def _check_body(data: dict[str, Any], where: str) -> Body:
+    """One topic of the archive checked whole, nothing saved: its rows, its report's citation
+    verdicts, follow-ups, picture and what changed since the version before it."""
     checked = check(data)
     verdicts = citations.check(data, checked.report)
     tables = checked.tables
     thread = followups.check(data, checked.report, tables["subqueries"], tables["documents"])
     picture = image.check(data)
-    try:
-        with transaction.atomic():
-            checked.topic["archive_bytes"] = max(1, archive_bytes)
-            topic = _create(checked, owner, verdicts, progress or (lambda done, total: None))
-            followups.create(topic, thread, checked.new_ids)
-            store_thread(topic)  # rendered here, in the worker, never by a page view (issue 26)
-            image.create(topic, picture)
-            return topic
-    except DatabaseError:
-        # What the checks above do not cover (say, a JSON value PostgreSQL refuses) ends here.
-        log.exception("a checked topic archive could not be saved")
-        raise ArchiveError(_("The archive holds data the database refuses.")) from None
+    report = data.get("report")
+    changes = series.check_changes(report.get("changes") if isinstance(report, dict) else None, where)
+    return checked, verdicts, thread, picture, changes
+
+
+def _create_body(
+    body: Body, owner: AbstractBaseUser, progress: Progress, archive_bytes: int, previous: Topic | None
+) -> Topic:
+    from research.presenters import store_thread
+
+    checked, verdicts, thread, picture, changes = body
+    checked.topic["archive_bytes"] = max(1, archive_bytes)
+    if previous is not None:  # a later version of the series the archive's first version began
+        checked.topic["series"] = previous.series or previous.pk
+        checked.topic["previous_version"] = previous
+    topic = _create(checked, owner, verdicts, progress)
+    followups.create(topic, thread, checked.new_ids)
+    store_thread(topic)  # rendered here, in the worker, never by a page view (issue 26)
+    image.create(topic, picture)
+    if changes is not None and checked.report is not None:
+        changes["previous_topic"] = previous.pk if previous is not None else None
+        Report.objects.filter(topic=topic).update(changes=changes)
+    return topic
 
 
 def _create(
