@@ -4,7 +4,8 @@ The worker runs in no reader's language, so an event keeps two things: `RunEvent
 line in English (the admin, API, console and archives read it), and under `data["i18n"]` the
 msgid it came from with its arguments, which the topic page translates when it shows the line.
 An argument that is itself a fixed phrase (a stop reason, a domain) is a nested `phrase()` and is
-translated too; anything else (a URL, a query, an error from elsewhere) is shown as it came.
+translated too, and so is a list of such phrases (SearXNG's categories, a report's marks), shown
+joined by commas; anything else (a URL, a query, an error from elsewhere) is shown as it came.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ I18N_KEY = "i18n"
 MAX_MSGID_CHARS = 500
 MAX_ARG_CHARS = 2000
 MAX_LINE_CHARS = 4000
+MAX_LIST_ITEMS = 20
 
 
 def phrase(msgid: str, **args: Any) -> dict[str, Any]:
@@ -33,6 +35,22 @@ def choice_phrase(choice: Choices) -> dict[str, Any]:
     """The label of a model choice as a phrase: its msgid, whatever language is active now."""
     with translation.override(None):
         return phrase(str(choice.label))
+
+
+def phrases(*specs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Phrases shown as one argument, each translated, joined by commas."""
+    return list(specs)
+
+
+def is_phrase_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) <= MAX_LIST_ITEMS
+        and all(
+            _is_phrase(item) and all(is_flat(arg) for arg in (item.get("args") or {}).values())
+            for item in value
+        )
+    )
 
 
 def english(spec: dict[str, Any]) -> str:
@@ -48,6 +66,9 @@ def render(spec: dict[str, Any], translate: Callable[[str], str], *, nested: boo
     for name, value in (spec.get("args") or {}).items():
         if _is_phrase(value) and not nested:
             args[name] = render(value, translate, nested=True)[:MAX_ARG_CHARS]
+        elif is_phrase_list(value) and not nested:
+            shown = (render(item, translate, nested=True) for item in value)
+            args[name] = ", ".join(shown)[:MAX_ARG_CHARS]
         elif is_flat(value) and not isinstance(value, str):
             args[name] = value
         else:  # text, or what live code never writes (an archive's checks refuse it)

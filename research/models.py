@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, models
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch.models import HashedTokenQuerySet, RevocableToken
@@ -656,6 +656,12 @@ class FollowUp(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.position} {self.question[:70]}"
+
+    @property
+    def error_text(self) -> str:
+        """`error` in the reader's language: the worker's own failures are msgids (followup.py),
+        a text from elsewhere is shown as stored."""
+        return translation.gettext(self.error) if self.error else ""
 
     @property
     def is_pending(self) -> bool:

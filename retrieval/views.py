@@ -81,11 +81,27 @@ def document_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def document_rows(request: HttpRequest) -> HttpResponse:
-    """The documents card, polled while something is being indexed; 204 while nothing changed."""
-    context = list_context(signed_in(request))
+    """The documents card, polled while something is being indexed; 204 while nothing changed.
+
+    `announced` names the documents whose upload message says "indexing has started": once one
+    is indexed (or has failed) its message is replaced to say so, and it is announced no more."""
+    user = signed_in(request)
+    context = list_context(user)
     if request.GET.get("version") == context["version"]:
         return HttpResponse(status=204)
-    return render(request, "retrieval/_document_list.html", context)
+    announced = _announced(request.GET.get("announced", ""))
+    settled = [d for d in context["documents"] if d.pk in announced and d.is_settled]
+    context.update(settled=settled, announced=[pk for pk in announced if pk not in {d.pk for d in settled}])
+    return render(request, "retrieval/_document_rows.html", context)
+
+
+def _announced(value: str) -> list[int]:
+    """The document ids of a poll's `announced` (a few, comma-separated; anything else ignored)."""
+    return [
+        int(part)
+        for part in value.split(",")[: settings.UPLOAD_MAX_FILES]
+        if part.isdigit() and len(part) < 10
+    ]
 
 
 def _embedding_problem() -> Any:
@@ -103,6 +119,8 @@ def document_upload(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx:
         context = list_context(user)
         context.update(outcomes=outcomes, quota=uploads.quota(user))  # the quota line, updated
+        # The live list tells these messages when their documents are indexed (document_rows).
+        context["announced"] = [o.document.pk for o in outcomes if o.document and not o.document.is_settled]
         return render(request, "retrieval/_upload_results.html", context)
     for outcome in outcomes:
         messages.add_message(request, getattr(messages, outcome.level.upper()), outcome.text)

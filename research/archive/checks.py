@@ -349,7 +349,7 @@ def _event_data_ok(data: dict[str, Any]) -> bool:
 
 def _phrase_ok(spec: Any, *, nested_allowed: bool) -> bool:
     """A phrase as the worker writes it: a short msgid, arguments that are text or numbers,
-    and at most one level of nested phrase."""
+    and at most one level of nested phrase (or list of them)."""
     if not isinstance(spec, dict) or set(spec) - {"msgid", "args"}:
         return False
     msgid, args = spec.get("msgid"), spec.get("args", {})
@@ -358,6 +358,10 @@ def _phrase_ok(spec: Any, *, nested_allowed: bool) -> bool:
     for value in args.values():
         if isinstance(value, dict):
             if not (nested_allowed and _phrase_ok(value, nested_allowed=False)):
+                return False
+        elif isinstance(value, list):
+            items_ok = all(_phrase_ok(item, nested_allowed=False) for item in value)
+            if not (nested_allowed and event_text.is_phrase_list(value) and items_ok):
                 return False
         elif not event_text.is_flat(value) or (
             isinstance(value, str) and len(value) > event_text.MAX_ARG_CHARS

@@ -34,6 +34,7 @@ from django.utils.translation import gettext_noop
 from mindsearch import lifecycle
 from mindsearch.clients.llm import Completion, LLMError
 from research import progress
+from research.event_text import phrase
 from research.models import Document, FollowUp, Report, RunEvent, SubQuery, Topic
 from research.pipeline import citecheck, classifier, extractive, passages, question_domain, window
 from research.pipeline.context import Cancelled, RunContext, StageError, db
@@ -214,9 +215,14 @@ def _answer_locked(followup_id: int, listeners: list[Listener] | None) -> None:
 def _failed(ctx: RunContext, followup: FollowUp, exc: Exception) -> None:
     if isinstance(exc, StageError):
         message = str(exc)
+        # A msgid is told as a phrase, for the page to translate (the thread shows `error_text`).
+        reason: str | dict[str, Any] = (
+            phrase(exc.msgid, **exc.i18n_args) if exc.i18n_args is not None else message[:500]
+        )
     else:  # the details are for the log, not for the thread or the API
         log.exception("follow-up %s of topic %s failed", followup.pk, followup.topic_id)
-        message = "An unexpected error stopped it; the server log has the details."
+        message = gettext_noop("An unexpected error stopped it; the server log has the details.")
+        reason = phrase(message)
     FollowUp.objects.filter(pk=followup.pk).update(
         status=FollowUp.Status.FAILED, error=message[:2000], draft="", finished_at=timezone.now()
     )
@@ -228,7 +234,7 @@ def _failed(ctx: RunContext, followup: FollowUp, exc: Exception) -> None:
         gettext_noop("Follow-up %(number)s could not be answered: %(error)s"),
         level=RunEvent.Level.ERROR,
         number=followup.position,
-        error=message[:500],
+        error=reason,
     )
 
 
@@ -277,7 +283,11 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
         chosen.append((source, document))
     if not chosen:
         raise StageError(
-            "The topic has no sources to answer from, and no new search found any: ask a new topic instead."
+            gettext_noop(
+                "The topic has no sources to answer from, and no new search found any: "
+                "ask a new topic instead."
+            ),
+            {},
         )
     _tell(
         ctx,
@@ -294,7 +304,10 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
     body, model = _write(ctx, followup, chosen, excerpts, query, private)
     body = clean_citations(body, set(excerpts))
     if not body.strip():
-        raise StageError("No answer could be written from the sources: none of their sentences is about it.")
+        raise StageError(
+            gettext_noop("No answer could be written from the sources: none of their sentences is about it."),
+            {},
+        )
     verdicts = _check(ctx, body, excerpts, private)
     with transaction.atomic():
         locked = FollowUp.objects.select_for_update().get(pk=followup.pk)
@@ -400,7 +413,7 @@ def _search(ctx: FollowUpContext, followup: FollowUp, numbered: set[int]) -> lis
             ctx,
             followup,
             gettext_noop("The new search failed (%(error)s); answering from the topic's sources"),
-            error=str(exc),
+            error=phrase(exc.msgid, **exc.i18n_args) if exc.i18n_args is not None else str(exc),
         )
     # Pages this search found first; then others it read (the read stage fills its budget with
     # the topic's best unread pages), if their summaries scored as relevant to the question.

@@ -58,7 +58,7 @@ def run(ctx: RunContext) -> Outcome:
     failures = async_to_sync(_front)(ctx, pending)  # with nothing pending, the reading only
     searched = SearchQuery.objects.filter(subquery__topic=ctx.topic, searched_at__isnull=False)
     if failures and not searched.filter(result_count__gt=0).exists():
-        raise StageError(f"Web search failed: {failures[0]}")
+        raise StageError(gettext_noop("Web search failed: %(error)s"), {"error": failures[0]})
     return Outcome.CONTINUE
 
 

@@ -85,6 +85,9 @@ def review_without_saving(page: Page, folder: Path) -> list[str]:
     """Type into fields and never press Save: approving must research exactly what is shown."""
     expect(status(page)).to_have_text("Waiting for plan approval")
     expect(plan_inputs(page)).to_have_count(3)
+    # Nothing is read or written before approval: no empty Report or Pages read cards.
+    expect(page.locator("#report")).to_be_hidden()
+    expect(page.locator("#work-sources")).to_be_hidden()
 
     # An empty Add answers 400: its error is shown beside the field, and typed rows survive it.
     first = plan_inputs(page).nth(0)
@@ -130,6 +133,7 @@ def review_without_saving(page: Page, folder: Path) -> list[str]:
     expected = [*plan_texts(page), "Кто сравнивал Mixture of Tokens с Mixture of Experts?"]
     page.get_by_role("button", name="Approve and research").click()
     expect(status(page)).to_have_text(re.compile("Queued|Running"))
+    expect(page.locator("#report")).to_be_visible()
     readonly = page.locator("#plan .plan-list.readonly > li")
     expect(readonly).to_have_count(4)
     for item, text in zip(readonly.all(), expected, strict=True):
@@ -145,6 +149,9 @@ def upload_scifact(page: Page) -> None:
     page.get_by_role("button", name="Upload", exact=True).click()
     expect(page.locator("#upload-results")).to_contain_text("scifact-abstracts.md")
     expect(page.locator(".doc-status-ready")).to_have_count(1, timeout=RUN_TIMEOUT)
+    # The upload's message follows the indexing: "indexing has started" does not stay.
+    expect(page.locator("#upload-results")).to_contain_text("scifact-abstracts.md is indexed")
+    expect(page.locator("#upload-results")).not_to_contain_text("indexing has started")
 
 
 def every_page_fits_a_phone(browser: Browser, site: str, state: dict, pages: list[str], folder: Path) -> None:

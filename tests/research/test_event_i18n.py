@@ -8,9 +8,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import translation
 
+from research.archive.checks import _event_data_ok
 from research.event_text import choice_phrase, phrase
 from research.models import RunEvent, Topic
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stages.route import category_phrases
 from research.progress import record_event
 from research.watchers import TopicWatchers
 from tests.research.test_views import awaiting
@@ -105,3 +107,23 @@ def test_a_whole_run_translates_every_line_it_writes(
     assert untranslated == []
     html = page(alice_client, topic, "ru")
     assert "Отчёт готов" in html and "The report is ready" not in html
+
+
+def test_a_list_of_phrases_is_shown_translated_and_joined(alice_client: Client, alice: User) -> None:
+    topic = awaiting(alice)
+    categories = category_phrases("news,science,general")
+    args = {
+        "domain": choice_phrase(Topic.Domain.FINANCE),
+        "how": phrase("by keywords"),
+        "categories": categories,
+    }
+    event = record_event(
+        topic, "route", "Domain: %(domain)s (%(how)s); search categories: %(categories)s", args=args
+    )
+    assert event.message == "Domain: Finance (by keywords); search categories: news, science, general"
+    assert "категории поиска: новости, наука, общие" in page(alice_client, topic, "ru")
+    assert category_phrases("") == [{"msgid": "general", "args": {}}]  # SearXNG's default
+    assert _event_data_ok(event.data)  # an archive carries it back in
+    assert not _event_data_ok(
+        {"i18n": {"msgid": "%(x)s", "args": {"x": [{"msgid": "a", "args": {"b": [1]}}]}}}
+    )

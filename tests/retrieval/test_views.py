@@ -163,7 +163,8 @@ def test_htmx_upload_answers_with_the_results_and_a_refreshed_live_list(alice_cl
     response = upload(alice_client, as_file("notes.md", QUOKKAS), htmx=True)
     text = page_text(response)
     assert response.status_code == 200
-    assert '<li class="message success">notes.md was uploaded; indexing has started.</li>' in text
+    started = r'<li class="message success" id="upload-outcome-\d+">notes.md was uploaded; indexing has'
+    assert re.search(started, text)
     card = text.split('id="document-list"')[1]
     assert 'hx-swap-oob="true"' in card
     assert 'hx-trigger="every 2s"' in card
@@ -432,3 +433,24 @@ def test_passages_far_below_the_best_are_not_shown():
     shown = worth_showing([passage(0.9), passage(0.3), passage(0.1), passage(0.08), passage(0.0)])
     assert [item.score for item in shown] == [0.9, 0.3, 0.1]
     assert worth_showing([]) == []
+
+
+def test_the_upload_message_says_when_indexing_has_finished(alice, alice_client):
+    response = upload(alice_client, as_file("notes.md", QUOKKAS), htmx=True)
+    document = UploadedDocument.objects.get(owner=alice)
+    text = page_text(response)
+    assert (
+        f'<li class="message success" id="upload-outcome-{document.pk}">notes.md was uploaded; indexing'
+        in text
+    )
+    poll = re.search(r'hx-get="(/documents/rows/\?version=\w+&amp;announced=(\d+))"', text)
+    assert poll and poll.group(2) == str(document.pk)
+    ingest(document.pk)
+    rows = page_text(alice_client.get(poll.group(1).replace("&amp;", "&"), headers={"accept-language": "ru"}))
+    message = f'<li class="message success" id="upload-outcome-{document.pk}" hx-swap-oob="true">'
+    assert message + "Файл notes.md проиндексирован: 1 фрагмент, по нему уже можно искать." in rows
+    assert "hx-trigger" not in rows and "announced" not in rows  # settled: told once, polling stops
+    # Another user's document id announced is never told.
+    other = add_document(User.objects.create_user("carol"), "carol.md", QUOKKAS)
+    rows = page_text(alice_client.get(reverse("document_rows"), {"announced": f"{other.pk},x,{document.pk}"}))
+    assert f"upload-outcome-{other.pk}" not in rows and f"upload-outcome-{document.pk}" in rows

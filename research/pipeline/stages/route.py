@@ -18,11 +18,12 @@ writes the route line then, `announce_search`). Everything else is searched.
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Any
 
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from research.event_text import choice_phrase, phrase
+from research.event_text import choice_phrase, phrase, phrases
 from research.models import Topic
 from research.pipeline import timeparse
 from research.pipeline.classifier import Route, llm_or_keywords
@@ -112,12 +113,33 @@ def _save_route(
     topic.save(update_fields=["domain", "route", "time_range", "period_start", "period_end", "updated_at"])
 
 
+# SearXNG's category names as the event log shows them (the reader's language, not the engine's).
+CATEGORY_NAMES = {
+    "general": gettext_noop("general"),
+    "news": gettext_noop("news"),
+    "it": gettext_noop("IT"),
+    "science": gettext_noop("science"),
+}
+
+
+def category_phrases(categories: str) -> list[dict[str, Any]]:
+    """SearXNG's comma-separated categories ("" = the instance's default, general), each a phrase
+    the page translates; a name this table does not know is kept as SearXNG spells it."""
+    names = [name for name in categories.split(",") if name] or ["general"]
+    return phrases(
+        *(
+            phrase(CATEGORY_NAMES[name]) if name in CATEGORY_NAMES else phrase("%(name)s", name=name)
+            for name in names
+        )
+    )
+
+
 def _describe(topic: Topic, route: Route) -> tuple[str, dict]:
     """The route event's msgid and arguments; a whole sentence per case, for the translators."""
     args = {
         "domain": choice_phrase(Domain(topic.domain)),
         "how": phrase(gettext_noop("by the LLM") if route.by_llm else gettext_noop("by keywords")),
-        "categories": categories_for(topic.domain, topic.question, topic.time_range) or "general",
+        "categories": category_phrases(categories_for(topic.domain, topic.question, topic.time_range)),
     }
     if not topic.period_start:  # a time range always comes with its period (_save_route)
         return gettext_noop("Domain: %(domain)s (%(how)s); search categories: %(categories)s"), args

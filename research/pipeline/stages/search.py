@@ -96,7 +96,7 @@ def run(ctx: RunContext) -> Outcome:
     searched = queries.filter(searched_at__isnull=False, result_count__gt=0).exists()
     if failures and not searched and not from_tools:
         if not _has_private_hits(ctx):
-            raise StageError(f"Web search failed: {failures[0]}")
+            raise StageError(gettext_noop("Web search failed: %(error)s"), {"error": failures[0]})
         ctx.warn(
             STAGE,
             gettext_noop("Web search failed (%(error)s); using your documents only."),
@@ -107,7 +107,9 @@ def run(ctx: RunContext) -> Outcome:
 
 def _without_search_engine(ctx: RunContext) -> None:
     if not _has_private_hits(ctx):
-        raise StageError("Web search is not configured: set SEARXNG_URL (see the status page).")
+        raise StageError(
+            gettext_noop("Web search is not configured: set SEARXNG_URL (see the status page)."), {}
+        )
     ctx.warn(
         STAGE, gettext_noop("Web search is not configured (SEARXNG_URL); using your documents only."), args={}
     )

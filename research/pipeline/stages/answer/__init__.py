@@ -30,7 +30,7 @@ def run(ctx: RunContext) -> Outcome:
     if not documents:
         if _sites_left_nothing(ctx):
             return Outcome.CONTINUE
-        raise StageError(_nothing_to_write_from(ctx))
+        raise StageError(_nothing_to_write_from(ctx), {})
     report_writer.write_report(ctx, documents)
     return Outcome.CONTINUE
 
@@ -71,8 +71,8 @@ def _sites_left_nothing(ctx: RunContext) -> bool:
 
 def _nothing_to_write_from(ctx: RunContext) -> str:
     if not Hit.objects.filter(topic=ctx.topic).exists():
-        return (
+        return gettext_noop(
             "The search found nothing for any query of the plan: "
             "try other words, a wider time range or other sources."
         )
-    return "No page or document could be read, so there is nothing to write a report from."
+    return gettext_noop("No page or document could be read, so there is nothing to write a report from.")

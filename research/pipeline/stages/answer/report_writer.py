@@ -36,6 +36,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients.llm import Completion, LLMError
 from research import progress
+from research.event_text import choice_phrase, phrases
 from research.models import CacheEntry, Citation, Document, Report, ReportDraft, Topic
 from research.pipeline import cap, citecheck, extractive, passages, report_checks, window
 from research.pipeline.context import RunContext, db
@@ -155,7 +156,7 @@ def _save(ctx: RunContext, material: Material, answer: Answer, verdicts: list[ci
         ctx.warn(
             STAGE,
             gettext_noop("The report is marked: %(marks)s"),
-            args={"marks": ", ".join(marks)},
+            args={"marks": phrases(*(choice_phrase(Report.Mark(mark)) for mark in marks))},
             data={"marks": marks},
         )
 
