@@ -194,9 +194,11 @@ Q_CLUSTER: dict[str, Any] = {
     "orm": "default",
     "workers": env_int("MINDSEARCH_WORKERS", 2),
     # A task is killed after `timeout` and handed out again after `retry`; retry must be longer
-    # or a slow task would run twice at once.
-    "timeout": 1800,
-    "retry": 1860,
+    # or a slow task would run twice at once. MINDSEARCH_TASK_TIMEOUT (seconds, at least 10) sets
+    # the first; bench/bigfile.py --through-worker shortens both to see a killed worker's task
+    # handed out again within minutes.
+    "timeout": max(10, env_int("MINDSEARCH_TASK_TIMEOUT", 1800)),
+    "retry": max(10, env_int("MINDSEARCH_TASK_TIMEOUT", 1800)) + 60,
     "max_attempts": 3,
     "catch_up": False,
     "poll": 0.5,

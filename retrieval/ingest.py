@@ -76,6 +76,7 @@ class _Run:
     def __init__(self, upload: UploadedDocument) -> None:
         self.upload = upload
         self.embedded_now = 0
+        self.parsed_now = False
         self.done = self.total = 0
 
     def index(self) -> None:
@@ -85,6 +86,7 @@ class _Run:
             set_status(upload, UploadedDocument.Status.PARSING)
             parsed = parse(_read(upload), filename=upload.original_name)
             checkpoints.save_parsed(upload, parsed)
+            self.parsed_now = True
         spans = chunk_document(parsed)
         texts = [embedding_text(span) for span in spans]
         vectors = self._embed(texts)
@@ -122,11 +124,14 @@ class _Run:
         try:
             if not UploadedDocument.objects.filter(pk=self.upload.pk).exists():
                 return
-            if self.embedded_now:
+            # Reading the file is progress too: its text is in the checkpoint, and the next run
+            # starts with the passages (a long read and a slow first batch can fill one run).
+            if self.embedded_now or self.parsed_now:
                 log.info(
                     "upload %s stopped after %s passages; queued to go on", self.upload.pk, self.embedded_now
                 )
-                _progress(self.upload, self.done, self.total)
+                if self.total:
+                    _progress(self.upload, self.done, self.total)
                 enqueue_ingest(self.upload, resuming=True)
             else:
                 log.warning("upload %s stopped without progress", self.upload.pk)

@@ -12,6 +12,7 @@ from django_q.models import OrmQ
 
 from retrieval import checkpoints, embeddings, ingest
 from retrieval.models import UploadedDocument
+from retrieval.parsing import parse
 from retrieval.uploads import delete_document
 from tests.retrieval.test_parsing import pdf_bytes
 
@@ -108,8 +109,49 @@ def test_a_killed_worker_leaves_a_checkpoint_the_next_run_goes_on_from(alice, mo
     assert set(pages) == set(range(1, PAGES + 1)) and pages == sorted(pages)
 
 
+@pytest.mark.usefixtures("small_steps")
+def test_a_run_stopped_in_its_first_batch_after_reading_the_file_is_continued_not_failed(
+    alice, monkeypatch, django_capture_on_commit_callbacks
+):
+    # A long read and a slow first batch (a loaded machine) can fill a whole run: the text read is
+    # in the checkpoint, so the next run starts with the passages instead of the file failing.
+    document = upload(alice, pdf_bytes(BOOK), "book.pdf")
+    stopping_after(monkeypatch, 0, TimeoutException("Task exceeded maximum timeout value (300 seconds)"))
+    with pytest.raises(SystemExit), django_capture_on_commit_callbacks(execute=True):
+        ingest.ingest(document.pk)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.EMBEDDING and document.error == ""
+    [task] = OrmQ.objects.all()
+    assert task.args() == ("files", alice.pk, "retrieval.tasks.ingest_document", document.pk, True)
+
+    stopping_after(monkeypatch, 10_000, Killed())
+    parsed_again = []
+    monkeypatch.setattr(ingest, "parse", lambda *a, **k: parsed_again.append(1))
+    ingest.ingest(document.pk, resuming=True)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.READY and parsed_again == []
+    assert {chunk.page for chunk in document.chunks.all()} == set(range(1, PAGES + 1))
+
+
+def test_a_run_stopped_while_reading_fails_saying_so_and_can_be_indexed_again(alice, monkeypatch):
+    document = upload(alice, pdf_bytes(BOOK[:3]), "short.pdf")
+
+    def timed_out(*args: object, **kwargs: object) -> None:
+        raise TimeoutException("Task exceeded maximum timeout value (10 seconds)")
+
+    monkeypatch.setattr(ingest, "parse", timed_out)
+    with pytest.raises(SystemExit):
+        ingest.ingest(document.pk)
+    document.refresh_from_db()
+    assert document.status == UploadedDocument.Status.FAILED
+    assert "index it again to continue" in document.error
+    assert not OrmQ.objects.exists()
+
+
 def test_a_run_stopped_before_any_progress_fails_saying_so_and_can_be_indexed_again(alice, monkeypatch):
     document = upload(alice, pdf_bytes(BOOK[:3]), "short.pdf")
+    # An earlier run read the file; this one gets no batch done: nothing moved, so it fails.
+    checkpoints.save_parsed(document, parse(pdf_bytes(BOOK[:3]), filename="short.pdf"))
     stopping_after(monkeypatch, 0, TimeoutException("Task exceeded maximum timeout value (1800 seconds)"))
     with pytest.raises(SystemExit):
         ingest.ingest(document.pk)
