@@ -46,12 +46,17 @@ web: migrate  ## The web server alone (daphne)
 worker: migrate  ## The background worker alone (qcluster)
 	$(DEV) $(PY) manage.py qcluster
 
+# The tiers write bytecode even where PYTHONDONTWRITEBYTECODE is set (as on the shared machine):
+# the e2e tier reuses what the fast tier compiled and rewrote, and each daphne, qcluster and
+# manage.py it starts imports the project from .pyc (docs/TESTING.md).
+TEST_ENV := $(DEV) PYTHONDONTWRITEBYTECODE=
+
 test: install  ## The fast tier: every in-process test, in parallel (Redis tests skip without a redis-server)
-	$(DEV) $(PY) -m pytest $(XDIST) -m "not e2e"
+	$(TEST_ENV) $(PY) -m pytest $(XDIST) -m "not e2e"
 
 test-e2e: install  ## The slow tier: real daphne/qcluster processes, the browser, a real model server
 	scripts/ensure-chromium
-	$(DEV) $(PY) -m pytest $(XDIST) -m e2e
+	$(TEST_ENV) $(PY) -m pytest $(XDIST) -m e2e
 
 # mypy's modules still allowed errors are listed in pyproject.toml; that list only shrinks.
 # The import rules are configuration, in pyproject.toml: ruff's banned-API rule (TID251: HTTP and MCP

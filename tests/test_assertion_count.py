@@ -83,3 +83,17 @@ def test_warns_is_counted_in_this_process() -> None:
     with pytest.warns(UserWarning):
         warnings.warn("counted", UserWarning, stacklevel=1)
     assert assertion_count.COUNTS[assertion_count.RAISES] == before + 1
+
+
+def test_only_the_modules_of_tests_are_rewritten() -> None:
+    """tests/support/rewrite_scope.py: the plugins' packages (schemathesis, hypothesis, anyio,
+    pytest-django, xdist) are imported as they are, not rewritten in every test process; the
+    asserts of tests/ still are (the count above depends on it)."""
+    import hypothesis.core
+    import pytest_django.fixtures
+    import schemathesis.pytest.plugin
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    for plugin_module in (hypothesis.core, pytest_django.fixtures, schemathesis.pytest.plugin):
+        assert not isinstance(plugin_module.__loader__, AssertionRewritingHook), plugin_module.__name__
+    assert isinstance(__loader__, AssertionRewritingHook)  # type: ignore[name-defined]
