@@ -256,7 +256,7 @@ def check_citations(
     """Each cited sentence against the text that was sent for its source; the LLM's verdicts
     where one is configured and answers usably, the local ones elsewhere. A report that cites
     none of its sources is said to."""
-    claims = citecheck.claims(body, len(excerpts))
+    claims = citecheck.claims(body, max(excerpts, default=0))  # a section's numbers need not start at 1
     if not claims:
         if excerpts:
             ctx.warn(CHECK_STAGE, gettext_noop("The report cites none of its sources"), args={})
