@@ -3,6 +3,7 @@ research/pipeline/stages/answer/sections.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -13,7 +14,7 @@ from django.urls import reverse
 
 from research import workflow
 from research.models import Citation, Report, Topic
-from research.pipeline import outline
+from research.pipeline import citecheck, outline
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.world import TOPIC, World
 
@@ -86,6 +87,12 @@ def test_reordered_sections_and_an_added_one_give_exactly_those_sections_each_ch
             title
         )
     assert {c.n for c in citations} <= numbers
+    # Each verdict is stored at its sentence's place in the whole report (the page marks it there).
+    body = report.markdown.split("\n## Источники")[0]
+    spans = citecheck.sentence_spans(body)
+    for c in citations:
+        start, end = spans[c.sentence_index]
+        assert citecheck.plain_claim(body[start:end]) == c.sentence
     if with_llm:
         assert loopback.script.calls["section"] == len(wanted)
         assert report.model
@@ -152,3 +159,103 @@ def test_outline_kinds_propose_titles_in_the_question_language() -> None:
     ]
     assert outline.propose("comparison", "Сравни X и Y", ["X"])[0] == "Что сравнивается"
     assert outline.scale_of("3000").words == 3000 and outline.scale_of("long").pool == 2.0
+
+
+# --- API, console, archive --------------------------------------------------------------------------
+
+
+def test_the_api_takes_and_shows_the_outline_and_length(alice: User, alice_client: Client) -> None:
+    created = alice_client.post(
+        "/api/topics",
+        {
+            "question": "What is MoT?",
+            "sources": "docs",
+            "report_kind": "comparison",
+            "outline": ["Что это", "Где применяется"],
+            "report_length": "long",
+        },
+        content_type="application/json",
+    )
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert (body["report_kind"], body["outline"], body["report_length"]) == (
+        "comparison",
+        ["Что это", "Где применяется"],
+        "long",
+    )
+    bad = alice_client.post(
+        "/api/topics",
+        {"question": "What is MoT?", "sources": "docs", "report_length": "huge"},
+        content_type="application/json",
+    )
+    assert bad.status_code == 422 and "report_length" in bad.content.decode()
+    topic = Topic.objects.get(pk=body["id"])
+    Topic.objects.filter(pk=topic.pk).update(status=Topic.Status.AWAITING_APPROVAL)
+    sq = topic.subqueries.create(text="Что такое MoT?", position=0)
+    plan = alice_client.put(
+        f"/api/topics/{topic.pk}/plan",
+        {
+            "subqueries": [{"id": sq.pk, "text": sq.text}],
+            "outline": ["Где применяется", "Что это", "Итог"],
+            "report_length": "900",
+        },
+        content_type="application/json",
+    )
+    assert plan.status_code == 200, plan.content
+    assert (
+        plan.json()["outline"] == ["Где применяется", "Что это", "Итог"]
+        and plan.json()["report_length"] == "900"
+    )
+    refused = alice_client.put(
+        f"/api/topics/{topic.pk}/plan",
+        {"subqueries": [{"text": "другое"}], "outline": ["A", "a"]},
+        content_type="application/json",
+    )
+    assert refused.status_code == 422 and "outline" in refused.content.decode()
+    assert list(topic.subqueries.values_list("text", flat=True)) == ["Что такое MoT?"]  # nothing saved
+
+
+def test_the_console_takes_sections_and_length(alice: User, loopback: World) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command(
+        "research",
+        TOPIC,
+        user="alice",
+        yes=True,
+        section=["Где применяется", "Что это"],
+        length="short",
+        stdout=out,
+    )
+    topic = Topic.objects.get(owner=alice)
+    assert topic.outline == ["Где применяется", "Что это"] and topic.report_length == "short"
+    assert headings(topic.report.markdown) == ["Где применяется", "Что это", "Источники"]
+
+
+def test_archives_keep_the_outline_and_refuse_a_bad_one(alice: User, bob: User) -> None:
+    from research import archive
+    from research.archive import ArchiveError
+
+    topic = Topic.objects.create(
+        owner=alice,
+        question="Small",
+        status=Topic.Status.COMPLETED,
+        report_kind="review",
+        outline=["Background", "Gaps"],
+        report_length="1200",
+    )
+    data = json.loads(archive.dumps(archive.topic_data(topic)))
+    copy = archive.import_topic(data, bob)
+    assert (copy.report_kind, copy.outline, copy.report_length) == ("review", ["Background", "Gaps"], "1200")
+    for name, value in (
+        ("outline", ["A", "a"]),
+        ("outline", [3]),
+        ("report_length", "-site:x"),
+        ("report_kind", "x"),
+    ):
+        hostile = {**data, "topic": {**data["topic"], name: value}}
+        with pytest.raises(ArchiveError):
+            archive.import_topic(hostile, bob)
