@@ -259,3 +259,51 @@ def test_archives_keep_the_outline_and_refuse_a_bad_one(alice: User, bob: User) 
         hostile = {**data, "topic": {**data["topic"], name: value}}
         with pytest.raises(ArchiveError):
             archive.import_topic(hostile, bob)
+
+
+def reviewable(owner: User, titles: list[str]) -> Topic:
+    topic = Topic.objects.create(
+        owner=owner, question=TOPIC, status=Topic.Status.AWAITING_APPROVAL, outline=titles
+    )
+    topic.subqueries.create(text="Что такое MoT?", position=0)
+    return topic
+
+
+def test_the_section_buttons_move_delete_and_add_through_the_workflow(
+    alice: User, alice_client: Client
+) -> None:
+    topic = reviewable(alice, ["A", "B", "C"])
+    url = reverse("outline_edit", args=[topic.pk])
+    base = {"outline_shown": "1", "report_length": ""}
+    steps = (
+        ({"section": ["A", "B", "C"], "op": "down-0"}, ["B", "A", "C"]),
+        ({"section": ["B", "A", "C"], "op": "delete-2"}, ["B", "A"]),
+        ({"section": ["B", "A edited"], "op": "up-1", "new_section": ""}, ["A edited", "B"]),
+        ({"section": ["A edited", "B"], "op": "add", "new_section": "D"}, ["A edited", "B", "D"]),
+    )
+    for form, expected in steps:
+        answer = alice_client.post(url, {**base, **form}, headers={"HX-Request": "true"})
+        assert answer.status_code == 200, answer.content.decode()[:500]
+        topic.refresh_from_db()
+        assert topic.outline == expected
+        assert f'value="{expected[-1]}"' in answer.content.decode()
+
+
+def test_a_bad_outline_at_approval_is_shown_again_and_nothing_is_approved(
+    alice: User, alice_client: Client
+) -> None:
+    topic = reviewable(alice, ["A", "B"])
+    form = {
+        "plan_version": topic.plan_version(),
+        "outline_shown": "1",
+        "section": ["Same", "same"],
+        "report_length": "short",
+    }
+    answer = alice_client.post(reverse("plan_approve", args=[topic.pk]), form)
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert 'value="Same"' in page and 'value="same"' in page  # what was typed is not lost
+    assert "Раздел повторяется" in page or "A section appears twice" in page
+    topic.refresh_from_db()
+    assert topic.status == Topic.Status.AWAITING_APPROVAL and topic.outline == ["A", "B"]
+    assert topic.report_length == ""
