@@ -307,3 +307,12 @@ def test_a_bad_outline_at_approval_is_shown_again_and_nothing_is_approved(
     topic.refresh_from_db()
     assert topic.status == Topic.Status.AWAITING_APPROVAL and topic.outline == ["A", "B"]
     assert topic.report_length == ""
+
+
+def test_a_report_in_one_pass_is_asked_for_its_length_only_when_one_is_set() -> None:
+    from research.pipeline.stages.answer import report_writer
+
+    assert report_writer.length_note(Topic(question="q")) == ""  # the request stays as it was
+    assert "около 400 слов" in report_writer.length_note(Topic(question="q", report_kind="brief"))
+    assert "около 2500 слов" in report_writer.length_note(Topic(question="q", report_length="long"))
+    assert "около 1200 слов" in report_writer.length_note(Topic(question="q", report_length="1200"))
