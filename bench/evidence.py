@@ -219,6 +219,8 @@ def run_question(owner: Any, mode: str, question: Any, world: Any, **shape: str)
         # The report's shape (issue 30): its words and sections, its checked citations, the
         # tokens paid, and the estimate the plan showed.
         "words": len(body.split()),
+        # Padding: cited sentences the report says more than once.
+        "repeated_sentences": _repeated(body),
         "sections": len(re.findall(r"^## ", body, re.M)),
         "citations_checked": Citation.objects.filter(report=report).count() if report else 0,
         "citations_unsupported": Citation.objects.filter(report=report, verdict="unsupported").count()
@@ -417,6 +419,15 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _repeated(body: str) -> int:
+    said = Counter(
+        normalised(CITATION.sub("", s)).strip(" .")
+        for s in re.split(r"(?<=[.!?])\s+(?=\S)", body)
+        if CITATION.search(s) and len(s.split()) > 4
+    )
+    return sum(count - 1 for count in said.values() if count > 1)
+
+
 def length_figures(by_length: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Per target length the words, recall and unsupported share; long against short."""
     figures = {}
@@ -427,6 +438,7 @@ def length_figures(by_length: dict[str, list[dict[str, Any]]]) -> dict[str, Any]
         guessed = [r for r in rows if r["estimate_calls_mid"] is not None]
         figures[length] = {
             "words_mean": round(sum(r["words"] for r in rows) / len(rows), 1) if rows else None,
+            "repeated_sentences": sum(r["repeated_sentences"] for r in rows),
             "sections_mean": round(sum(r["sections"] for r in rows) / len(rows), 2) if rows else None,
             "fact_recall": summary["fact_recall"],
             "noise_facts": summary["noise_facts"],

@@ -989,10 +989,14 @@ class EvidenceScript:
         rng = self._rng("section", user)
         candidates: list[tuple[int, str]] = []
         for n, _title, _url, excerpt in blocks:
+            # Each passage apart: a sentence never runs across the gap between two ("[…]").
             text = "\n".join(
                 line for line in excerpt.splitlines() if not line.startswith(("#", "*Published", "§"))
             )
-            for sentence in best_sentences(text, f"{question} {title}", key, 4):
+            found = [
+                x for part in text.split("[…]") for x in best_sentences(part, f"{question} {title}", key, 4)
+            ]
+            for sentence in sorted(found, key=lambda x: -sentence_score(x, f"{question} {title}", key))[:4]:
                 score = sentence_score(sentence, question, key)
                 if score >= 2 and not _questioned(sentence, questioned):
                     candidates.append((score, f"{sentence.rstrip()} [{n}]"))

@@ -42,6 +42,8 @@ CHECK_STAGE = StageName.CITECHECK
 # A section's answer: about this many tokens per word asked, within these bounds.
 TOKENS_PER_WORD = 3
 MIN_SECTION_TOKENS = 400
+# The weight of a passage an earlier section was given, in a later section's ranking.
+USED_PASSAGE_WEIGHT = 0.5
 PRIVATE_ORIGIN = report_writer.PRIVATE_ORIGIN
 _SUBHEADING = re.compile(r"^\s{0,3}#{1,2}\s+")
 
@@ -111,14 +113,18 @@ def evidence(
 ) -> list[dict[int, list[Passage]]]:
     """Per section, the passages most about it by document index, in page order: BM25 over the
     passages of all documents at once, within the scale's characters and sources per section.
-    A section nothing matches gets the opening passages of the first documents."""
+    A passage an earlier section was given ranks at half its score, so that sections do not repeat
+    each other. A section nothing matches gets the opening passages of the first documents."""
     pieces = [
         (i, p) for i, document in enumerate(documents) for p in passages.split_passages(document.text or "")
     ]
     ranking = BM25([tokenize(f"{p.heading} {p.text}") for _, p in pieces])
     chosen_all = []
+    given: set[int] = set()  # passages an earlier section was given
     for title in titles:
         scores = ranking.scores(tokenize(f"{title} {title} {question}")) if pieces else []
+        # A passage an earlier section had ranks behind the fresh ones: each section says its own.
+        scores = [score * (USED_PASSAGE_WEIGHT if j in given else 1.0) for j, score in enumerate(scores)]
         order = sorted(range(len(pieces)), key=lambda j: (-scores[j], j))
         chosen: dict[int, list[Passage]] = {}
         spent = 0
@@ -133,6 +139,7 @@ def evidence(
                 continue
             chosen.setdefault(i, []).append(passage)
             spent += size
+            given.add(j)
         if not chosen:
             for i, passage in pieces:
                 if i not in chosen and len(chosen) < scale.sources:
