@@ -23,6 +23,13 @@ quick mode without an LLM (the cache emptied between modes). Prints JSON, per mo
 
     nice -n 10 .venv/bin/python bench/evidence.py [--questions N] [--modes quick,deep,no_llm] [--topics]
 
+With `--lengths short,long` (issue 30) the same questions also run in quick mode as sectioned
+reports (`--kind detailed`: the outline the plan proposes) at each target length, and the JSON
+gains `lengths` (per length: words, fact recall, the share of checked citations found
+unsupported, planted claims, model calls and tokens against the estimate shown before Approve)
+and `length_check` (long's words over short's, and whether recall held and unsupported did not
+rise). `--modes ""` runs only those.
+
 The default runs three questions (about 5 minutes on a busy 2-core machine); `--questions 0` runs
 all eleven (about 20 minutes).
 """
@@ -93,6 +100,14 @@ def main() -> None:
             CacheEntry.objects.all().delete()
             topic_mode = "deep" if mode == "deep" else "quick"
             runs[mode] = [run_question(owner, topic_mode, question, world) for question in questions]
+        lengths = [length.strip() for length in args.lengths.split(",") if length.strip()]
+        by_length: dict[str, list[dict[str, Any]]] = {}
+        for length in lengths:
+            for name, value in configured.items():
+                setattr(settings, name, value)
+            CacheEntry.objects.all().delete()
+            shape = {"report_kind": args.kind, "report_length": length}
+            by_length[length] = [run_question(owner, "quick", q, world, **shape) for q in questions]
         output = {
             "benchmark": "evidence",
             "world": {
@@ -116,6 +131,7 @@ def main() -> None:
             },
             "targets": TARGETS,
             "summary": {mode: summarise(rows) for mode, rows in runs.items()},
+            **(length_figures(by_length) if by_length else {}),
             "wall_seconds": round(time.perf_counter() - started, 1),
             "runs": runs if args.topics else None,
         }
@@ -130,6 +146,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--seed", type=int, default=7, help="the world's seed (layout, faults, mistakes)")
     parser.add_argument("--topics", action="store_true", help="print each topic's figures too")
+    parser.add_argument("--lengths", default="", help="e.g. short,long: sectioned reports at these lengths")
+    parser.add_argument("--kind", default="detailed", help="the report kind of the --lengths runs")
     add_limit_arguments(
         parser, searxng_rpm=0.0, searxng_help="LIMIT_SEARCHXNG_RPM (0: no limit, a loopback world)"
     )
@@ -137,17 +155,21 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def run_question(owner: Any, mode: str, question: Any, world: Any) -> dict[str, Any]:
-    from research.models import Document, Hit, LLMCall, Report, RunEvent, Topic
+def run_question(owner: Any, mode: str, question: Any, world: Any, **shape: str) -> dict[str, Any]:
+    from research import estimate
+    from research.models import Citation, Document, Hit, LLMCall, Report, RunEvent, Topic
     from research.pipeline.run import plan_topic, run_topic
 
     script = world.script
     marks = (len(script.planted), len(script.bad_citations), len(script.wrong_language))
-    topic = Topic.objects.create(owner=owner, question=question.text, mode=mode, auto_approve=True)
+    topic = Topic.objects.create(owner=owner, question=question.text, mode=mode, auto_approve=True, **shape)
     started = time.perf_counter()
     error = ""
+    guessed: dict[str, Any] = {}
     try:
         if plan_topic(topic.pk):
+            topic.refresh_from_db()
+            guessed = estimate.estimate(topic)  # as the plan review page would show it
             run_topic(topic.pk)
     except Exception as exc:  # a crash is a failed topic, and the rest still run
         error = f"{type(exc).__name__}: {exc}"
@@ -194,6 +216,24 @@ def run_question(owner: Any, mode: str, question: Any, world: Any) -> dict[str, 
         ).count(),
         "llm_calls": dict(Counter(calls)),
         "llm_calls_total": len(calls),
+        # The report's shape (issue 30): its words and sections, its checked citations, the
+        # tokens paid, and the estimate the plan showed.
+        "words": len(body.split()),
+        # Padding: cited sentences the report says more than once.
+        "repeated_sentences": _repeated(body),
+        "sections": len(re.findall(r"^## ", body, re.M)),
+        "citations_checked": Citation.objects.filter(report=report).count() if report else 0,
+        "citations_unsupported": Citation.objects.filter(report=report, verdict="unsupported").count()
+        if report
+        else 0,
+        "tokens_paid": sum(
+            p + c
+            for p, c in LLMCall.objects.filter(topic=topic, cache_hit=False).values_list(
+                "prompt_tokens", "completion_tokens"
+            )
+        ),
+        "estimate_calls_mid": round(guessed["calls"].mid) if guessed else None,
+        "estimate_tokens_mid": round(guessed["tokens"].mid) if guessed else None,
     }
 
 
@@ -382,6 +422,59 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for r in rows
         },
     }
+
+
+def _repeated(body: str) -> int:
+    said = Counter(
+        normalised(CITATION.sub("", s)).strip(" .")
+        for s in re.split(r"(?<=[.!?])\s+(?=\S)", body)
+        if CITATION.search(s) and len(s.split()) > 4
+    )
+    return sum(count - 1 for count in said.values() if count > 1)
+
+
+def length_figures(by_length: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per target length the words, recall and unsupported share; long against short."""
+    figures = {}
+    for length, rows in by_length.items():
+        summary = summarise(rows)
+        checked = sum(r["citations_checked"] for r in rows)
+        calls = sum(r["llm_calls_total"] for r in rows)
+        guessed = [r for r in rows if r["estimate_calls_mid"] is not None]
+        figures[length] = {
+            "words_mean": round(sum(r["words"] for r in rows) / len(rows), 1) if rows else None,
+            "repeated_sentences": sum(r["repeated_sentences"] for r in rows),
+            "sections_mean": round(sum(r["sections"] for r in rows) / len(rows), 2) if rows else None,
+            "fact_recall": summary["fact_recall"],
+            "noise_facts": summary["noise_facts"],
+            "sources_mean": summary["sources_mean"],
+            "citations_checked": checked,
+            "unsupported_share": round(sum(r["citations_unsupported"] for r in rows) / checked, 3)
+            if checked
+            else None,
+            "planted_claims_in_reports": summary["planted_claims_in_reports"],
+            "detection": summary["detection"],
+            "topics_failed": summary["topics_failed"],
+            "llm_calls": calls,
+            "tokens_paid": sum(r["tokens_paid"] for r in rows),
+            "estimate_calls_mid": sum(r["estimate_calls_mid"] for r in guessed) if guessed else None,
+            "estimate_tokens_mid": sum(r["estimate_tokens_mid"] for r in guessed) if guessed else None,
+            "per_topic": {
+                r["question"]: f"{r['words']} words, {r['facts_in_report']}/{r['facts']} facts, "
+                f"{r['citations_unsupported']}/{r['citations_checked']} unsupported"
+                for r in rows
+            },
+        }
+    check: dict[str, Any] = {}
+    short, long = figures.get("short"), figures.get("long")
+    if short and long and short["words_mean"]:
+        check = {
+            "long_over_short_words": round(long["words_mean"] / short["words_mean"], 2),
+            "target": ">= 2.0, recall not lower, unsupported share not higher",
+            "recall_held": (long["fact_recall"] or 0) >= (short["fact_recall"] or 0),
+            "unsupported_not_higher": (long["unsupported_share"] or 0) <= (short["unsupported_share"] or 0),
+        }
+    return {"lengths": figures, "length_check": check}
 
 
 if __name__ == "__main__":

@@ -157,6 +157,17 @@ async def start_research(
             "from what it has.",
         ),
     ] = None,
+    # The report's shape (issue 30, research/pipeline/outline.py).
+    report_kind: Annotated[
+        Literal["", "brief", "detailed", "review", "comparison"],
+        Field(description="'' writes the report in one pass; detailed, review and comparison plan sections."),
+    ] = "",
+    outline: Annotated[
+        list[str], Field(description="The report's sections in order (empty: proposed for the kind).")
+    ] = [],  # noqa: B006 — the SDK builds the schema from it; never mutated
+    report_length: Annotated[
+        str, Field(max_length=12, description="short, standard, long or a number of words (100–20000).")
+    ] = "",
 ) -> dict[str, Any]:
     """Start researching a question. Returns the new topic; poll get_topic_status until its
     status is completed, failed or cancelled, then read get_report."""
@@ -171,6 +182,9 @@ async def start_research(
         "sites_prefer": sites_prefer,
         "sites_avoid": sites_avoid,
         "token_cap": token_cap,
+        "report_kind": report_kind,
+        "outline": outline,
+        "report_length": report_length,
     }
     return await _run(ctx, _start, payload)
 
@@ -222,8 +236,8 @@ def _plan(request: HttpRequest, topic_id: int) -> dict[str, Any]:
 
 @server.tool()
 async def get_plan(ctx: Context, topic_id: TopicId) -> dict[str, Any]:
-    """A topic's plan: its sub-queries in order, whether it still waits for approval, and its
-    version (pass it to approve_plan to approve exactly this plan)."""
+    """A topic's plan: its sub-queries in order, the report's sections and length, whether it
+    still waits for approval, and its version (pass it to approve_plan to approve exactly this plan)."""
     return await _run(ctx, _plan, topic_id)
 
 

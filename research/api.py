@@ -29,7 +29,7 @@ from mindsearch.api_common import (
 from research import export, images, keep, versions, workflow
 from research.forms import SITE_FIELDS, SubQueryForm, TopicForm
 from research.models import Citation, Document, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
-from research.pipeline import cache
+from research.pipeline import cache, outline
 from research.presenters import followup_item, report_of, thread_context
 from research.views import image_response
 from retrieval.api import DocumentOut
@@ -68,6 +68,16 @@ class TopicIn(Schema):
         ge=1,
         description="Past this many tokens the run stops gathering and writes its report from what it has.",
     )
+    # The report's shape (issue 30, research/pipeline/outline.py).
+    report_kind: str = Field(
+        "",
+        description="'' (one pass), brief, detailed, review or comparison; "
+        "the last three are planned in sections.",
+    )
+    outline: list[str] = Field(
+        [], description="The report's sections in order (empty: proposed by the plan for the kind)."
+    )
+    report_length: str = Field("", description="short, standard, long or a number of words (100–20000).")
     image: str | None = Field(
         None,
         description="A picture the question is about, base64 or a data URL (JPEG, PNG, GIF or WebP, "
@@ -108,6 +118,9 @@ class TopicOut(Schema):
     sites_prefer: list[str]
     sites_avoid: list[str]
     token_cap: int | None
+    report_kind: str
+    outline: list[str]
+    report_length: str
     series: int = Field(description="The first version's id: every version of the topic shares it.")
     previous_version: int | None = Field(description="The version this one was researched again from.")
     image: TopicImageOut | None = Field(None, description="The picture the question came with, if any.")
@@ -164,6 +177,8 @@ class PlanOut(Schema):
         description="The plan's fingerprint: pass it when approving to approve this plan and no other."
     )
     subqueries: list[SubQueryOut]
+    outline: list[str] = Field(description="The report's sections in order (empty: written in one pass).")
+    report_length: str = Field(description="short, standard, long, a number of words, or '' (standard).")
 
 
 PlanVersion = Annotated[
@@ -186,6 +201,12 @@ class PlanIn(Schema):
         max_length=settings.RESEARCH_MAX_SUBQUERIES,  # the workflow's cap, as the server was started
         description="The whole plan in order: listed ids are kept (and edited), new items added, "
         "sub-queries left out deleted.",
+    )
+    outline: list[str] | None = Field(
+        None, description="The report's sections in order ([]: one pass); leave out to keep them."
+    )
+    report_length: str | None = Field(
+        None, description="short, standard, long or words; leave out to keep it."
     )
 
 
@@ -385,6 +406,7 @@ def create_topic(request: HttpRequest, payload: TopicIn) -> Status:
     """Start researching a question; its plan is written next (poll the topic or its events)."""
     fields = payload.model_dump(mode="json", exclude={"image"})
     fields.update({name: ", ".join(fields[name]) for name in SITE_FIELDS})
+    fields["outline"] = "\n".join(fields["outline"])
     form = TopicForm(data=fields)
     if not form.is_valid():
         raise form_invalid(form)
@@ -476,6 +498,8 @@ def _plan(topic: Topic) -> dict[str, Any]:
         "editable": topic.status == Topic.Status.AWAITING_APPROVAL,
         "version": topic.plan_version(),
         "subqueries": list(topic.subqueries.order_by("round", "position", "id")),
+        "outline": topic.outline,
+        "report_length": topic.report_length,
     }
 
 
@@ -497,13 +521,30 @@ def edit_plan(request: HttpRequest, topic_id: int, payload: PlanIn) -> dict[str,
             raise invalid(("body", "subqueries", number, "id"), [f"Sub-query {item.id} is listed twice."])
         seen.add(item.id)
         items.append((item.id, form.cleaned_data["text"]))
+    _check_outline(payload)  # before anything is saved
     try:
         workflow.replace_plan(topic, items)
+        if payload.outline is not None or payload.report_length is not None:
+            workflow.set_outline(topic, payload.outline, payload.report_length)
     except workflow.NotInPlan as missing:  # another user's sub-query is a 404 like a missing one
         raise Http404(missing.message) from None
     except workflow.Refused as refused:
         raise HttpError(409, refused.message) from None
     return _plan(topic)
+
+
+def _check_outline(payload: PlanIn) -> None:
+    """The plan's outline and length as sent, or 422 with what is wrong (research/pipeline/outline.py)."""
+    try:
+        if payload.outline is not None:
+            outline.read_outline(payload.outline)
+    except outline.OutlineError as error:
+        raise invalid(("body", "outline"), [str(error)]) from None
+    try:
+        if payload.report_length is not None:
+            outline.read_length(payload.report_length)
+    except outline.OutlineError as error:
+        raise invalid(("body", "report_length"), [str(error)]) from None
 
 
 @router.post("/topics/{topic_id}/plan/approve", response={200: TopicOut, **errors(404, 409)}, tags=["plan"])

@@ -20,6 +20,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
 
 from research.models import LLMCall, SearchQuery, SubQuery, Topic
+from research.pipeline import outline
 from research.usage import price_for, prices_configured
 
 HISTORY = 30
@@ -94,6 +95,10 @@ def estimate(topic: Topic) -> dict[str, Any]:
         else:
             base = PROFILE[Topic.Mode(topic.mode)][name] * planned
             figures[name] = Figure(base * 0.6, base, base * 1.6)
+    extra_calls, extra_tokens = sections_extra(topic)
+    if extra_calls or extra_tokens:
+        figures["calls"] = Figure(*(max(0.0, v + extra_calls) for v in vars(figures["calls"]).values()))
+        figures["tokens"] = Figure(*(max(0.0, v + extra_tokens) for v in vars(figures["tokens"]).values()))
     if topic.sources == Topic.Sources.DOCS:
         figures["searches"] = Figure(0, 0, 0)
     price = price_for(topic.llm_model or settings.AITUNNEL_MODEL)
@@ -111,4 +116,31 @@ def estimate(topic: Topic) -> dict[str, Any]:
         "cost": cost if prices_configured() else None,
         "currency": settings.LLM_PRICE_CURRENCY,
         "cap": topic.token_cap,
+        "sections": len(topic.outline),
     }
+
+
+# --- The report's sections (issue 30: research/pipeline/outline.py) ------------------------------
+# A report along an outline asks the model once per section and checks each section's citations,
+# where a report in one pass asks once and checks once: the history (mostly reports in one pass)
+# is corrected by the difference, modelled from the length's evidence per section.
+CHARS_PER_TOKEN = 3.5
+SECTION_FRAME_TOKENS = 900  # the section prompt and its request's frame
+CHECK_SHARE = 0.5  # a section's citation check sends about half its evidence again
+ONE_PASS_TOKENS = {Topic.Mode.QUICK: 10_000.0, Topic.Mode.DEEP: 20_000.0}  # the answer and its check
+
+
+def sections_extra(topic: Topic) -> tuple[float, float]:
+    """The model calls and tokens a sectioned report adds to a report in one pass (0, 0 without
+    an outline)."""
+    count = len(topic.outline)
+    if not count:
+        return 0.0, 0.0
+    length = outline.effective_length(topic.report_kind, topic.report_length)
+    scale = outline.scale_of(length)
+    evidence = scale.evidence_chars / CHARS_PER_TOKEN
+    per_section = (
+        SECTION_FRAME_TOKENS + evidence * (1 + CHECK_SHARE) + outline.words_per_section(length, count) * 2
+    )
+    one_pass = ONE_PASS_TOKENS.get(Topic.Mode(topic.mode), ONE_PASS_TOKENS[Topic.Mode.QUICK])
+    return 2.0 * (count - 1), count * per_section - one_pass

@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 
 from research import images
 from research.models import SubQuery, Topic, TopicSchedule
-from research.pipeline import sites
+from research.pipeline import outline, sites
 
 MAX_QUESTION_CHARS = 2000
 MAX_SUBQUERY_CHARS = 500
@@ -57,6 +57,28 @@ class TopicForm(forms.ModelForm):
     remember_sites = forms.BooleanField(
         label=_("Use these site lists for my next topics too"), required=False
     )
+    # The report's shape (issue 30, research/pipeline/outline.py).
+    report_kind = forms.ChoiceField(
+        label=_("Kind of report"),
+        required=False,
+        choices=list(outline.KINDS.items()),
+        help_text=_(
+            "A detailed report, a literature review or a comparison is planned in sections you can edit."
+        ),
+    )
+    outline = forms.CharField(
+        label=_("Sections (optional)"),
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_("One title a line, in order; empty: the plan proposes them for the kind chosen."),
+    )
+    report_length = forms.CharField(
+        label=_("Length"),
+        required=False,
+        max_length=12,
+        help_text=_("short, standard, long or a number of words."),
+    )
     field_order = (
         "question",
         "image",
@@ -69,6 +91,9 @@ class TopicForm(forms.ModelForm):
         "sites_avoid",
         "remember_sites",
         "token_cap",
+        "report_kind",
+        "outline",
+        "report_length",
     )
 
     class Meta:
@@ -157,11 +182,26 @@ class TopicForm(forms.ModelForm):
     def clean_sites_avoid(self) -> list[str]:
         return self._clean_sites("sites_avoid")
 
+    def clean_outline(self) -> list[str]:
+        try:
+            return outline.read_outline(self.cleaned_data.get("outline") or "")
+        except outline.OutlineError as error:
+            raise forms.ValidationError(str(error)) from None
+
+    def clean_report_length(self) -> str:
+        try:
+            return outline.read_length(self.cleaned_data.get("report_length") or "")
+        except outline.OutlineError as error:
+            raise forms.ValidationError(str(error)) from None
+
     def save(self, commit: bool = True) -> Topic:
         topic = super().save(commit=False)
         for name in SITE_FIELDS:
             setattr(topic, name, self.cleaned_data.get(name) or [])
         topic.token_cap = self.cleaned_data.get("token_cap")
+        topic.report_kind = self.cleaned_data.get("report_kind") or ""
+        topic.outline = self.cleaned_data.get("outline") or []
+        topic.report_length = self.cleaned_data.get("report_length") or ""
         if commit:
             topic.save()
         return topic

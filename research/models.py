@@ -110,6 +110,13 @@ class Topic(models.Model):
         blank=True,
         help_text=_("Past this many tokens the run stops gathering and writes its report from what it has."),
     )
+    # The report's shape (research/pipeline/outline.py, issue 30): its kind, its sections in order
+    # (empty: written in one pass) and its target length ("", short, standard, long or a number of words).
+    report_kind = models.CharField(max_length=12, blank=True, default="", help_text=_("The kind of report."))
+    outline = models.JSONField(default=list, blank=True, help_text=_("The report's sections, in order."))
+    report_length = models.CharField(
+        max_length=12, blank=True, default="", help_text=_("short, standard, long, or a number of words.")
+    )
     stage = models.CharField(max_length=30, blank=True, default="")
     error = models.TextField(blank=True, default="")
     llm_model = models.CharField(
@@ -214,6 +221,8 @@ class Topic(models.Model):
         digest = hashlib.sha256()
         for pk, text in self.subqueries.order_by("round", "position", "id").values_list("pk", "text"):
             digest.update(f"{pk}\x1f{text}\x1e".encode())
+        if self.outline:  # the sections shown are part of the plan approved (issue 30)
+            digest.update(("\x1d" + "\x1e".join(self.outline)).encode())
         return digest.hexdigest()[:16]
 
     def set_status(self, status: str, **fields: Any) -> None:

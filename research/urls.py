@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from research import views, views_archive, views_citations, views_followups, views_schedules
+from research import views, views_archive, views_citations, views_followups, views_outline, views_schedules
 
 urlpatterns = [
     path("", views.topic_list, name="home"),
@@ -22,6 +22,7 @@ urlpatterns = [
         "topics/<int:topic_id>/subqueries/<int:subquery_id>/move/", views.subquery_move, name="subquery_move"
     ),
     path("topics/<int:topic_id>/approve/", views.plan_approve, name="plan_approve"),
+    path("topics/<int:topic_id>/outline/", views_outline.outline_edit, name="outline_edit"),
     path("topics/<int:topic_id>/cancel/", views.topic_cancel, name="topic_cancel"),
     path("topics/<int:topic_id>/rerun/", views.topic_rerun, name="topic_rerun"),
     path("topics/<int:topic_id>/delete/", views.topic_delete, name="topic_delete"),

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from mindsearch.querysets import AnyUser
 from mindsearch.requests import HtmxHttpRequest, signed_in
 from mindsearch.status import checks_for
-from research import export, fragments, versions, workflow
+from research import export, fragments, versions, views_outline, workflow
 from research.forms import SITE_FIELDS, ShareLinkForm, SubQueryForm, TopicForm
 from research.models import ShareLink, SiteDefaults, Topic, TopicImage
 from research.presenters import panel_context, report_without_rendering, topic_context, topic_page_context
@@ -311,11 +311,16 @@ def plan_approve(request: HtmxHttpRequest, topic_id: int) -> HttpResponse:
     if form is not None:
         items.append((None, form.cleaned_data["text"]))
     shown = workflow.ShownPlan(
-        version=request.POST.get("plan_version") or None, items=items, token_cap=request.POST.get("token_cap")
+        version=request.POST.get("plan_version") or None,
+        items=items,
+        token_cap=request.POST.get("token_cap"),
+        **views_outline.typed_outline(request),  # the report's sections and length (issue 30)
     )
     try:
         workflow.approve_plan(topic, shown)
     except workflow.Refused as refused:  # changed or approved elsewhere, empty, too big, too many running
+        if isinstance(refused, workflow.BadOutline):
+            request.outline_typed = shown.outline  # type: ignore[attr-defined]  # shown again, not lost
         return _plan_response(request, topic, error=refused.message)
     return redirect("topic_detail", topic_id=topic.pk)
 

@@ -28,6 +28,7 @@ from django.utils.translation import ngettext
 from research import images, tasks
 from research.images import PreparedImage
 from research.models import FollowUp, Report, SubQuery, Topic, TopicImage
+from research.pipeline import outline
 from research.pipeline.replies import is_russian
 
 
@@ -251,6 +252,10 @@ class ShownPlan:
     items: list[tuple[int | None, str]] | None = None
     # The topic's own token cap as typed (research/pipeline/cap.py): "" for none, None to keep it.
     token_cap: str | None = None
+    # The report's sections in order (research/pipeline/outline.py): [] for a report in one pass,
+    # None to keep them; and its length as typed ("", short, standard, long or words), None to keep it.
+    outline: list[str] | None = None
+    length: str | None = None
 
 
 def approve_plan(topic: Topic, shown: ShownPlan | None = None, *, queue: bool = True) -> None:
@@ -274,6 +279,8 @@ def approve_plan(topic: Topic, shown: ShownPlan | None = None, *, queue: bool = 
             _replace_locked(locked, shown.items)
         if shown.token_cap is not None:
             _set_token_cap(locked, shown.token_cap)
+        if shown.outline is not None or shown.length is not None:
+            _set_outline(locked, shown.outline, shown.length)
         if not locked.subqueries.exists():
             raise Refused(_("Add at least one sub-query before approving the plan."))
         check_plan_size(planned_count(locked))
@@ -292,6 +299,34 @@ def _set_token_cap(locked: Topic, typed: str) -> None:
         raise Refused(_("The cap is a number of tokens, such as 200000, or empty for none."))
     locked.token_cap = int(text) if text else None
     locked.save(update_fields=["token_cap", "updated_at"])
+
+
+# --- The report's outline and length (issue 30: research/pipeline/outline.py) -------------------
+
+
+class BadOutline(Refused):
+    """Sections or a length that cannot be used (too many, too long, repeated, not a length)."""
+
+
+def set_outline(topic: Topic, titles: list[str] | None, length: str | None = None) -> None:
+    """Make the report's sections exactly `titles`, in this order ([] for a report in one pass;
+    None keeps them), and its length as typed (None keeps it), while the plan is under review."""
+    with transaction.atomic():
+        locked = _lock_reviewable(topic)
+        _set_outline(locked, titles, length)
+    topic.outline, topic.report_length = locked.outline, locked.report_length
+
+
+def _set_outline(locked: Topic, titles: list[str] | None, length: str | None) -> None:
+    """`set_outline` within a transaction that holds the topic's row lock; Refused for bad input."""
+    try:
+        if titles is not None:
+            locked.outline = outline.read_outline(titles)
+        if length is not None:
+            locked.report_length = outline.read_length(length)
+    except outline.OutlineError as exc:
+        raise BadOutline(str(exc)) from None
+    locked.save(update_fields=["outline", "report_length", "updated_at"])
 
 
 def cancel_topic(topic: Topic) -> bool:
@@ -357,6 +392,10 @@ def _copy_with_plan(topic: Topic) -> Topic:
         "sites_only",
         "sites_prefer",
         "sites_avoid",
+        # The report's shape (issue 30) is part of the plan a version runs again.
+        "report_kind",
+        "outline",
+        "report_length",
     )
     copy = Topic.objects.create(
         owner=topic.owner,

@@ -34,7 +34,7 @@ from research.models import (
     Topic,
     TopicImage,
 )
-from research.pipeline import sites
+from research.pipeline import outline, sites
 from research.pipeline.stage import StageName
 
 MAX_ROWS = 100_000
@@ -112,6 +112,9 @@ TOPIC_FIELDS = (
     "sites_prefer",
     "sites_avoid",
     "token_cap",
+    "report_kind",  # the report's shape (issue 30), re-checked on import: `_check_outline`
+    "outline",
+    "report_length",
     "created_at",
     "started_at",
     "finished_at",
@@ -242,6 +245,7 @@ def check(data: dict[str, Any]) -> Checked:
             raise ArchiveError(
                 _("In the archive, the topic's site lists hold something that is not a site name.")
             ) from None
+    _check_outline(topic)
     events = data.get("run_events")
     if isinstance(events, list) and len(events) > MAX_EVENTS:
         raise ArchiveError(_("The archive holds more than %(n)d run events.") % {"n": MAX_EVENTS})
@@ -407,6 +411,21 @@ def report_rows(
     if len(rows) > limit:
         raise ArchiveError(too_many % {"n": limit})
     return rows
+
+
+def _check_outline(topic: dict[str, Any]) -> None:
+    """The report's kind, sections and length as the form would take them (research/pipeline/outline.py)."""
+    titles = topic["outline"]
+    try:
+        if not isinstance(titles, list) or not all(isinstance(t, str) for t in titles):
+            raise outline.OutlineError("not a list of titles")
+        topic["outline"] = outline.read_outline(titles)
+        topic["report_kind"] = outline.read_kind(topic["report_kind"])
+        topic["report_length"] = outline.read_length(topic["report_length"])
+    except outline.OutlineError:
+        raise ArchiveError(
+            _("In the archive, the report's kind, sections or length are not valid.")
+        ) from None
 
 
 def check_row(model: type[models.Model], names: tuple[str, ...], raw: Any, where: str) -> dict[str, Any]:

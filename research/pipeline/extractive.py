@@ -316,12 +316,30 @@ def _introduction(count: int, russian: bool) -> str:
     )
 
 
+def section_text(
+    question: str,
+    title: str,
+    texts: list[tuple[int, str]],
+    known: set[int],
+    *,
+    sentences: int = _SECTION_SENTENCES,
+) -> str:
+    """One section of a report along an outline (research/pipeline/outline.py): up to `sentences`
+    sentences of each source most about the section and the question, cited."""
+    return _section_body(question, title, texts, known, is_russian(question), sentences)
+
+
 def _section_body(
-    question: str, title: str, texts: list[tuple[int, str]], known: set[int], russian: bool
+    question: str,
+    title: str,
+    texts: list[tuple[int, str]],
+    known: set[int],
+    russian: bool,
+    sentences: int = _SECTION_SENTENCES,
 ) -> str:
     paragraphs = []
     for number, text in texts:
-        summary = extractive_summary(text, f"{question} {title}", _SECTION_SENTENCES)
+        summary = extractive_summary(text, f"{question} {title}", sentences)
         if number in known and summary:
             paragraphs.append(f"{summary} [{number}]")
     if paragraphs:

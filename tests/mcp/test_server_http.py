@@ -122,6 +122,7 @@ def test_an_mcp_client_with_a_token_researches_a_topic_and_another_token_sees_no
     schema = seen["tools"]["start_research"].input_schema
     assert set(schema["properties"]["sources"]["enum"]) == {"web", "docs", "both"}
     assert {"sites_only", "sites_prefer", "sites_avoid", "token_cap"} <= set(schema["properties"])
+    assert {"report_kind", "outline", "report_length"} <= set(schema["properties"])  # issue 30
     assert seen["started"]["question"] == TOPIC and seen["started"]["auto_approve"] is True
     assert seen["status"] == "completed", Topic.objects.get(pk=seen["started"]["id"]).error
     assert seen["seqs"] == list(range(1, len(seen["seqs"]) + 1)) and len(seen["seqs"]) > 8

@@ -966,6 +966,70 @@ class EvidenceScript:
             + f"\n\n## {headings[2]}\n\n{closing}"
         )
 
+    def section(self, user: str, system: str) -> str:
+        """One section of a report along an outline (prompts/section.txt): the sources' sentences
+        most about the question and the section, cited, until about the words asked — fewer when
+        the sources say less. The same seeded mistakes as a whole answer (a citation number that
+        does not exist, a planted claim); asked again with the verdicts, the questioned ones left out."""
+        with self._lock:
+            self.answer_requests.append(user)
+        again = "Перепиши ответ" in user or "Rewrite the answer" in user
+        sources, feedback = user.rsplit("<<<ДАННЫЕ", 1) if again else (user, "")
+        if again:
+            sources += "\nДАННЫЕ>>>"
+        questioned = [normalise(q) for q in re.findall(r"^- [«“](.*)[»”] \[\d+\]", feedback, re.M)]
+        question = _line(sources, "Исходный запрос")
+        title = _line(sources, "Раздел")
+        wanted = int(_line(sources, "Объём раздела").split()[1]) if "Объём раздела" in sources else 200
+        about = self._about(question)
+        key = about.key if about else []
+        blocks = re.findall(
+            r"^\[(\d+)\] (.*)\n(.*)\n\n([\s\S]*?)(?=\n\n---\n\n\[\d+\] |\nДАННЫЕ>>>|\Z)", sources, re.M
+        )
+        rng = self._rng("section", user)
+        candidates: list[tuple[int, str]] = []
+        for n, _title, _url, excerpt in blocks:
+            # Each passage apart: a sentence never runs across the gap between two ("[…]").
+            text = "\n".join(
+                line for line in excerpt.splitlines() if not line.startswith(("#", "*Published", "§"))
+            )
+            found = [
+                x for part in text.split("[…]") for x in best_sentences(part, f"{question} {title}", key, 4)
+            ]
+            for sentence in sorted(found, key=lambda x: -sentence_score(x, f"{question} {title}", key))[:4]:
+                score = sentence_score(sentence, question, key)
+                if score >= 2 and not _questioned(sentence, questioned):
+                    candidates.append((score, f"{sentence.rstrip()} [{n}]"))
+        candidates.sort(key=lambda item: -item[0])
+        claims: list[str] = []
+        written = 0
+        for _score, claim in candidates:
+            if written >= wanted:
+                break
+            if claim not in claims:
+                claims.append(claim)
+                written += len(claim.split())
+        count = max((int(n) for n, *_ in blocks), default=0)
+        if not again and claims and rng.random() < self.mistakes.bad_citation:
+            i = rng.randrange(len(claims))
+            wrong = count + rng.randint(1, 5)
+            claims[i] = f"{claims[i]}[{wrong}]"
+            with self._lock:
+                self.bad_citations.append((question, wrong))
+        if not again and blocks and rng.random() < self.mistakes.planted_claim:
+            russian = bool(re.search("[а-яё]", question, re.I))
+            cited = int(rng.choice(blocks)[0])
+            name = about.display["ru" if russian else "en"] if about else "the topic"
+            template = rng.choice(_PLANTED_RU if russian else _PLANTED_EN)
+            claim = template.format(
+                key=name, pct=rng.randint(21, 64), n=rng.randint(900, 14000), year=rng.randint(2016, 2023)
+            )
+            sentence = f"{claim[0].upper()}{claim[1:]}. [{cited}]"
+            claims.insert(rng.randint(0, len(claims)), sentence)
+            with self._lock:
+                self.planted.append(Planted(question, sentence, cited))
+        return "\n\n".join(" ".join(claims[i : i + 3]) for i in range(0, len(claims), 3))
+
 
 _PAYWALL = re.compile(r"subscribe to continue|subscribers only|подписк", re.I)
 

@@ -176,6 +176,21 @@ class ScriptedLLM:
             "## Источники\n\n1. made-up source"
         )
 
+    def section(self, user: str) -> str:
+        """One section of a report along an outline: the first sentence of each source given, cited
+        with its number, under a heading of its own (which the writer drops)."""
+        title = re.search(r"^Раздел: (.*)$", user, re.M)
+        blocks = re.findall(r"^\[(\d+)\] .*\n.*\n\n([\s\S]*?)(?=\n\n---\n\n\[\d+\] |\nДАННЫЕ>>>)", user, re.M)
+        lines = []
+        for n, text in blocks:
+            prose = " ".join(
+                line for line in text.splitlines() if line.strip() and not line.startswith(("#", "§"))
+            )
+            first = re.search(r"[^.!?]+[.!?]", prose)
+            if first:
+                lines.append(f"{first.group(0).strip()} [{n}]")
+        return f"## {title.group(1) if title else ''}\n\n" + " ".join(lines)
+
 
 def citecheck_reply(user: str, supported: Callable[[str, str], bool]) -> str:
     """The citation check's answer, as a model writes it: a fenced JSON array, one item per claim."""
@@ -198,6 +213,8 @@ def citecheck_reply(user: str, supported: Callable[[str, str], bool]) -> str:
 def prompt_kind(system: str) -> str:
     if "фактчекер" in system:
         return "citecheck"
+    if "один раздел отчёта" in system:  # prompts/section.txt (a report along an outline)
+        return "section"
     if "классификатор запросов" in system:
         return "route"
     if "следующего раунда" in system:

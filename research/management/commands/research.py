@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from research import export, images, workflow
 from research.models import RunEvent, SubQuery, Topic
-from research.pipeline import sites
+from research.pipeline import outline, sites
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stage import StageName
 from research.pipeline.stages.answer.report_writer import SOURCES_HEADING, clean_citations
@@ -75,6 +75,20 @@ class Command(BaseCommand):
             default=None,
             help="Stop gathering past this many tokens; write the report.",
         )
+        # The report's shape (issue 30, research/pipeline/outline.py).
+        parser.add_argument(
+            "--kind",
+            choices=[k for k in outline.KINDS if k],
+            default="",
+            help="brief, detailed, review or comparison (the last three are planned in sections).",
+        )
+        parser.add_argument(
+            "--section",
+            action="append",
+            default=[],
+            help="A section of the report, in order (repeat it); the report is written section by section.",
+        )
+        parser.add_argument("--length", default="", help="short, standard, long or a number of words.")
         parser.add_argument(
             "--image",
             default="",
@@ -97,6 +111,14 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from None
         if options.get("token_cap") is not None and options["token_cap"] < 1:
             raise CommandError("--token-cap is a number of tokens, 1 or more.")
+        try:
+            shape = {
+                "report_kind": outline.read_kind(options.get("kind") or ""),
+                "outline": outline.read_outline(options.get("section") or []),
+                "report_length": outline.read_length(options.get("length") or ""),
+            }
+        except outline.OutlineError as error:
+            raise CommandError(str(error)) from None
         topic = Topic(
             question=question,
             sources=sources,
@@ -105,6 +127,7 @@ class Command(BaseCommand):
             auto_approve=yes,
             token_cap=options.get("token_cap"),
             **rules,
+            **shape,
         )
         try:
             workflow.create_topic(topic, owner, image)
@@ -167,7 +190,10 @@ class Command(BaseCommand):
             self.stdout.write("\nPlanned sub-queries:")
             for i, subquery in enumerate(subqueries, 1):
                 self.stdout.write(f"  {i}. {subquery.text}")
-            choice = input("[Enter] approve · e N edit · d N delete · a add: ").strip()
+            self._show_outline(topic)
+            choice = input(
+                "[Enter] approve · e N edit · d N delete · a add · o sections · l length: "
+            ).strip()
             if not choice:
                 if subqueries:
                     return version
@@ -184,9 +210,24 @@ class Command(BaseCommand):
         except workflow.Refused as refused:
             raise CommandError(f"The plan of topic #{topic.pk} was not approved: {refused.message}") from None
 
+    def _show_outline(self, topic: Topic) -> None:
+        topic.refresh_from_db(fields=["outline", "report_length"])
+        if topic.outline:
+            self.stdout.write("Report sections: " + " | ".join(topic.outline))
+        else:
+            self.stdout.write("Report sections: none (written in one pass)")
+        self.stdout.write(f"Length: {topic.report_length or 'standard'}")
+
     def _apply(self, topic: Topic, subqueries: list[SubQuery], choice: str) -> None:
         action, _, number = choice.partition(" ")
         try:
+            if action == "o":  # the report's sections, in order, separated by "|" (empty: one pass)
+                typed = input("Sections (A | B | C): ")
+                workflow.set_outline(topic, [t for t in typed.split("|") if t.strip()])
+                return
+            if action == "l":
+                workflow.set_outline(topic, None, input("Length (short, standard, long or words): "))
+                return
             if action == "a":
                 text = input("New sub-query: ").strip()
                 if text:

@@ -6,7 +6,7 @@ from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
 from research.models import CacheEntry, SubQuery
-from research.pipeline import extractive
+from research.pipeline import extractive, outline
 from research.pipeline.context import RunContext
 from research.pipeline.prompting import LINE_TOKENS, Asking, image_context_block
 from research.pipeline.replies import language_of, parse_prefixed_lines
@@ -25,6 +25,7 @@ def run(ctx: RunContext) -> Outcome:
     SubQuery.objects.bulk_create(
         SubQuery(topic=ctx.topic, position=i, text=text, origin=origin) for i, text in enumerate(texts)
     )
+    _propose_outline(ctx, texts)
     ctx.finish(
         STAGE, gettext_noop("Planned %(count)s sub-queries"), count=len(texts), data={"subqueries": texts}
     )
@@ -61,3 +62,13 @@ def _plan(ctx: RunContext) -> tuple[list[str], str]:
             args={},
         )
     return extractive.keyword_subqueries(ctx.question, limit=MAX_SUBQUERIES), SubQuery.Origin.FALLBACK
+
+
+def _propose_outline(ctx: RunContext, texts: list[str]) -> None:
+    """The report's sections proposed with the sub-queries, for a kind written section by section
+    (research/pipeline/outline.py); an outline the user gave with the question is kept."""
+    topic = ctx.topic
+    if topic.outline or topic.report_kind not in outline.SECTIONED_KINDS:
+        return
+    topic.outline = outline.propose(topic.report_kind, ctx.question, texts)
+    topic.save(update_fields=["outline", "updated_at"])

@@ -16,7 +16,7 @@ from research.models import Hit, Report, SearchQuery
 from research.pipeline import sites
 from research.pipeline.context import RunContext, StageError
 from research.pipeline.stage import Outcome, StageName
-from research.pipeline.stages.answer import diversity, report_writer
+from research.pipeline.stages.answer import diversity, report_writer, sections
 
 STAGE = StageName.ANSWER
 
@@ -26,12 +26,17 @@ def run(ctx: RunContext) -> Outcome:
         return Outcome.CONTINUE
     # Domain data comes first, as the pre-context the report must prefer (domain.py).
     chosen = list(ctx.topic.domain_documents)
-    documents = chosen + [d for d in diversity.final_documents(ctx) if d not in chosen]
+    # A topic with an outline is written section by section (sections.py, issue 30).
+    ranked = sections.documents_for(ctx) if ctx.topic.outline else diversity.final_documents(ctx)
+    documents = chosen + [d for d in ranked if d not in chosen]
     if not documents:
         if _sites_left_nothing(ctx):
             return Outcome.CONTINUE
         raise StageError(_nothing_to_write_from(ctx), {})
-    report_writer.write_report(ctx, documents)
+    if ctx.topic.outline:
+        sections.write_report(ctx, documents)
+    else:
+        report_writer.write_report(ctx, documents)
     return Outcome.CONTINUE
 
 

@@ -138,8 +138,9 @@ def site_of_url(url: str) -> str:
     return domain
 
 
-def final_documents(ctx: RunContext) -> list[Document]:
-    """The documents the report is written from, numbered in this order."""
+def final_documents(ctx: RunContext, *, share: float = 1.0) -> list[Document]:
+    """The documents the report is written from, numbered in this order; `share` times the mode's
+    count of them (a long sectioned report is given more: research/pipeline/outline.py)."""
     documents = list(
         Document.objects.filter(topic=ctx.topic, summary__score__isnull=False)
         .select_related("hit__subquery", "hit__score", "summary__score")
@@ -159,7 +160,7 @@ def final_documents(ctx: RunContext) -> list[Document]:
         min_score = 0.0
     chosen = select_sources(
         candidates,
-        k=settings.RESEARCH_DEEP_SOURCES if deep else QUICK_SOURCES,
+        k=max(1, round((settings.RESEARCH_DEEP_SOURCES if deep else QUICK_SOURCES) * share)),
         per_site=_per_site(ctx.topic),
         min_score=min_score,
         mmr_lambda=settings.RESEARCH_MMR_LAMBDA,

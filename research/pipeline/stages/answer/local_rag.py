@@ -27,7 +27,7 @@ from research.models import Document, Report, Topic
 from research.pipeline import private, rerank
 from research.pipeline.context import RunContext
 from research.pipeline.stage import Outcome, StageName
-from research.pipeline.stages.answer import report_writer
+from research.pipeline.stages.answer import report_writer, sections
 from retrieval.models import Chunk
 from retrieval.search import Passage
 
@@ -55,7 +55,10 @@ def run(ctx: RunContext) -> Outcome:
         ),
         args={"passages": len(documents), "files": len({d.uploaded_document_id for d in documents})},
     )
-    report_writer.write_report(ctx, documents)
+    if topic.outline:  # an outline given with the question (issue 30)
+        sections.write_report(ctx, documents)
+    else:
+        report_writer.write_report(ctx, documents)
     return Outcome.ANSWERED
 
 

@@ -38,7 +38,7 @@ from mindsearch.clients.llm import Completion, LLMError
 from research import progress
 from research.event_text import choice_phrase, phrases
 from research.models import CacheEntry, Citation, Document, Report, ReportDraft, Topic
-from research.pipeline import cap, citecheck, extractive, passages, report_checks, window
+from research.pipeline import cap, citecheck, extractive, outline, passages, report_checks, window
 from research.pipeline.context import RunContext, db
 from research.pipeline.prompting import (
     Prompt,
@@ -257,7 +257,7 @@ def check_citations(
     """Each cited sentence against the text that was sent for its source; the LLM's verdicts
     where one is configured and answers usably, the local ones elsewhere. A report that cites
     none of its sources is said to."""
-    claims = citecheck.claims(body, len(excerpts))
+    claims = citecheck.claims(body, max(excerpts, default=0))  # a section's numbers need not start at 1
     if not claims:
         if excerpts:
             ctx.warn(CHECK_STAGE, gettext_noop("The report cites none of its sources"), args={})
@@ -438,7 +438,8 @@ async def _ask_report(ctx: RunContext, material: Material, extra: str, *, stream
     draft = Draft(ctx) if streamed else None
     # A second answer (for citations, for the language) keeps the room the first had, as a cut
     # first answer asked again does: the sources are cut shorter for it.
-    completion = await _ask_fitted(ctx, material, prompt, extra, draft, REPORT_TOKENS, whole=not streamed)
+    tokens = max(REPORT_TOKENS, _length_tokens(ctx.topic))
+    completion = await _ask_fitted(ctx, material, prompt, extra, draft, tokens, whole=not streamed)
     if completion.truncated and streamed:
         await db(ctx.warn)(
             STAGE,
@@ -449,7 +450,7 @@ async def _ask_report(ctx: RunContext, material: Material, extra: str, *, stream
             args={"tokens": completion.completion_tokens},
         )
         extra_shorter = extra + "\n\n" + SHORTER_INSTRUCTION
-        second = await _ask_fitted(ctx, material, prompt, extra_shorter, draft, 2 * REPORT_TOKENS, whole=True)
+        second = await _ask_fitted(ctx, material, prompt, extra_shorter, draft, 2 * tokens, whole=True)
         if second.truncated:
             await db(ctx.warn)(
                 STAGE,
@@ -478,7 +479,9 @@ async def _ask_fitted(
     sent are what the citation check reads from then on."""
 
     def build(texts: dict[int, str]) -> str:
-        return _request(ctx.asked, material, texts) + image_context_block(ctx) + extra
+        return (
+            _request(ctx.asked, material, texts) + length_note(ctx.topic) + image_context_block(ctx) + extra
+        )
 
     async def send(request: str, max_tokens: int | None) -> Completion:
         if draft is not None:
@@ -508,6 +511,23 @@ async def _ask_fitted(
     )
     material.excerpts.update(sent)
     return completion
+
+
+def _length_tokens(topic: Topic) -> int:
+    """The answer's room for the words a long report in one pass is asked for (0: no length set)."""
+    length = outline.effective_length(topic.report_kind, topic.report_length)
+    return outline.scale_of(length).words * 3 if length else 0
+
+
+def length_note(topic: Topic) -> str:
+    """The words asked of a report in one pass whose user set a length or chose a brief answer
+    (research/pipeline/outline.py); "" otherwise, so other requests stay as they were."""
+    length = outline.effective_length(topic.report_kind, topic.report_length)
+    if not length:
+        return ""
+    return (
+        f"\nОбъём отчёта: около {outline.scale_of(length).words} слов; не добавляй общих слов ради объёма.\n"
+    )
 
 
 def _request(question: str, material: Material, texts: dict[int, str]) -> str:

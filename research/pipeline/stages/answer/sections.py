@@ -1,0 +1,343 @@
+"""A report written section by section, along the outline of its plan (issue 30). No stage: it
+writes under the answer stage's name, as `report_writer` does for a report in one pass.
+
+For each section of `Topic.outline`, in order, the passages most about that section — BM25 of the
+section's title (counted twice) and the question, over the passages of all the documents chosen —
+are taken within the length's evidence budget (`outline.Scale`: characters and sources per
+section). The whole report keeps one numbering of sources: a document is numbered where a section
+first uses it, and the sources list holds exactly the documents the sections were given.
+
+Each section is asked of the LLM alone (prompts/section.txt: its title, the other sections' titles,
+the words wanted, its sources), fitted to the model's window (`window.ask_within`), streamed to the
+page after the sections before it, its citations cleaned to the numbers it was given and checked
+against the passages it was given (`citecheck`); a section whose citations are mostly unsupported
+is asked for once more with the verdicts, the better kept. When there is no LLM, when it fails for
+a section, or when the topic's token cap is reached (`cap.CapReached` is an LLM error), that
+section is written by the extractive engine from the same passages: the report keeps its outline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from asgiref.sync import async_to_sync
+from django.utils.translation import gettext_noop
+
+from mindsearch.clients.llm import Completion, LLMError
+from research import progress
+from research.models import CacheEntry, Document
+from research.pipeline import citecheck, extractive, outline, passages, window
+from research.pipeline.context import RunContext
+from research.pipeline.passages import Passage
+from research.pipeline.prompting import ask_completion, data_block, load_prompt
+from research.pipeline.replies import is_russian, language_of
+from research.pipeline.stage import StageName
+from research.pipeline.stages.answer import diversity, report_writer
+from research.pipeline.text import BM25, tokenize
+
+STAGE = StageName.ANSWER
+CHECK_STAGE = StageName.CITECHECK
+# A section's answer: about this many tokens per word asked, within these bounds.
+TOKENS_PER_WORD = 3
+MIN_SECTION_TOKENS = 400
+# The weight of a passage an earlier section was given, in a later section's ranking.
+USED_PASSAGE_WEIGHT = 0.5
+PRIVATE_ORIGIN = report_writer.PRIVATE_ORIGIN
+_SUBHEADING = re.compile(r"^\s{0,3}#{1,2}\s+")
+
+
+@dataclass(frozen=True)
+class Section:
+    """A section as it is written: its title, its sources' passages by report number, and what
+    was written (by `model`, "" for the extractive engine)."""
+
+    title: str
+    evidence: dict[int, list[Passage]]
+    body: str = ""
+    model: str = ""
+    truncated: bool = False
+
+
+def documents_for(ctx: RunContext) -> list[Document]:
+    """The documents a sectioned report may draw on: the mode's choice, more of it for a long one."""
+    scale = outline.scale_of(outline.effective_length(ctx.topic.report_kind, ctx.topic.report_length))
+    return diversity.final_documents(ctx, share=scale.pool)
+
+
+def write_report(ctx: RunContext, documents: list[Document]) -> None:
+    """The report along `ctx.topic.outline`, from `documents` (the answer stage's choice)."""
+    topic = ctx.topic
+    titles = list(topic.outline)
+    length = outline.effective_length(topic.report_kind, topic.report_length)
+    scale = outline.scale_of(length)
+    ctx.begin(
+        STAGE,
+        gettext_noop("Writing the report in %(sections)s sections from %(count)s sources"),
+        sections=len(titles),
+        count=len(documents),
+    )
+    chosen = evidence(ctx.question, documents, titles, scale)
+    order = list(dict.fromkeys(i for section in chosen for i in section))
+    number = {i: n for n, i in enumerate(order, 1)}
+    used = [documents[i] for i in order]
+    sections = [
+        Section(title, {number[i]: found for i, found in section.items()})
+        for title, section in zip(titles, chosen, strict=True)
+    ]
+    private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in used)
+    words = outline.words_per_section(length, len(titles))
+    head = f"# {' '.join(ctx.question.split())}"
+    parts = [head]
+    verdicts: list[citecheck.Verdict] = []
+    for k, section in enumerate(sections):
+        ctx.check_cancelled()
+        before = "\n\n".join(parts) + f"\n\n## {section.title}\n\n"
+        written, found = _section(ctx, section, titles, used, number, words, before, scale, private=private)
+        offset = len(citecheck.sentence_spans(before))
+        verdicts += [replace(v, index=v.index + offset) for v in found]
+        parts.append(f"## {section.title}\n\n{written.body}")
+        sections[k] = written
+    body = "\n\n".join(parts)
+    sources = [_source_entry(n, document, ctx.question, sections) for n, document in enumerate(used, 1)]
+    model = next((s.model for s in sections if s.model), "")
+    material = report_writer.Material(used, sources, {})
+    answer = report_writer.Answer(body, model, any(s.truncated for s in sections))
+    report_writer._save(ctx, material, answer, verdicts)
+    ctx.finish(STAGE, gettext_noop("Report written"))
+
+
+def evidence(
+    question: str, documents: list[Document], titles: list[str], scale: outline.Scale
+) -> list[dict[int, list[Passage]]]:
+    """Per section, the passages most about it by document index, in page order: BM25 over the
+    passages of all documents at once, within the scale's characters and sources per section.
+    A passage an earlier section was given ranks at half its score, so that sections do not repeat
+    each other. A section nothing matches gets the opening passages of the first documents."""
+    pieces = [
+        (i, p) for i, document in enumerate(documents) for p in passages.split_passages(document.text or "")
+    ]
+    ranking = BM25([tokenize(f"{p.heading} {p.text}") for _, p in pieces])
+    chosen_all = []
+    given: set[int] = set()  # passages an earlier section was given
+    for title in titles:
+        scores = ranking.scores(tokenize(f"{title} {title} {question}")) if pieces else []
+        # A passage an earlier section had ranks behind the fresh ones: each section says its own.
+        scores = [score * (USED_PASSAGE_WEIGHT if j in given else 1.0) for j, score in enumerate(scores)]
+        order = sorted(range(len(pieces)), key=lambda j: (-scores[j], j))
+        chosen: dict[int, list[Passage]] = {}
+        spent = 0
+        for j in order:
+            if scores[j] <= 0:
+                break
+            i, passage = pieces[j]
+            size = passage.end - passage.start
+            if (i not in chosen and len(chosen) >= scale.sources) or (
+                chosen and spent + size > scale.evidence_chars
+            ):
+                continue
+            chosen.setdefault(i, []).append(passage)
+            spent += size
+            given.add(j)
+        if not chosen:
+            for i, passage in pieces:
+                if i not in chosen and len(chosen) < scale.sources:
+                    chosen[i] = [passage]
+        chosen_all.append({i: sorted(found, key=lambda p: p.start) for i, found in sorted(chosen.items())})
+    return chosen_all
+
+
+def _section(
+    ctx: RunContext,
+    section: Section,
+    titles: list[str],
+    used: list[Document],
+    number: dict[int, int],
+    words: int,
+    before: str,
+    scale: outline.Scale,
+    *,
+    private: bool,
+) -> tuple[Section, list[citecheck.Verdict]]:
+    """One section written, cleaned and checked: the LLM's, asked again once when its citations
+    are mostly unsupported, or the extractive engine's."""
+    excerpts = {n: passages.excerpt(found) for n, found in section.evidence.items()}
+    documents = {n: used[n - 1] for n in excerpts}
+    written = _ask(ctx, section, titles, documents, excerpts, words, before, private=private)
+    if written is None:
+        body = _extractive(ctx.question, section.title, excerpts, scale)
+        return replace(section, body=body), report_writer.check_citations(
+            ctx, body, excerpts, private=private
+        )
+    body, truncated = written
+    body = clean(body, set(excerpts))
+    verdicts = report_writer.check_citations(ctx, body, excerpts, private=private)
+    if citecheck.mostly_unsupported(verdicts) or (excerpts and not verdicts):
+        notes = (
+            citecheck.feedback(verdicts, russian=is_russian(ctx.question))
+            if verdicts
+            else (
+                report_writer.UNCITED_FEEDBACK_RU
+                if is_russian(ctx.question)
+                else report_writer.UNCITED_FEEDBACK_EN
+            )
+        )
+        again = _ask(ctx, section, titles, documents, excerpts, words, "", private=private, feedback=notes)
+        if again is not None:
+            second = clean(again[0], set(excerpts))
+            second_verdicts = report_writer.check_citations(ctx, second, excerpts, private=private)
+            if citecheck.quality(second_verdicts) > citecheck.quality(verdicts):
+                body, truncated, verdicts = second, again[1], second_verdicts
+    return replace(section, body=body, model=ctx.model, truncated=truncated), verdicts
+
+
+def _ask(
+    ctx: RunContext,
+    section: Section,
+    titles: list[str],
+    documents: dict[int, Document],
+    excerpts: dict[int, str],
+    words: int,
+    before: str,
+    *,
+    private: bool,
+    feedback: str = "",
+) -> tuple[str, bool] | None:
+    """The LLM's text of one section (streamed after `before` unless asked again with `feedback`)
+    and whether it was cut off; None when there is no LLM or it failed (the event log says so)."""
+    if not ctx.llm_enabled or not excerpts:
+        return None
+    try:
+        completion = async_to_sync(_ask_fitted)(
+            ctx, section, titles, documents, excerpts, words, before, private=private, feedback=feedback
+        )
+    except LLMError as exc:
+        ctx.fell_back(
+            STAGE,
+            gettext_noop(
+                "The LLM could not write a section (%(error)s); writing it from the sources' sentences."
+            ),
+            exc,
+        )
+        return None
+    text = completion.text.strip()
+    return (text, completion.truncated) if text else None
+
+
+async def _ask_fitted(
+    ctx: RunContext,
+    section: Section,
+    titles: list[str],
+    documents: dict[int, Document],
+    excerpts: dict[int, str],
+    words: int,
+    before: str,
+    *,
+    private: bool,
+    feedback: str,
+) -> Completion:
+    prompt = load_prompt("section")
+    draft = None if feedback else SectionDraft(ctx, before)
+
+    def build(texts: dict[int, str]) -> str:
+        request = section_request(ctx.asked, section.title, titles, words, documents, texts)
+        return request + ("\n\n" + data_block(feedback) if feedback else "")
+
+    async def send(request: str, max_tokens: int | None) -> Completion:
+        if draft is not None:
+            return await draft.ask_completion(
+                ctx, STAGE, prompt, request, private=private, max_tokens=max_tokens
+            )
+        return await ask_completion(
+            ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private, max_tokens=max_tokens
+        )
+
+    completion, sent = await window.ask_within(
+        ctx,
+        STAGE,
+        dict(excerpts),
+        f"{section.title} {ctx.question}",
+        build,
+        send,
+        fixed=prompt.text,
+        answer_tokens=min(report_writer.REPORT_TOKENS, max(MIN_SECTION_TOKENS, words * TOKENS_PER_WORD)),
+    )
+    excerpts.update(sent)  # the citation check reads what was sent
+    return completion
+
+
+def section_request(
+    question: str,
+    title: str,
+    titles: list[str],
+    words: int,
+    documents: dict[int, Document],
+    texts: dict[int, str],
+) -> str:
+    blocks = [
+        f"[{n}] {document.title or document.url}\n{document.url or PRIVATE_ORIGIN}\n\n{texts[n]}"
+        for n, document in documents.items()
+    ]
+    listed = "\n".join(f"{k}. {t}" for k, t in enumerate(titles, 1))
+    return (
+        f"Исходный запрос: {question}\nЯзык ответа: {language_of(question)}\n"
+        f"Раздел: {title}\nОбъём раздела: около {words} слов\nВсе разделы отчёта:\n{listed}\n\nИсточники:\n"
+        + data_block("\n\n---\n\n".join(blocks))
+    )
+
+
+def clean(body: str, numbers: set[int]) -> str:
+    """The section's text without a heading of its own or a sources list, and without citations of
+    sources it was not given."""
+    body = report_writer.SOURCES_HEADING.split(body)[0].strip()
+    lines = body.splitlines()
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("#")):
+        lines.pop(0)  # its own title (the report puts the section's heading)
+    # Headings of its own are the section's subheadings: the report's sections are the outline's.
+    body = "\n".join(_SUBHEADING.sub("### ", line) for line in lines).strip()
+    return report_writer.CITATION.sub(lambda m: m.group(0) if int(m.group(2)) in numbers else "", body)
+
+
+def _extractive(question: str, title: str, excerpts: dict[int, str], scale: outline.Scale) -> str:
+    return extractive.section_text(
+        question, title, list(excerpts.items()), set(excerpts), sentences=scale.sentences
+    )
+
+
+def _source_entry(n: int, document: Document, question: str, sections: list[Section]) -> dict:
+    """The sources list's entry: the passages the sections were given of a long page."""
+    entry = report_writer.source_entry(n, document, question)
+    if len(document.text or "") <= passages.LONG_PAGE_CHARS:
+        entry["passages"] = []
+        return entry
+    seen: dict[tuple[int, int], Passage] = {}
+    for section in sections:
+        for p in section.evidence.get(n, []):
+            seen.setdefault((p.start, p.end), p)
+    entry["passages"] = [
+        {"start": p.start, "end": p.end, "heading": p.heading, "quote": passages.quote(p)}
+        for p in seen.values()
+    ]
+    return entry
+
+
+class SectionDraft(report_writer.Draft):
+    """A section's text as it is written, shown after the sections written before it."""
+
+    def __init__(self, ctx: RunContext, before: str) -> None:
+        super().__init__(ctx)
+        self.before = before
+        self.listeners = [_after(before, hear) for hear in self.listeners]
+
+    def save(self, text: str) -> None:
+        progress.save_draft(self.topic_id, self.before + text)
+
+
+def _after(before: str, hear: Callable[[str], None]) -> Callable[[str], None]:
+    """A listener that hears a section's text after the sections written before it."""
+
+    def heard(text: str) -> None:
+        hear(before + text)
+
+    return heard

@@ -1,0 +1,318 @@
+"""The report's outline and length as part of the plan (issue 30; research/pipeline/outline.py,
+research/pipeline/stages/answer/sections.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from research import workflow
+from research.models import Citation, Report, Topic
+from research.pipeline import citecheck, outline
+from research.pipeline.run import plan_topic, run_topic
+from tests.support.world import TOPIC, World
+
+pytestmark = pytest.mark.django_db
+ADDED = "Открытые вопросы"
+
+
+def planned(owner: User, **fields: Any) -> Topic:
+    topic = Topic.objects.create(owner=owner, question=TOPIC, **fields)
+    plan_topic(topic.pk)
+    topic.refresh_from_db()
+    return topic
+
+
+def headings(markdown: str) -> list[str]:
+    return re.findall(r"^## (.+)$", markdown, re.M)
+
+
+def section_bodies(markdown: str) -> dict[str, str]:
+    parts = re.split(r"^## (.+)$", markdown, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def approve_reordered(client: Client, topic: Topic) -> list[str]:
+    """On the plan review page: the proposed sections reversed and one added, approved."""
+    page = client.get(reverse("topic_detail", args=[topic.pk]))
+    shown = re.findall(r'name="section" value="([^"]*)"', page.content.decode())
+    assert shown == topic.outline and len(shown) >= 3
+    wanted = [*reversed(shown), ADDED]
+    form: dict[str, Any] = {
+        "plan_version": topic.plan_version(),
+        "outline_shown": "1",
+        "section": list(reversed(shown)),
+        "new_section": ADDED,
+        "report_length": "short",
+        **{f"text-{sq.pk}": sq.text for sq in topic.subqueries.all()},
+    }
+    answer = client.post(reverse("plan_approve", args=[topic.pk]), form)
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    topic.refresh_from_db()
+    assert topic.outline == wanted and topic.report_length == "short"
+    return wanted
+
+
+@pytest.mark.parametrize("with_llm", [True, False], ids=["llm", "extractive"])
+def test_reordered_sections_and_an_added_one_give_exactly_those_sections_each_checked(
+    alice: User, alice_client: Client, loopback: World, settings: Any, with_llm: bool
+) -> None:
+    if not with_llm:
+        settings.AITUNNEL_API_KEY = ""
+    topic = planned(alice, report_kind="detailed")
+    # The plan proposes the sections: the kind's frame around the sub-queries, in Russian.
+    assert topic.outline[0] == "Обзор" and topic.outline[-1] == "Выводы"
+    assert len(topic.outline) == 2 + topic.subqueries.count()
+    wanted = approve_reordered(alice_client, topic)
+    run_topic(topic.pk)
+    topic.refresh_from_db()
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    report = Report.objects.get(topic=topic)
+    assert headings(report.markdown) == [*wanted, "Источники"]
+    bodies = section_bodies(report.markdown)
+    citations = list(Citation.objects.filter(report=report))
+    numbers = {s["n"] for s in report.sources}
+    assert numbers == set(range(1, len(report.sources) + 1))  # one numbering for the whole report
+    for title in wanted:
+        cited = {int(n) for n in re.findall(r"\[(\d+)\]", bodies[title])}
+        assert cited and cited <= numbers, (title, bodies[title])
+        # Each section's citations were checked: a verdict for every cited sentence of it.
+        assert any(c.sentence and c.sentence[:30] in " ".join(bodies[title].split()) for c in citations), (
+            title
+        )
+    assert {c.n for c in citations} <= numbers
+    # Each verdict is stored at its sentence's place in the whole report (the page marks it there).
+    body = report.markdown.split("\n## Источники")[0]
+    spans = citecheck.sentence_spans(body)
+    for c in citations:
+        start, end = spans[c.sentence_index]
+        assert citecheck.plain_claim(body[start:end]) == c.sentence
+    if with_llm:
+        assert loopback.script.calls["section"] == len(wanted)
+        assert report.model
+    else:
+        assert not report.model
+
+
+def test_long_gives_more_words_than_short_from_more_evidence(
+    alice: User, loopback: World, settings: Any
+) -> None:
+    settings.AITUNNEL_API_KEY = ""  # the extractive engine follows the outline and its length
+    words = {}
+    for length in ("short", "long"):
+        topic = planned(alice, report_kind="detailed", report_length=length, auto_approve=True)
+        run_topic(topic.pk)
+        report = Report.objects.get(topic=topic)
+        body = report.markdown.split("## Источники")[0]
+        words[length] = len(body.split())
+    assert words["long"] > words["short"] * 1.5, words
+
+
+def test_a_plan_in_one_pass_proposes_no_sections_and_the_user_may_add_them(alice: User) -> None:
+    topic = Topic.objects.create(owner=alice, question=TOPIC, status=Topic.Status.AWAITING_APPROVAL)
+    workflow.set_outline(topic, ["Что это", "Где применяется"], "1500")
+    topic.refresh_from_db()
+    assert topic.outline == ["Что это", "Где применяется"] and topic.report_length == "1500"
+
+
+def test_bad_outlines_and_lengths_are_refused_with_nothing_saved(alice: User) -> None:
+    topic = Topic.objects.create(
+        owner=alice, question=TOPIC, status=Topic.Status.AWAITING_APPROVAL, outline=["A", "B"]
+    )
+    for titles, length in (
+        (["A", "a"], None),
+        (["x" * 201], None),
+        ([f"s{i}" for i in range(13)], None),
+        (None, "huge"),
+        (None, "5"),
+    ):
+        with pytest.raises(workflow.BadOutline):
+            workflow.set_outline(topic, titles, length)
+    topic.refresh_from_db()
+    assert topic.outline == ["A", "B"] and topic.report_length == ""
+
+
+def test_the_outline_is_part_of_the_plan_version(alice: User) -> None:
+    topic = Topic.objects.create(owner=alice, question=TOPIC, status=Topic.Status.AWAITING_APPROVAL)
+    before = topic.plan_version()
+    workflow.set_outline(topic, ["A", "B"])
+    topic.refresh_from_db()
+    assert topic.plan_version() != before
+    with pytest.raises(workflow.PlanChanged):
+        workflow.approve_plan(topic, workflow.ShownPlan(version=before), queue=False)
+
+
+def test_outline_kinds_propose_titles_in_the_question_language() -> None:
+    assert outline.propose("", "What is X?", ["a"]) == []
+    english = outline.propose("review", "What is known about X?", ["What is X?"])
+    assert english == [
+        "Background",
+        "What is X",
+        "Where the studies agree and disagree",
+        "Gaps and open questions",
+    ]
+    assert outline.propose("comparison", "Сравни X и Y", ["X"])[0] == "Что сравнивается"
+    assert outline.scale_of("3000").words == 3000 and outline.scale_of("long").pool == 2.0
+
+
+# --- API, console, archive --------------------------------------------------------------------------
+
+
+def test_the_api_takes_and_shows_the_outline_and_length(alice: User, alice_client: Client) -> None:
+    created = alice_client.post(
+        "/api/topics",
+        {
+            "question": "What is MoT?",
+            "sources": "docs",
+            "report_kind": "comparison",
+            "outline": ["Что это", "Где применяется"],
+            "report_length": "long",
+        },
+        content_type="application/json",
+    )
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert (body["report_kind"], body["outline"], body["report_length"]) == (
+        "comparison",
+        ["Что это", "Где применяется"],
+        "long",
+    )
+    bad = alice_client.post(
+        "/api/topics",
+        {"question": "What is MoT?", "sources": "docs", "report_length": "huge"},
+        content_type="application/json",
+    )
+    assert bad.status_code == 422 and "report_length" in bad.content.decode()
+    topic = Topic.objects.get(pk=body["id"])
+    Topic.objects.filter(pk=topic.pk).update(status=Topic.Status.AWAITING_APPROVAL)
+    sq = topic.subqueries.create(text="Что такое MoT?", position=0)
+    plan = alice_client.put(
+        f"/api/topics/{topic.pk}/plan",
+        {
+            "subqueries": [{"id": sq.pk, "text": sq.text}],
+            "outline": ["Где применяется", "Что это", "Итог"],
+            "report_length": "900",
+        },
+        content_type="application/json",
+    )
+    assert plan.status_code == 200, plan.content
+    assert (
+        plan.json()["outline"] == ["Где применяется", "Что это", "Итог"]
+        and plan.json()["report_length"] == "900"
+    )
+    refused = alice_client.put(
+        f"/api/topics/{topic.pk}/plan",
+        {"subqueries": [{"text": "другое"}], "outline": ["A", "a"]},
+        content_type="application/json",
+    )
+    assert refused.status_code == 422 and "outline" in refused.content.decode()
+    assert list(topic.subqueries.values_list("text", flat=True)) == ["Что такое MoT?"]  # nothing saved
+
+
+def test_the_console_takes_sections_and_length(alice: User, loopback: World) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command(
+        "research",
+        TOPIC,
+        user="alice",
+        yes=True,
+        section=["Где применяется", "Что это"],
+        length="short",
+        stdout=out,
+    )
+    topic = Topic.objects.get(owner=alice)
+    assert topic.outline == ["Где применяется", "Что это"] and topic.report_length == "short"
+    assert headings(topic.report.markdown) == ["Где применяется", "Что это", "Источники"]
+
+
+def test_archives_keep_the_outline_and_refuse_a_bad_one(alice: User, bob: User) -> None:
+    from research import archive
+    from research.archive import ArchiveError
+
+    topic = Topic.objects.create(
+        owner=alice,
+        question="Small",
+        status=Topic.Status.COMPLETED,
+        report_kind="review",
+        outline=["Background", "Gaps"],
+        report_length="1200",
+    )
+    data = json.loads(archive.dumps(archive.topic_data(topic)))
+    copy = archive.import_topic(data, bob)
+    assert (copy.report_kind, copy.outline, copy.report_length) == ("review", ["Background", "Gaps"], "1200")
+    for name, value in (
+        ("outline", ["A", "a"]),
+        ("outline", [3]),
+        ("report_length", "-site:x"),
+        ("report_kind", "x"),
+    ):
+        hostile = {**data, "topic": {**data["topic"], name: value}}
+        with pytest.raises(ArchiveError):
+            archive.import_topic(hostile, bob)
+
+
+def reviewable(owner: User, titles: list[str]) -> Topic:
+    topic = Topic.objects.create(
+        owner=owner, question=TOPIC, status=Topic.Status.AWAITING_APPROVAL, outline=titles
+    )
+    topic.subqueries.create(text="Что такое MoT?", position=0)
+    return topic
+
+
+def test_the_section_buttons_move_delete_and_add_through_the_workflow(
+    alice: User, alice_client: Client
+) -> None:
+    topic = reviewable(alice, ["A", "B", "C"])
+    url = reverse("outline_edit", args=[topic.pk])
+    base = {"outline_shown": "1", "report_length": ""}
+    steps = (
+        ({"section": ["A", "B", "C"], "op": "down-0"}, ["B", "A", "C"]),
+        ({"section": ["B", "A", "C"], "op": "delete-2"}, ["B", "A"]),
+        ({"section": ["B", "A edited"], "op": "up-1", "new_section": ""}, ["A edited", "B"]),
+        ({"section": ["A edited", "B"], "op": "add", "new_section": "D"}, ["A edited", "B", "D"]),
+    )
+    for form, expected in steps:
+        answer = alice_client.post(url, {**base, **form}, headers={"HX-Request": "true"})
+        assert answer.status_code == 200, answer.content.decode()[:500]
+        topic.refresh_from_db()
+        assert topic.outline == expected
+        assert f'value="{expected[-1]}"' in answer.content.decode()
+
+
+def test_a_bad_outline_at_approval_is_shown_again_and_nothing_is_approved(
+    alice: User, alice_client: Client
+) -> None:
+    topic = reviewable(alice, ["A", "B"])
+    form = {
+        "plan_version": topic.plan_version(),
+        "outline_shown": "1",
+        "section": ["Same", "same"],
+        "report_length": "short",
+    }
+    answer = alice_client.post(reverse("plan_approve", args=[topic.pk]), form)
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert 'value="Same"' in page and 'value="same"' in page  # what was typed is not lost
+    assert "Раздел повторяется" in page or "A section appears twice" in page
+    topic.refresh_from_db()
+    assert topic.status == Topic.Status.AWAITING_APPROVAL and topic.outline == ["A", "B"]
+    assert topic.report_length == ""
+
+
+def test_a_report_in_one_pass_is_asked_for_its_length_only_when_one_is_set() -> None:
+    from research.pipeline.stages.answer import report_writer
+
+    assert report_writer.length_note(Topic(question="q")) == ""  # the request stays as it was
+    assert "около 400 слов" in report_writer.length_note(Topic(question="q", report_kind="brief"))
+    assert "около 2500 слов" in report_writer.length_note(Topic(question="q", report_length="long"))
+    assert "около 1200 слов" in report_writer.length_note(Topic(question="q", report_length="1200"))
