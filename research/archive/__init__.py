@@ -20,7 +20,7 @@ from datetime import date
 from typing import IO, Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import DatabaseError, models, transaction
 from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
@@ -88,7 +88,7 @@ def _body(topic: Topic) -> dict[str, Any]:
         "report": Report.objects.filter(topic=topic).values(*REPORT_FIELDS, "changes").first(),
     }
     for table in TABLES:
-        rows = table.model.objects.filter(**{table.topic_path: topic}).order_by("pk")
+        rows = table.model._default_manager.filter(**{table.topic_path: topic}).order_by("pk")
         data[table.name] = list(rows.values("id", *table.fields, *table.refs))
     data[citations.KEY] = citations.export_rows(topic)
     data[followups.KEY] = followups.export_rows(topic)
@@ -218,7 +218,7 @@ def _refuse_constant(name: str) -> None:
 # --- Import ----------------------------------------------------------------------------------------
 
 
-def import_archive(upload: IO[bytes], owner: AbstractBaseUser) -> Topic:
+def import_archive(upload: IO[bytes], owner: User) -> Topic:
     data, size = read_archive_sized(upload)
     return import_topic(data, owner, archive_bytes=size)
 
@@ -227,7 +227,7 @@ Progress = Callable[[int, int], None]
 
 
 def import_topic(
-    data: dict[str, Any], owner: AbstractBaseUser, progress: Progress | None = None, archive_bytes: int = 1
+    data: dict[str, Any], owner: User, progress: Progress | None = None, archive_bytes: int = 1
 ) -> Topic:
     """A new topic of `owner` with every row of the archive, or ArchiveError and nothing saved.
     `progress(done, total)` hears of the rows saved so far (the import job's page shows it);
@@ -284,9 +284,7 @@ def _create_body(
     return topic
 
 
-def _create(
-    checked: Checked, owner: AbstractBaseUser, verdicts: list[dict[str, Any]], progress: Progress
-) -> Topic:
+def _create(checked: Checked, owner: User, verdicts: list[dict[str, Any]], progress: Progress) -> Topic:
     from research.presenters import store_marked
 
     fields = dict(checked.topic)
@@ -301,7 +299,7 @@ def _create(
         rows = checked.tables[table.name]
         done += len(rows)
         objects = [table.model(**_values(table, row, topic, owner, new_ids)) for row in rows]
-        created = table.model.objects.bulk_create(objects, batch_size=500)
+        created = table.model._default_manager.bulk_create(objects, batch_size=500)
         if "created_at" in table.fields:
             _restore_created_at(table.model, created, rows)
         new_ids[table.name] = {row["id"]: obj.pk for row, obj in zip(rows, created, strict=True)}
@@ -322,7 +320,7 @@ def _values(
     table: Table,
     row: dict[str, Any],
     topic: Topic,
-    owner: AbstractBaseUser,
+    owner: User,
     new_ids: dict[str, dict[int, int]],
 ) -> dict[str, Any]:
     values = {name: row[name] for name in table.fields}
@@ -358,5 +356,5 @@ def _restore_created_at(model: type[models.Model], objects: list[models.Model], 
     """Creating sets `created_at` to now (auto_now_add); put back when each row was made, which
     the page shows (the event log's times, the report's date)."""
     for obj, row in zip(objects, rows, strict=True):
-        obj.created_at = row["created_at"]
-    model.objects.bulk_update(objects, ["created_at"], batch_size=500)
+        setattr(obj, "created_at", row["created_at"])  # noqa: B010 — any of the archive's models
+    model._default_manager.bulk_update(objects, ["created_at"], batch_size=500)

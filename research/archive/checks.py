@@ -428,12 +428,20 @@ def _check_outline(topic: dict[str, Any]) -> None:
         ) from None
 
 
+def column_of(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """A column the archive writes: a concrete field, never a relation's reverse side."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field):
+        raise TypeError(f"{model.__name__}.{name} is not a column")
+    return field
+
+
 def check_row(model: type[models.Model], names: tuple[str, ...], raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ArchiveError(_("In the archive, %(row)s is not an object.") % {"row": where})
     row = {}
     for name in names:
-        column = model._meta.get_field(name)
+        column = column_of(model, name)
         if name not in raw and (column.has_default() or column.null):
             row[name] = column.get_default()
             continue
@@ -510,7 +518,7 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def _check_ref(model: type[models.Model], name: str, value: Any, known: set[int], where: str) -> int | None:
-    if value is None and model._meta.get_field(name).null:
+    if value is None and column_of(model, name).null:
         return None
     if type(value) is not int or value not in known:
         message = _("In the archive, %(row)s refers to a %(field)s that is not in the archive.")

@@ -247,7 +247,8 @@ def best_passages(subquery: SubQuery) -> list[Hit]:
 
 
 def _passage_positions(hits: list[Hit]) -> list[tuple[Hit, int, int]]:
-    return [(hit, hit.chunk.document_id, hit.chunk.position) for hit in hits]
+    # The hits were read with chunk__isnull=False: the check only tells the type checker so.
+    return [(hit, hit.chunk.document_id, hit.chunk.position) for hit in hits if hit.chunk is not None]
 
 
 def neighbour_groups(items: Iterable[tuple[T, int, int]]) -> list[tuple[T, list[T]]]:
@@ -274,7 +275,7 @@ def save_document(topic: Topic, subquery: SubQuery, lead: Hit, members: list[Hit
     """The merged passages as one document, keyed by the lead hit so a re-run adds nothing."""
     if Document.objects.filter(hit=lead).exists():
         return 0
-    chunks = [hit.chunk for hit in members]
+    chunks = [hit.chunk for hit in members if hit.chunk is not None]
     pages = sorted({chunk.page for chunk in chunks if chunk.page})
     label = citation(chunks[0].document.original_name, pages, chunks[0].heading)
     private_documents = Document.objects.filter(topic=topic, fetched_via=Document.FetchedVia.PRIVATE)
