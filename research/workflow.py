@@ -357,6 +357,7 @@ def _copy_with_plan(topic: Topic) -> Topic:
         "sites_only",
         "sites_prefer",
         "sites_avoid",
+        "papers",
     )
     copy = Topic.objects.create(
         owner=topic.owner,

@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 
 from research import event_text
+from research.archive import papers as archive_papers
 from research.models import (
     Document,
     Hit,
@@ -112,6 +113,7 @@ TOPIC_FIELDS = (
     "sites_prefer",
     "sites_avoid",
     "token_cap",
+    "papers",
     "created_at",
     "started_at",
     "finished_at",
@@ -142,6 +144,7 @@ TABLES = (
             "engine",
             "position",
             "published_at",
+            "paper",
             "created_at",
         ),
         "topic",
@@ -250,6 +253,7 @@ def check(data: dict[str, Any]) -> Checked:
     for table in TABLES:
         tables[table.name] = _check_table(table, data.get(table.name, []), tables)
     _check_like_live_data(tables)
+    _check_papers(tables["hits"], None)
     _check_llm_calls(tables["llm_calls"])
     _check_plan_size(tables["subqueries"])
     report = None
@@ -258,6 +262,7 @@ def check(data: dict[str, Any]) -> Checked:
         if len(report["markdown"]) > MAX_REPORT_CHARS:
             raise ArchiveError(_("The archive's report is longer than a report can be."))
         report["sources"] = _check_sources(report["sources"], tables["documents"])
+        _check_papers(None, report["sources"])
     topic.update(_older_archive_states(data, topic, tables, answered=report is not None))
     return Checked(topic, report, tables)
 
@@ -500,6 +505,18 @@ def _check_unique(table: Table, name: str, rows: list[dict[str, Any]]) -> None:
     if len(set(values)) != len(values):
         message = _("In the archive, two rows of %(table)s have the same %(field)s.")
         raise ArchiveError(message % {"table": table.name, "field": name})
+
+
+def _check_papers(hits: list[dict[str, Any]] | None, sources: list[Any] | None) -> None:
+    """A paper's DOI, authors and year as the scholarly clients write them (research/archive/papers.py)."""
+    try:
+        for index, row in enumerate(hits or []):
+            row["paper"] = archive_papers.clean_paper(row["paper"], f"hits[{index}]")
+        for source in sources or []:
+            archive_papers.clean_source(source, "report.sources")
+    except ValueError as exc:
+        message = _("In the archive, %(row)s has a paper's details that are not valid.")
+        raise ArchiveError(message % {"row": str(exc)}) from None
 
 
 def _check_sources(sources: list[Any], documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
