@@ -229,3 +229,27 @@ def test_the_status_page_has_a_line_per_index(
     scholarly.works.append(replace(CORPUS[1], key="photo", title="Photosynthesis under tokens", doi="10.1/p"))
     crossref = row(alice_client.get("/status/").content.decode(), "Papers: Crossref")
     assert "5 requests a second" in crossref or "0 requests a second" in crossref
+
+
+def test_a_scanned_open_access_pdf_is_read_by_ocr(scholarly: ScholarlyWorld, settings: Any) -> None:
+    """The document reader's whole path: a PDF of page images is read by tesseract, as an upload is."""
+    from pathlib import Path
+
+    from asgiref.sync import async_to_sync
+
+    from mindsearch.clients.scholarly import Paper
+    from retrieval.readers import pdf as pdf_reader
+    from tests.support import needs
+    from tests.support.fakes import Response
+
+    if not pdf_reader.ocr_available():
+        needs.absent("tesseract is missing: run scripts/ensure-tesseract")
+    scan = (Path(__file__).parents[1] / "data" / "documents" / "scan-en.pdf").read_bytes()
+    scholarly.files.routes[("GET", "/pdf/scan")] = lambda _request: Response(
+        200, scan, {"Content-Type": "application/pdf"}
+    )
+    paper = Paper(source="openalex", title="A scanned paper", pdf_url=scholarly.files.url + "pdf/scan")
+    page = async_to_sync(papers.read_pdf)(paper)
+    assert page["via"] == "paper" and "Reading real documents is more difficult" in " ".join(
+        page["markdown"].split()
+    )
