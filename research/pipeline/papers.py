@@ -86,12 +86,16 @@ def configured() -> list[Index]:
 
 
 def wanted(topic: Topic) -> bool:
-    """Whether this topic searches papers (the user's choice; by default, a scholarly question)."""
+    """Whether this topic searches papers: the user's choice, or by default a scholarly question
+    while an index is configured (without one the default is silent: the status page says why;
+    a topic that asked for papers is told in its log, `_not_configured`)."""
     if topic.sources == Topic.Sources.PAPERS:
         return True
     if topic.sources == Topic.Sources.DOCS or topic.papers == Topic.Papers.NEVER:
         return False
-    return topic.papers == Topic.Papers.ALWAYS or looks_scholarly(topic.question)
+    if topic.papers == Topic.Papers.ALWAYS:
+        return True
+    return looks_scholarly(topic.question) and bool(configured())
 
 
 def is_paper_hit(hit: Hit) -> bool:
@@ -147,8 +151,8 @@ def _not_configured(ctx: RunContext, stage: StageName) -> None:
     ctx.warn(
         stage,
         gettext_noop(
-            "Papers were wanted, but no scholarly index is configured (OPENALEX_URL, ARXIV_URL, PUBMED_URL, "
-            "CROSSREF_URL); searching the web only."
+            "Papers were asked for, but no scholarly index is configured (OPENALEX_URL, ARXIV_URL, "
+            "PUBMED_URL, CROSSREF_URL); searching the web only."
         ),
         args={},
     )

@@ -183,7 +183,8 @@ def test_papers_not_configured_is_said_plainly(alice: User, loopback: World, set
         data={"question": "Mixture of Tokens", "sources": "papers", "papers": "auto", "mode": "quick"}
     )
     assert not form.is_valid() and "No scholarly index is configured" in str(form.errors["sources"])
-    topic = research(alice, RUSSIAN)  # a scholarly question: the web alone, and the log says why
+    assert not papers.wanted(Topic(question=RUSSIAN))  # by default: silent, the status page says why
+    topic = research(alice, RUSSIAN, papers=Topic.Papers.ALWAYS)  # asked for: the web alone, and why
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert any("no scholarly index is configured" in message for message in messages(topic))
 
