@@ -254,3 +254,50 @@ def test_a_scanned_open_access_pdf_is_read_by_ocr(scholarly: ScholarlyWorld, set
     assert page["via"] == "paper" and "Reading real documents is more difficult" in " ".join(
         page["markdown"].split()
     )
+
+
+SCHOLARLY = [
+    "Какие исследования подтверждают эффективность интервального голодания?",
+    "Что говорит научная литература о влиянии сна на память?",
+    "Найди статьи о трансформерах для распознавания речи",
+    "Есть ли мета-анализ по витамину D и простуде?",
+    "Рандомизированные клинические испытания метформина при старении",
+    "Обзор публикаций по квантовым кодам коррекции ошибок",
+    "What do studies say about microplastics in drinking water?",
+    "Find papers on retrieval-augmented generation evaluation",
+    "Is there a systematic review of mindfulness for anxiety?",
+    "Peer-reviewed evidence on four-day work weeks",
+    "Recent preprints on protein structure prediction",
+    "Randomized trials of GLP-1 agonists for weight loss",
+]
+NOT_SCHOLARLY = [
+    "Какая погода будет в Казани в выходные?",
+    "Курс доллара к рублю сегодня",
+    "Как доехать от Москвы до Твери на машине?",
+    "Лучшие рестораны Санкт-Петербурга",
+    "Когда следующий матч Зенита?",
+    "Как приготовить борщ?",
+    "Weather in Berlin tomorrow",
+    "Tesla stock price today",
+    "Best hiking trails near Denver",
+    "How do I reset my router password?",
+    "When does the next Arsenal game start?",
+    "Cheap flights from London to Rome",
+]
+
+
+@pytest.mark.parametrize("question", SCHOLARLY)
+def test_scholarly_questions_go_to_papers_by_default(question: str) -> None:
+    assert papers.looks_scholarly(question)
+
+
+@pytest.mark.parametrize("question", NOT_SCHOLARLY)
+def test_other_questions_do_not(question: str) -> None:
+    assert not papers.looks_scholarly(question)
+
+
+def test_no_live_domain_question_of_the_routing_table_is_sent_to_papers() -> None:
+    from tests.research.test_routing_table import TABLE
+
+    live = [question for question, domain in TABLE if domain != Topic.Domain.GENERAL]
+    assert len(live) >= 30 and not [question for question in live if papers.looks_scholarly(question)]
