@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from research import archive
 from research.forms import TopicForm
-from research.models import Document, Hit, Report, RunEvent, Topic
+from research.models import Document, Hit, Report, RunEvent, ShareLink, Topic
 from research.pipeline import papers
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.scholarly_world import (
@@ -128,6 +128,15 @@ def test_a_russian_scholarly_question_goes_to_papers_by_default(
         f"https://doi.org/{s['doi']}" in report.markdown for s in report.sources if s.get("doi")
     )
     check_downloads(alice_client, topic)
+    # A share link gives the same files to someone signed out.
+    _link, token = ShareLink.issue(topic)
+    shared = Client().get(reverse("shared_report_bibtex", args=[token]))
+    assert (
+        shared.status_code == 200
+        and shared.content == alice_client.get(reverse("report_bibtex", args=[topic.pk])).content
+    )
+    shared_page = Client().get(reverse("shared_report", args=[token])).content.decode()
+    assert reverse("shared_report_ris", args=[token]) in shared_page
 
 
 def test_an_english_scholarly_question_and_the_api(
