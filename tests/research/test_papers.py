@@ -310,3 +310,23 @@ def test_no_live_domain_question_of_the_routing_table_is_sent_to_papers() -> Non
 
     live = [question for question, domain in TABLE if domain != Topic.Domain.GENERAL]
     assert len(live) >= 30 and not [question for question in live if papers.looks_scholarly(question)]
+
+
+def test_the_console_takes_the_papers_source(
+    alice: User, scholarly: ScholarlyWorld, loopback: World, settings: Any
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.SEARXNG_URL = ""
+    out = StringIO()
+    call_command("research", ENGLISH, "--user", "alice", "--yes", "--sources", "papers", stdout=out)
+    topic = Topic.objects.get(owner=alice, question=ENGLISH)
+    assert topic.sources == Topic.Sources.PAPERS and topic.status == Topic.Status.COMPLETED, topic.error
+    assert f"https://doi.org/{ARXIV_DOI}" in out.getvalue()
+    settings.SEARXNG_URL = loopback.searxng.url
+    asked = scholarly.requests()
+    call_command("research", RUSSIAN, "--user", "alice", "--yes", "--papers", "never", stdout=StringIO())
+    assert scholarly.requests() == asked
+    assert Topic.objects.get(owner=alice, question=RUSSIAN).papers == Topic.Papers.NEVER
