@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from research import archive
 from research.forms import TopicForm
-from research.models import Document, Hit, Report, RunEvent, ShareLink, Topic
+from research.models import CacheEntry, Document, Hit, Report, RunEvent, ShareLink, Topic
 from research.pipeline import papers
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.scholarly_world import (
@@ -116,6 +116,13 @@ def test_a_russian_scholarly_question_goes_to_papers_by_default(
     )
     check_paper_sources(topic)
     engines = set(Hit.objects.filter(topic=topic).values_list("engine", flat=True))
+    kinds = set(CacheEntry.objects.values_list("kind", flat=True))
+    assert {
+        CacheEntry.Kind.OPENALEX,
+        CacheEntry.Kind.ARXIV,
+        CacheEntry.Kind.PUBMED,
+        CacheEntry.Kind.CROSSREF,
+    } <= kinds
     # The arXiv paper is one hit: OpenAlex found it first, and the arXiv record merged into it by DOI.
     assert {"papers:openalex", "papers:pubmed", "papers:crossref"} <= engines
     assert Hit.objects.filter(topic=topic, paper__doi=ARXIV_DOI).count() == 1
