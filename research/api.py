@@ -26,7 +26,7 @@ from mindsearch.api_common import (
     invalid,
     page_of,
 )
-from research import export, images, keep, versions, workflow
+from research import bibliography, export, images, keep, versions, workflow
 from research.forms import SITE_FIELDS, SubQueryForm, TopicForm
 from research.models import Citation, Document, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
 from research.pipeline import cache, outline
@@ -48,13 +48,21 @@ TopicStatus = choices_enum("TopicStatus", Topic.Status)
 TopicSources = choices_enum("TopicSources", Topic.Sources)
 TopicMode = choices_enum("TopicMode", Topic.Mode)
 TopicTimeRange = choices_enum("TopicTimeRange", Topic.TimeRange)
+TopicPapers = choices_enum("TopicPapers", Topic.Papers)
 CitationVerdict = choices_enum("CitationVerdict", Citation.Verdict)
 CitationMethod = choices_enum("CitationMethod", Citation.Method)
 
 
 class TopicIn(Schema):
     question: Text = Field(description="The question to research, as you would ask an expert.")
-    sources: TopicSources = Field(TopicSources.WEB, description="Search the web, your documents or both.")
+    sources: TopicSources = Field(
+        TopicSources.WEB, description="Search the web, your documents, both, or scholarly papers only."
+    )
+    papers: TopicPapers = Field(
+        TopicPapers.AUTO,
+        description="Search papers (OpenAlex, arXiv, PubMed, Crossref) beside the web: auto (when the "
+        "question is a scholarly one), always or never.",
+    )
     mode: TopicMode = Field(TopicMode.QUICK, description="Deep mode searches in rounds.")
     time_range: TopicTimeRange = Field(TopicTimeRange.NONE, description="Only results from this period.")
     auto_approve: bool = Field(False, description="Run the plan without waiting for review.")
@@ -107,6 +115,7 @@ class TopicOut(Schema):
     stage: str
     mode: TopicMode
     sources: TopicSources
+    papers: TopicPapers
     time_range: TopicTimeRange
     language: str
     auto_approve: bool
@@ -236,6 +245,11 @@ class SourceOut(Schema):
     document_id: int | None = None
     fetched_via: str = ""
     score: float | None = None
+    # A paper's (research/pipeline/papers.py); absent for web pages and documents.
+    doi: str = Field("", description="A paper's DOI, bare (10.1234/abc); empty for other sources.")
+    authors: list[str] = Field([], description="A paper's authors.")
+    year: int | None = Field(None, description="A paper's year of publication.")
+    venue: str = Field("", description="A paper's journal, conference or archive.")
 
 
 class CitationOut(Schema):
@@ -687,6 +701,42 @@ MARKDOWN_RESPONSE = {
 def get_report_markdown(request: HttpRequest, topic_id: int) -> HttpResponse:
     """The report as a Markdown file, headed by its sub-queries (the same as the page's download)."""
     return export.markdown_response(_reported(_topic(request, topic_id)))
+
+
+@router.get(
+    "/topics/{topic_id}/sources.bib",
+    response={200: None, **errors(404)},
+    tags=["report"],
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The report's sources as BibTeX, in the report's numbering.",
+                "content": {"application/x-bibtex": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def get_report_bibtex(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """The report's sources as BibTeX: papers with their DOI, authors, year and venue."""
+    return bibliography.bibtex_response(_reported(_topic(request, topic_id)))
+
+
+@router.get(
+    "/topics/{topic_id}/sources.ris",
+    response={200: None, **errors(404)},
+    tags=["report"],
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The report's sources as RIS, in the report's numbering.",
+                "content": {"application/x-research-info-systems": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def get_report_ris(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """The report's sources as RIS (Zotero, EndNote, Mendeley)."""
+    return bibliography.ris_response(_reported(_topic(request, topic_id)))
 
 
 # --- Share links -----------------------------------------------------------------------------------

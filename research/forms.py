@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 
 from research import images
 from research.models import SubQuery, Topic, TopicSchedule
-from research.pipeline import outline, sites
+from research.pipeline import outline, papers, sites
 
 MAX_QUESTION_CHARS = 2000
 MAX_SUBQUERY_CHARS = 500
@@ -83,6 +83,7 @@ class TopicForm(forms.ModelForm):
         "question",
         "image",
         "sources",
+        "papers",
         "mode",
         "time_range",
         "auto_approve",
@@ -98,10 +99,11 @@ class TopicForm(forms.ModelForm):
 
     class Meta:
         model = Topic
-        fields = ("question", "sources", "mode", "time_range", "auto_approve")
+        fields = ("question", "sources", "papers", "mode", "time_range", "auto_approve")
         labels = {
             "question": _("Your question"),
             "sources": _("Search in"),
+            "papers": _("Papers too"),
             "mode": _("Depth"),
             "time_range": _("Time range"),
             "auto_approve": _("Start without reviewing the plan"),
@@ -109,6 +111,10 @@ class TopicForm(forms.ModelForm):
         help_texts = {
             "question": _("Ask it as you would ask an expert; MindSearch plans sub-queries you can edit."),
             "mode": _("Deep mode searches in rounds until little new is found."),
+            "papers": _(
+                "OpenAlex, arXiv, PubMed and Crossref, searched beside the web: papers with DOIs, their "
+                "open-access PDFs read in full. By default when the question asks about studies or papers."
+            ),
             "time_range": _("Or say it in the question: “за последние 3 дня”, “past 6 months”, “2015–2023”."),
         }
         widgets = {
@@ -122,11 +128,13 @@ class TopicForm(forms.ModelForm):
                 }
             ),
             "sources": forms.RadioSelect,
+            "papers": forms.RadioSelect,
             "mode": forms.RadioSelect,
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["papers"].required = False  # left out (an older form, a script): the default
         if not settings.SEARXNG_URL:
             # A first run has no SearXNG: say so where the source is chosen, and start from the
             # source that works without it.
@@ -150,7 +158,12 @@ class TopicForm(forms.ModelForm):
                 ),
                 code="web_search_not_configured",
             )
+        if sources == Topic.Sources.PAPERS and not papers.configured():
+            raise forms.ValidationError(papers.NOT_CONFIGURED, code="papers_not_configured")
         return sources
+
+    def clean_papers(self) -> str:
+        return self.cleaned_data.get("papers") or Topic.Papers.AUTO
 
     def clean_image(self) -> images.PreparedImage | None:
         """The picture re-encoded without metadata (read by its content, within the size limit)."""

@@ -48,6 +48,15 @@ class Topic(models.Model):
         WEB = "web", _("Web")
         DOCS = "docs", _("My documents")
         BOTH = "both", _("Web and my documents")
+        PAPERS = "papers", _("Papers")
+
+    class Papers(models.TextChoices):
+        """Whether scholarly indexes are searched too (research/pipeline/papers.py); a "Papers"
+        topic searches nothing else."""
+
+        AUTO = "auto", _("When the question is scholarly")
+        ALWAYS = "always", _("Always")
+        NEVER = "never", _("Never")
 
     class TimeRange(models.TextChoices):
         ANY = "", _("Any time")
@@ -82,6 +91,12 @@ class Topic(models.Model):
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.QUICK)
     sources = models.CharField(max_length=10, choices=Sources.choices, default=Sources.WEB)
     time_range = models.CharField(max_length=10, choices=TimeRange.choices, blank=True, default="")
+    papers = models.CharField(
+        max_length=10,
+        choices=Papers.choices,
+        default=Papers.AUTO,
+        help_text=_("Search scholarly papers (OpenAlex, arXiv, PubMed, Crossref) too."),
+    )
     language = models.CharField(max_length=10, default="ru")
     domain = models.CharField(
         max_length=20, choices=Domain.choices, blank=True, default="", help_text=_("Empty until routed.")
@@ -412,6 +427,8 @@ class Hit(models.Model):
     engine = models.CharField(max_length=100, blank=True, default="")
     position = models.PositiveIntegerField(default=0)
     published_at = models.DateTimeField(null=True, blank=True)
+    # A scholarly index's hit (research/pipeline/papers.py): doi, authors, year, venue, abstract…
+    paper = models.JSONField(default=dict, blank=True)
     chunk = models.ForeignKey(
         "retrieval.Chunk", on_delete=models.SET_NULL, null=True, blank=True, related_name="hits"
     )
@@ -476,6 +493,8 @@ class Document(models.Model):
         DIRECT = "direct", _("Direct fetch")
         PRIVATE = "private", _("My documents")
         DOMAIN = "domain", _("Domain data")
+        PAPER = "paper", _("Paper (PDF)")
+        ABSTRACT = "abstract", _("Abstract (scholarly index)")
 
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="documents")
     hit = models.OneToOneField(Hit, on_delete=models.SET_NULL, null=True, blank=True, related_name="document")
@@ -881,6 +900,10 @@ class CacheEntry(models.Model):
         RERANK = "rerank", _("Reranked orders")
         VISION = "vision", _("Image descriptions")
         DOMAIN_DATA = "domain_data", _("Domain data")
+        OPENALEX = "openalex", _("OpenAlex results")
+        ARXIV = "arxiv", _("arXiv results")
+        PUBMED = "pubmed", _("PubMed results")
+        CROSSREF = "crossref", _("Crossref results")
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     key_hash = models.CharField(max_length=64)

@@ -44,6 +44,8 @@ urlpatterns = [
     path("topics/<int:topic_id>/report.md", views.report_markdown, name="report_markdown"),
     path("topics/<int:topic_id>/report.pdf", views.report_pdf, name="report_pdf"),
     path("topics/<int:topic_id>/report.docx", views.report_docx, name="report_docx"),
+    path("topics/<int:topic_id>/sources.bib", views.report_bibtex, name="report_bibtex"),
+    path("topics/<int:topic_id>/sources.ris", views.report_ris, name="report_ris"),
     path("topics/<int:topic_id>/citations/<int:index>/", views_citations.citation_card, name="citation_card"),
     path("topics/<int:topic_id>/followups/", views_followups.followup_create, name="followup_create"),
     path(
@@ -66,4 +68,6 @@ urlpatterns = [
     path("s/<str:token>/report.md", views.shared_report_markdown, name="shared_report_markdown"),
     path("s/<str:token>/report.pdf", views.shared_report_pdf, name="shared_report_pdf"),
     path("s/<str:token>/report.docx", views.shared_report_docx, name="shared_report_docx"),
+    path("s/<str:token>/sources.bib", views.shared_report_bibtex, name="shared_report_bibtex"),
+    path("s/<str:token>/sources.ris", views.shared_report_ris, name="shared_report_ris"),
 ]

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from mindsearch.querysets import AnyUser
 from mindsearch.requests import HtmxHttpRequest, signed_in
 from mindsearch.status import checks_for
-from research import export, fragments, versions, views_outline, workflow
+from research import bibliography, export, fragments, versions, views_outline, workflow
 from research.forms import SITE_FIELDS, ShareLinkForm, SubQueryForm, TopicForm
 from research.models import ShareLink, SiteDefaults, Topic, TopicImage
 from research.presenters import panel_context, report_without_rendering, topic_context, topic_page_context
@@ -399,6 +399,18 @@ def report_docx(request: HttpRequest, topic_id: int) -> HttpResponse:
     return export.docx_response(_reported(_topic(request, topic_id)))
 
 
+@require_GET
+def report_bibtex(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """The report's sources as BibTeX (research/bibliography.py)."""
+    return bibliography.bibtex_response(_reported(_topic(request, topic_id)))
+
+
+@require_GET
+def report_ris(request: HttpRequest, topic_id: int) -> HttpResponse:
+    """The report's sources as RIS (research/bibliography.py)."""
+    return bibliography.ris_response(_reported(_topic(request, topic_id)))
+
+
 def _reported(topic: Topic) -> Topic:
     if report_without_rendering(topic) is None:
         raise Http404("This topic has no report yet.")
@@ -478,3 +490,13 @@ def shared_report_pdf(request: HttpRequest, topic: Topic, token: str) -> HttpRes
 @shared
 def shared_report_docx(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
     return export.docx_response(topic)
+
+
+@shared
+def shared_report_bibtex(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
+    return bibliography.bibtex_response(topic)
+
+
+@shared
+def shared_report_ris(request: HttpRequest, topic: Topic, token: str) -> HttpResponse:
+    return bibliography.ris_response(topic)

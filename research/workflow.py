@@ -396,6 +396,7 @@ def _copy_with_plan(topic: Topic) -> Topic:
         "report_kind",
         "outline",
         "report_length",
+        "papers",
     )
     copy = Topic.objects.create(
         owner=topic.owner,

@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 
 from research import event_text
+from research.archive import papers as archive_papers
 from research.models import (
     Document,
     Hit,
@@ -115,6 +116,7 @@ TOPIC_FIELDS = (
     "report_kind",  # the report's shape (issue 30), re-checked on import: `_check_outline`
     "outline",
     "report_length",
+    "papers",
     "created_at",
     "started_at",
     "finished_at",
@@ -145,6 +147,7 @@ TABLES = (
             "engine",
             "position",
             "published_at",
+            "paper",
             "created_at",
         ),
         "topic",
@@ -254,6 +257,7 @@ def check(data: dict[str, Any]) -> Checked:
     for table in TABLES:
         tables[table.name] = _check_table(table, data.get(table.name, []), tables)
     _check_like_live_data(tables)
+    _check_papers(tables["hits"], None)
     _check_llm_calls(tables["llm_calls"])
     _check_plan_size(tables["subqueries"])
     report = None
@@ -262,6 +266,7 @@ def check(data: dict[str, Any]) -> Checked:
         if len(report["markdown"]) > MAX_REPORT_CHARS:
             raise ArchiveError(_("The archive's report is longer than a report can be."))
         report["sources"] = _check_sources(report["sources"], tables["documents"])
+        _check_papers(None, report["sources"])
     topic.update(_older_archive_states(data, topic, tables, answered=report is not None))
     return Checked(topic, report, tables)
 
@@ -531,6 +536,18 @@ def _check_unique(table: Table, name: str, rows: list[dict[str, Any]]) -> None:
     if len(set(values)) != len(values):
         message = _("In the archive, two rows of %(table)s have the same %(field)s.")
         raise ArchiveError(message % {"table": table.name, "field": name})
+
+
+def _check_papers(hits: list[dict[str, Any]] | None, sources: list[Any] | None) -> None:
+    """A paper's DOI, authors and year as the scholarly clients write them (research/archive/papers.py)."""
+    try:
+        for index, row in enumerate(hits or []):
+            row["paper"] = archive_papers.clean_paper(row["paper"], f"hits[{index}]")
+        for source in sources or []:
+            archive_papers.clean_source(source, "report.sources")
+    except ValueError as exc:
+        message = _("In the archive, %(row)s has a paper's details that are not valid.")
+        raise ArchiveError(message % {"row": str(exc)}) from None
 
 
 def _check_sources(sources: list[Any], documents: list[dict[str, Any]]) -> list[dict[str, Any]]:

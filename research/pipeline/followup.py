@@ -298,7 +298,7 @@ def _answer(ctx: FollowUpContext, followup: FollowUp) -> None:
     )
     # The request carries the report too, which may quote the owner's documents: cached for the
     # owner alone whenever the topic could have read any.
-    private = topic.sources != Topic.Sources.WEB or any(
+    private = topic.sources not in (Topic.Sources.WEB, Topic.Sources.PAPERS) or any(
         source.get("fetched_via") == Document.FetchedVia.PRIVATE for source, _d in chosen
     )
     body, model = _write(ctx, followup, chosen, excerpts, query, private)

@@ -32,7 +32,7 @@ from django.utils.translation import gettext_noop
 from mindsearch import lifecycle
 from mindsearch.clients import fetch, reader, websearch
 from research.models import Document, Hit, SearchQuery, SubQuery, Topic
-from research.pipeline import read_and_summarise, rerank, scoring
+from research.pipeline import papers, read_and_summarise, rerank, scoring
 from research.pipeline.context import Cancelled, RunContext, StageError, db
 from research.pipeline.stage import Outcome, StageName
 from research.pipeline.stages import queries, read, score_hits, search, summarise, years
@@ -47,8 +47,8 @@ def applies(ctx: RunContext) -> bool:
     topic = ctx.topic
     if topic.sources != Topic.Sources.WEB or not websearch.is_configured():
         return False
-    if rerank.is_on() or years.years_asked(topic):
-        return False
+    if rerank.is_on() or years.years_asked(topic) or papers.wanted(topic):
+        return False  # papers are searched beside the web by the search stage (research/pipeline/papers.py)
     return not search.asks_tool_sources()
 
 

@@ -114,7 +114,7 @@ def have_documents(ctx: RunContext, stage: StageName) -> bool:
 
 def search_documents(ctx: RunContext, stage: StageName) -> None:
     """Passages from the owner's documents for every sub-query that has none yet."""
-    if ctx.topic.sources == Topic.Sources.WEB:
+    if ctx.topic.sources in (Topic.Sources.WEB, Topic.Sources.PAPERS):
         return
     subqueries = ctx.topic.subqueries.order_by("round", "position", "id")
     pending = list(subqueries.exclude(hits__source=Hit.Source.PRIVATE).prefetch_related("search_queries"))
@@ -213,7 +213,7 @@ def save_hits(topic: Topic, subquery: SubQuery, passages: list[Passage]) -> int:
 
 def read_documents(ctx: RunContext, stage: StageName) -> list[Document]:
     """Documents from each sub-query's best passages; returns the private ones not yet summarised."""
-    if ctx.topic.sources == Topic.Sources.WEB:
+    if ctx.topic.sources in (Topic.Sources.WEB, Topic.Sources.PAPERS):
         return []
     created = 0
     for subquery in ctx.topic.subqueries.order_by("round", "position", "id"):

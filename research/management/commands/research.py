@@ -56,6 +56,12 @@ class Command(BaseCommand):
         parser.add_argument("--user", default="", help="Owner of the topic (default: the first superuser).")
         parser.add_argument("--yes", action="store_true", help="Approve the planned sub-queries unedited.")
         parser.add_argument("--sources", choices=Topic.Sources.values, default=Topic.Sources.WEB)
+        parser.add_argument(
+            "--papers",
+            choices=Topic.Papers.values,
+            default=Topic.Papers.AUTO,
+            help="Search papers (OpenAlex, arXiv, PubMed, Crossref) beside the web; auto: when scholarly.",
+        )
         parser.add_argument("--time-range", choices=[c for c in Topic.TimeRange.values if c], default="")
         parser.add_argument(
             "--mode", choices=Topic.Mode.values, default=Topic.Mode.QUICK, help="deep: search in rounds"
@@ -122,6 +128,7 @@ class Command(BaseCommand):
         topic = Topic(
             question=question,
             sources=sources,
+            papers=options.get("papers") or Topic.Papers.AUTO,
             time_range=options["time_range"],
             mode=options["mode"],
             auto_approve=yes,

@@ -22,7 +22,7 @@ from django.utils.translation import gettext_noop
 
 from mindsearch.clients import fetch, reader
 from research.models import CacheEntry, Document, Hit
-from research.pipeline import cache, private, sites
+from research.pipeline import cache, papers, private, sites
 from research.pipeline.context import RunContext, db
 from research.pipeline.stage import Outcome, StageName
 
@@ -168,8 +168,16 @@ def _has_document(hit: Hit) -> bool:
 
 
 async def _read_hit(ctx: RunContext, hit: Hit, number: int, saved: Saved | None) -> int:
+    fresh_since = ctx.topic.web_fresh_since
     try:
-        page = await read_page(hit.url, user=ctx.owner_id, fresh_since=ctx.topic.web_fresh_since)
+        if papers.is_paper_hit(hit):  # its PDF through the document reader, or its abstract
+            page = await papers.read(
+                hit,
+                user=ctx.owner_id,
+                read_page=lambda url, user: read_page(url, user=user, fresh_since=fresh_since),
+            )
+        else:
+            page = await read_page(hit.url, user=ctx.owner_id, fresh_since=fresh_since)
     except (reader.ReadError, fetch.FetchError) as exc:
         await db(ctx.warn)(
             STAGE, gettext_noop("Could not read %(url)s: %(error)s"), args={"url": hit.url, "error": str(exc)}

@@ -42,7 +42,7 @@ from django.utils.translation import gettext_noop
 from mcphub import sources as tool_sources
 from mindsearch.clients import websearch
 from research.models import CacheEntry, Hit, SearchQuery, Topic
-from research.pipeline import cache, private, question_domain, sites
+from research.pipeline import cache, papers, private, question_domain, sites
 from research.pipeline.context import RunContext, StageError, db
 from research.pipeline.links import normalize_url
 from research.pipeline.stage import Outcome, StageName
@@ -69,6 +69,10 @@ def run(ctx: RunContext) -> Outcome:
     private.search_documents(ctx, STAGE)
     if ctx.topic.sources == Topic.Sources.DOCS:
         return Outcome.CONTINUE
+    # Scholarly indexes (research/pipeline/papers.py): their works are saved as web hits too.
+    from_papers = papers.search(ctx, STAGE, _save_hit)
+    if ctx.topic.sources == Topic.Sources.PAPERS:
+        return Outcome.CONTINUE
     # The search tools of MCP servers an admin registered (mcphub/sources.py): their results
     # are saved as web hits here, then scored, read and cited like SearXNG's.
     from_tools = tool_sources.search(ctx, STAGE, _save_hit)
@@ -81,6 +85,13 @@ def run(ctx: RunContext) -> Outcome:
     if not pending:
         return Outcome.CONTINUE
     if not websearch.is_configured():
+        if from_papers and not from_tools:
+            ctx.warn(
+                STAGE,
+                gettext_noop("Web search is not configured (SEARXNG_URL); using the papers found."),
+                args={},
+            )
+            return Outcome.CONTINUE
         if from_tools:
             ctx.warn(
                 STAGE,
@@ -94,7 +105,7 @@ def run(ctx: RunContext) -> Outcome:
     ctx.begin(STAGE, gettext_noop("Searching the web"), len(pending), total)
     failures = async_to_sync(_search_all)(ctx, pending, total)
     searched = queries.filter(searched_at__isnull=False, result_count__gt=0).exists()
-    if failures and not searched and not from_tools:
+    if failures and not searched and not from_tools and not from_papers:
         if not _has_private_hits(ctx):
             raise StageError(gettext_noop("Web search failed: %(error)s"), {"error": failures[0]})
         ctx.warn(
@@ -348,4 +359,5 @@ def _hit(topic: Topic, query: SearchQuery, position: int, result: dict, normaliz
         engine=result["engine"],
         position=position,
         published_at=parse_datetime(result["published_at"]) if result.get("published_at") else None,
+        paper=result.get("paper") or {},
     )

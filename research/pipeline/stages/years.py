@@ -33,7 +33,7 @@ def run(ctx: RunContext) -> Outcome:
     """SEARCH_AGAIN when years were missing: their sub-queries are saved and wait for the search."""
     topic = ctx.topic
     years = years_asked(topic)
-    if not years or topic.sources == Topic.Sources.DOCS or topic.years_checked:
+    if not years or topic.sources in (Topic.Sources.DOCS, Topic.Sources.PAPERS) or topic.years_checked:
         return Outcome.CONTINUE
     missing = [] if _planned(topic) else missing_years(years, *_found(topic))
     with transaction.atomic():

@@ -116,6 +116,8 @@ def cosine(first: Counter, second: Counter) -> float:
 
 def site_of(document: Document) -> str:
     """The site of a web page (see the module's docstring); each private document is its own."""
+    if document.fetched_via in (Document.FetchedVia.PAPER, Document.FetchedVia.ABSTRACT):
+        return f"paper:{document.pk}"  # papers are not pages of a site: arXiv's PDFs are all on one host
     if document.url:
         return site_of_url(document.url)
     return f"document:{document.uploaded_document_id or document.pk}"

@@ -38,7 +38,7 @@ from mindsearch.clients.llm import Completion, LLMError
 from research import progress
 from research.event_text import choice_phrase, phrases
 from research.models import CacheEntry, Citation, Document, Report, ReportDraft, Topic
-from research.pipeline import cap, citecheck, extractive, outline, passages, report_checks, window
+from research.pipeline import cap, citecheck, extractive, outline, papers, passages, report_checks, window
 from research.pipeline.context import RunContext, db
 from research.pipeline.prompting import (
     Prompt,
@@ -572,6 +572,7 @@ def source_entry(n: int, document: Document, question: str) -> dict:
         "pages": document.pages,
         "score": score,
         "passages": passages.cited_passages(document, question, MAX_CHARS_PER_SOURCE),
+        **papers.source_fields(document.hit),  # a paper's doi, authors, year, venue
     }
 
 
@@ -587,6 +588,7 @@ def sources_section(question: str, sources: list[dict]) -> str:
     heading = "## Источники" if russian else "## Sources"
     lines = [
         (f"{s['n']}. [{_escape(s['title'])}]({s['url']})" if s["url"] else f"{s['n']}. {_plain(s['title'])}")
+        + papers.citation_note(s)
         + _passage_note(s.get("passages") or [], russian)
         for s in sources
     ]
