@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from research.models import FollowUp
 from research.pipeline.followup import answer_pending
 from tests.api.conftest import ApiClient
-from tests.research.test_followups import completed_topic
+from tests.research.pipeline.test_followups import completed_topic
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from playwright.sync_api import Browser, Page, expect
 
 from research.models import Topic
 from tests.browser.test_journey import PASSWORD, new_context, shot
+from tests.research.pipeline.test_citation_report import report_with_citations
 from tests.research.test_citation_previews import private_report
-from tests.research.test_citation_report import report_with_citations
 
 pytestmark = [
     pytest.mark.processes,

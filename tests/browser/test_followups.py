@@ -14,7 +14,7 @@ from playwright.sync_api import Browser, expect
 from research.models import Topic
 from tests.browser.test_citation_preview import signed_in
 from tests.browser.test_journey import PASSWORD, shot
-from tests.research.test_followups import completed_topic
+from tests.research.pipeline.test_followups import completed_topic
 
 pytestmark = [
     pytest.mark.processes,

@@ -22,8 +22,8 @@ from playwright.sync_api import Browser, Locator, Page, expect
 from retrieval.models import UploadedDocument
 from tests.browser.conftest import serving
 from tests.browser.test_journey import PASSWORD, RUN_TIMEOUT, new_context
+from tests.research.pipeline.test_citation_report import report_with_citations
 from tests.research.test_citation_previews import private_report
-from tests.research.test_citation_report import report_with_citations
 from tests.support.fakes import Pace
 from tests.support.world import TOPIC, prompt_kind
 

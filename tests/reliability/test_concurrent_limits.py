@@ -217,7 +217,7 @@ def test_twenty_follow_ups_asked_at_once_of_one_topic_make_one(alice: User, sett
     once are one question being answered and nineteen refusals."""
     from research import workflow
     from research.models import FollowUp
-    from tests.research.test_followups import completed_topic
+    from tests.research.pipeline.test_followups import completed_topic
 
     settings.RESEARCH_MAX_FOLLOWUPS = 3
     topic = completed_topic(alice)

@@ -19,7 +19,7 @@ def media_root(settings: Any, tmp_path: Any) -> None:
 @pytest.fixture
 def private_loopback(loopback: World, media_root: None) -> World:
     """The loopback world whose scripted LLM scores a private passage by what it says."""
-    from tests.research.test_private_sources import judge_passages_by_content
+    from tests.research.pipeline.test_private_sources import judge_passages_by_content
 
     judge_passages_by_content(loopback.script)
     return loopback

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from research.models import Citation, Document, Report, ShareLink, Topic
 from retrieval.models import Chunk, UploadedDocument
-from tests.research.test_citation_report import report_with_citations
+from tests.research.pipeline.test_citation_report import report_with_citations
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from research.models import Document, Topic
 from research.pipeline.run import plan_topic, run_topic
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
-from tests.research.test_private_sources import CRITERIA
+from tests.research.pipeline.test_private_sources import CRITERIA
 from tests.support.world import TOPIC, World
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("media_root")]

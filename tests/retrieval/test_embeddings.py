@@ -237,7 +237,7 @@ def test_remote_calls_wait_for_the_llm_endpoints_global_limit(remote, settings):
     assert arrived[-1] - arrived[0] >= 0.9 * (len(arrived) - 1) / 4
     assert ratelimit.wait_figures()["llm"][0] == granted_before + 5
     # The grants are shared rows that live a window past their slot: let them lapse, so a later
-    # test counting the LLM's grants (clients/test_llm.py) does not count these.
+    # test counting the LLM's grants (mindsearch/clients/test_llm.py) does not count these.
     time.sleep(1 + ratelimit.margin_for(1.0))
 
 

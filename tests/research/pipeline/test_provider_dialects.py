@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from mindsearch.clients import llm
 from research import export
 from research.models import Citation, HitScore, LLMCall, Summary, Topic
-from tests.research.test_citation_report import researched
+from tests.research.pipeline.test_citation_report import researched
 from tests.support import fakes
 from tests.support.world import World
 

@@ -39,7 +39,7 @@ from research.models import (
 )
 from research.presenters import STAGES, stage_progress
 from retrieval.models import UploadedDocument
-from tests.research.test_citation_report import researched as research_topic
+from tests.research.pipeline.test_citation_report import researched as research_topic
 from tests.support.domain_world import picture
 from tests.support.world import World
 

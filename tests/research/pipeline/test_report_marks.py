@@ -27,8 +27,8 @@ from research.pipeline.context import RunContext
 from research.pipeline.stage import StageName
 from research.pipeline.stages import summarise
 from research.pipeline.stages.answer import report_writer
-from tests.research.test_citation_report import researched, script_answers
-from tests.research.test_followups import answered, completed_topic
+from tests.research.pipeline.test_citation_report import researched, script_answers
+from tests.research.pipeline.test_followups import answered, completed_topic
 from tests.support.fakes import Request, Response, Route, openai_chat
 from tests.support.world import World, prompt_kind
 

@@ -10,7 +10,7 @@ from django.utils import translation
 
 from research.models import LLMCall, RunEvent, Topic
 from research.pipeline.replies import language_share, report_language
-from tests.research.test_citation_report import researched, script_answers
+from tests.research.pipeline.test_citation_report import researched, script_answers
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db

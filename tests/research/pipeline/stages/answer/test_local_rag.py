@@ -16,7 +16,7 @@ from django.utils.translation import gettext
 from research.event_text import I18N_KEY, render
 from research.models import Citation, Document, Report, RunEvent, SubQuery, Topic
 from research.pipeline.run import plan_topic
-from tests.research.test_private_sources import MEMO, PHRASE, alices_documents
+from tests.research.pipeline.test_private_sources import MEMO, PHRASE, alices_documents
 from tests.support.world import World
 
 NO_SEARCH = '{"domain": "general", "needs_search": false}'

@@ -15,7 +15,7 @@ from research.models import LLMCall, RunEvent, Topic
 from research.pipeline import prompting
 from research.pipeline.context import RunContext
 from research.pipeline.stage import StageName
-from tests.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
+from tests.mindsearch.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
 from tests.support.fakes import OLLAMA_THINK, OPENAI_REASONING, QUOTA_ERROR, FakeService, Fault, openai_chat
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,7 +17,7 @@ from research.pipeline import private, rerank
 from research.pipeline.context import RunContext
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stage import StageName
-from tests.research.test_private_sources import PHRASE, alices_documents
+from tests.research.pipeline.test_private_sources import PHRASE, alices_documents
 from tests.support.fakes import FakeService, Fault
 from tests.support.rerank import PATH, rerank_settings, reranker
 from tests.support.world import TOPIC, World, prompt_kind

@@ -22,7 +22,7 @@ from research.models import Document, FollowUp, LLMCall, Report, ShareLink, SubQ
 from research.pipeline import followup as followups
 from research.pipeline.followup import answer_pending, report_sections
 from research.tasks import resume_stalled_followups
-from tests.research.test_citation_report import researched
+from tests.research.pipeline.test_citation_report import researched
 from tests.support.fakes import html_page
 from tests.support.world import World
 
@@ -382,7 +382,7 @@ async def test_the_socket_sends_the_follow_up_as_it_grows_then_the_answered_thre
     from channels.db import database_sync_to_async
     from channels.testing import WebsocketCommunicator
 
-    from tests.research.test_live_report import application, receive_all
+    from tests.research.pipeline.stages.answer.test_live_report import application, receive_all
 
     topic = await database_sync_to_async(completed_topic)(alice)
     followup = await database_sync_to_async(workflow.ask_followup)(topic, question="Where is it used?")

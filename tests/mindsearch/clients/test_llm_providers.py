@@ -13,7 +13,7 @@ import pytest
 
 from mindsearch.clients import llm
 from mindsearch.clients.llm import LLMBadAnswer, LLMContextOverflow, LLMQuotaError, LLMUnknownModel
-from tests.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
+from tests.mindsearch.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
 from tests.support.fakes import (
     DEEPSEEK_REASONER,
     LLAMACPP,

@@ -370,7 +370,7 @@ def test_the_token_estimate_never_undercounts_a_real_tokenizer_by_more_than_a_te
     """Real counts of SmolLM2's tokenizer (llama.cpp's /tokenize) of SciFact and XQuAD-ru train
     texts, the Russian plan prompt and code-like text: the estimate fits prompts to a small window,
     so it may count more, never much less; English prose is not counted double either."""
-    table = json.loads((Path(__file__).parents[1] / "data" / "token_counts.json").read_text())
+    table = json.loads((Path(__file__).parents[2] / "data" / "token_counts.json").read_text())
     for row in table["texts"]:
         estimate = llm.estimate_tokens(row["text"])
         assert estimate >= row["tokens"] * 0.9, (row["source"], estimate, row["tokens"])

@@ -11,7 +11,7 @@ import pytest
 
 from mindsearch.clients import llm
 from mindsearch.clients.llm import LLMBadAnswer, LLMError
-from tests.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
+from tests.mindsearch.clients.test_llm import quick_llm  # noqa: F401 — the same autouse settings here
 from tests.support.fakes import FakeService, Fault, Pace, estimate_tokens, openai_chat
 
 CHAT = "/v1/chat/completions"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from research.pipeline import text
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TEXT_NAMES = {"tokenize", "BM25", "words", "WORD"}
 
 
