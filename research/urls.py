@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from research import views, views_archive, views_citations, views_followups, views_schedules
+from research import views, views_archive, views_citations, views_followups, views_notes, views_schedules
 
 urlpatterns = [
     path("", views.topic_list, name="home"),
@@ -44,6 +44,9 @@ urlpatterns = [
     path("topics/<int:topic_id>/report.pdf", views.report_pdf, name="report_pdf"),
     path("topics/<int:topic_id>/report.docx", views.report_docx, name="report_docx"),
     path("topics/<int:topic_id>/citations/<int:index>/", views_citations.citation_card, name="citation_card"),
+    path(
+        "topics/<int:topic_id>/citations/<int:index>/note/", views_notes.citation_note, name="citation_note"
+    ),
     path("topics/<int:topic_id>/followups/", views_followups.followup_create, name="followup_create"),
     path(
         "topics/<int:topic_id>/followups/<int:followup_id>/citations/<int:index>/",
