@@ -253,6 +253,7 @@ class SourceOut(Schema):
 
 
 class CitationOut(Schema):
+    id: int = Field(description="The citation's id (`POST /api/notes` notes its passage by it).")
     sentence_index: int = Field(description="The sentence's place among the report's sentences, from 0.")
     sentence: str = Field(description="The sentence as plain text, without its citations.")
     n: int = Field(description="The number of the source it cites.")

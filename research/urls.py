@@ -2,7 +2,15 @@ from __future__ import annotations
 
 from django.urls import path
 
-from research import views, views_archive, views_citations, views_followups, views_outline, views_schedules
+from research import (
+    views,
+    views_archive,
+    views_citations,
+    views_followups,
+    views_notes,
+    views_outline,
+    views_schedules,
+)
 
 urlpatterns = [
     path("", views.topic_list, name="home"),
@@ -47,6 +55,9 @@ urlpatterns = [
     path("topics/<int:topic_id>/sources.bib", views.report_bibtex, name="report_bibtex"),
     path("topics/<int:topic_id>/sources.ris", views.report_ris, name="report_ris"),
     path("topics/<int:topic_id>/citations/<int:index>/", views_citations.citation_card, name="citation_card"),
+    path(
+        "topics/<int:topic_id>/citations/<int:index>/note/", views_notes.citation_note, name="citation_note"
+    ),
     path("topics/<int:topic_id>/followups/", views_followups.followup_create, name="followup_create"),
     path(
         "topics/<int:topic_id>/followups/<int:followup_id>/citations/<int:index>/",

@@ -40,8 +40,12 @@ LOCATE_CHARS = 80
 
 @require_GET
 def citation_card(request: HttpRequest, topic_id: int, index: int) -> HttpResponse:
+    from research.views_notes import card_notes
+
     topic = _reported(_topic(request, topic_id))
-    return render(request, "research/_citation_card.html", card(_report(topic), index, link_private=True))
+    context = card(_report(topic), index, link_private=True)
+    context.update(card_notes(request, topic, index, context))  # the owner's notes on the passage
+    return render(request, "research/_citation_card.html", context)
 
 
 @login_not_required

@@ -14,7 +14,7 @@ from ninja.files import UploadedFile
 from ninja.responses import Status
 
 from mindsearch.api_common import Limit, Offset, Page, Text, choices_enum, errors, invalid, page_of
-from retrieval import uploads
+from retrieval import notes, uploads
 from retrieval.embeddings import EmbeddingError
 from retrieval.models import Chunk, UploadedDocument
 from retrieval.search import hybrid_search
@@ -60,6 +60,7 @@ class DocumentPage(Page):
 
 class PassageOut(Schema):
     chunk_id: int
+    notes: list[dict[str, Any]] = Field(default_factory=list, description="My notes on this passage.")
     document_id: int
     document_name: str
     page: int | None
@@ -71,9 +72,46 @@ class PassageOut(Schema):
     )
 
 
+class NoteWhereOut(Schema):
+    kind: str = Field(description='"document" (a passage of my document) or "report" (a cited passage).')
+    label: str
+    url: str = Field(description="The page of the passage: the document's, or the report's source.")
+    document_id: int | None = None
+    topic_id: int | None = None
+    citation_id: int | None = None
+
+
+class NoteOut(Schema):
+    id: int
+    text: str
+    passage: str = Field(description="The passage as it was when the note was made.")
+    chunk_id: int | None = Field(description="The passage's chunk; null once the document is indexed again.")
+    page: int | None
+    where: NoteWhereOut
+    created_at: datetime
+    updated_at: datetime
+
+
+class NoteIn(Schema):
+    text: Text = Field(max_length=2000)
+    chunk_id: int | None = Field(None, description="A passage of my document (a search result's chunk_id).")
+    citation_id: int | None = Field(
+        None, description="A citation of my report (`GET /api/topics/{id}/report`'s citations)."
+    )
+
+
+class NoteEdit(Schema):
+    # Checked after the note is found (another user's is a 404 whatever the body): not blank.
+    text: str = Field("", max_length=2000)
+
+
 class SearchOut(Schema):
     query: str
     results: list[PassageOut]
+    notes: list[NoteOut] = Field(
+        default_factory=list,
+        description="My notes whose words or passage match the query (on documents and on reports).",
+    )
     message: str = Field(
         description="Empty when there are results; otherwise why there are none: nothing in the "
         "documents reaches the relevance floor, or nothing is indexed yet."
@@ -138,10 +176,82 @@ def search_documents(
     """The passages of my indexed documents that best match `q` (hybrid: meaning and keywords)."""
     query = q.strip()
     # Without a single indexed passage there is nothing to rank, and no model to load.
+    found_notes = [notes.as_dict(note) for note in notes.search(request.auth, query)] if query else []
     if not query or not Chunk.objects.for_user(request.auth).exists():
-        return {"query": query, "results": [], "message": NOTHING_INDEXED if query else ""}
+        message = NOTHING_INDEXED if query else ""
+        return {"query": query, "results": [], "message": message, "notes": found_notes}
     try:
         passages = hybrid_search(request.auth, query, k=k)
     except EmbeddingError as error:
         raise HttpError(503, f"Search over documents is unavailable: {error}") from None
-    return {"query": query, "results": passages, "message": "" if passages else NOTHING_MATCHES}
+    noted = notes.by_chunk(request.auth, [passage.chunk_id for passage in passages])
+    results = [
+        {**vars(passage), "notes": [notes.as_dict(note) for note in noted.get(passage.chunk_id, [])]}
+        for passage in passages
+    ]
+    message = "" if passages else NOTHING_MATCHES
+    return {"query": query, "results": results, "message": message, "notes": found_notes}
+
+
+# --- Notes on passages (retrieval/notes.py) ---------------------------------------------------------
+
+
+@router.get("/notes", response=list[NoteOut], tags=["notes"])
+def list_notes(request: HttpRequest) -> list[dict[str, Any]]:
+    """My notes on passages, the latest changed first."""
+    return [notes.as_dict(note) for note in notes.notes_of(request.auth)[: notes.MAX_NOTES]]
+
+
+@router.post("/notes", response={201: NoteOut, **errors(404)}, tags=["notes"])
+def add_note(request: HttpRequest, body: NoteIn) -> Status:
+    """A note on a passage of my document (`chunk_id`) or on the passage a citation of my report
+    rests on (`citation_id`): exactly one of them."""
+    if (body.chunk_id is None) == (body.citation_id is None):
+        raise invalid(("body",), ["Give either chunk_id or citation_id."])
+    try:
+        if body.chunk_id is not None:
+            chunk = Chunk.objects.for_user(request.auth).filter(pk=body.chunk_id).first()
+            if chunk is None:
+                raise Http404(f"Passage {body.chunk_id} not found.")
+            note = notes.add_to_chunk(request.auth, chunk, body.text)
+        else:
+            note = notes.add_to_citation(request.auth, _citation(request, body.citation_id), body.text)
+    except notes.NoteRejected as rejected:
+        raise invalid(("body", "text"), [rejected.message]) from None
+    return Status(201, notes.as_dict(notes.notes_of(request.auth).get(pk=note.pk)))
+
+
+def _citation(request: HttpRequest, citation_id: int | None) -> Any:
+    from django.apps import apps
+
+    citation = (
+        apps.get_model("research", "Citation")
+        .objects.filter(pk=citation_id, report__topic__owner=request.auth)
+        .select_related("report__topic")
+        .first()
+    )
+    if citation is None:
+        raise Http404(f"Citation {citation_id} not found.")
+    return citation
+
+
+def _note(request: HttpRequest, note_id: int) -> Any:
+    note = notes.notes_of(request.auth).filter(pk=note_id).first()
+    if note is None:
+        raise Http404(f"Note {note_id} not found.")
+    return note
+
+
+@router.patch("/notes/{note_id}", response={200: NoteOut, **errors(404)}, tags=["notes"])
+def edit_note(request: HttpRequest, note_id: int, body: NoteEdit) -> dict[str, Any]:
+    """Change the text of my note."""
+    try:
+        return notes.as_dict(notes.update(_note(request, note_id), body.text))
+    except notes.NoteRejected as rejected:
+        raise invalid(("body", "text"), [rejected.message]) from None
+
+
+@router.delete("/notes/{note_id}", response={204: None, **errors(404)}, tags=["notes"])
+def delete_note(request: HttpRequest, note_id: int) -> Status:
+    _note(request, note_id).delete()
+    return Status(204, None)

@@ -263,3 +263,44 @@ class Posting(models.Model):
 
     def __str__(self) -> str:
         return f"{self.term} ×{self.tf} in chunk {self.chunk_id}"
+
+
+# --- Notes on passages (retrieval/notes.py) ---------------------------------------------------------
+
+
+class PassageNote(models.Model):
+    """A user's note on a passage: of one of their documents, or the passage a citation of one of
+    their reports rests on. The passage is quoted as it was when noted, so the note survives
+    re-indexing (its chunk link is then cleared); document search finds it by its words or the
+    passage's."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="passage_notes"
+    )
+    text = models.TextField(_("note"))
+    passage = models.TextField(help_text=_("The passage as it was when the note was made."))
+    document = models.ForeignKey(
+        UploadedDocument, on_delete=models.CASCADE, null=True, blank=True, related_name="notes"
+    )
+    chunk = models.ForeignKey(Chunk, on_delete=models.SET_NULL, null=True, blank=True, related_name="notes")
+    page = models.PositiveIntegerField(null=True, blank=True)
+    # A report's cited passage: the note goes with the report (research depends on retrieval,
+    # never the reverse in code; the link is by the model's label only).
+    citation = models.ForeignKey(
+        "research.Citation", on_delete=models.CASCADE, null=True, blank=True, related_name="notes"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(document__isnull=False, citation__isnull=True)
+                | models.Q(document__isnull=True, citation__isnull=False),
+                name="passage_note_on_one_thing",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:80]

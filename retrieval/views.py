@@ -6,7 +6,7 @@ Every lookup starts from the signed-in user; another user's document ids are a 4
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from mindsearch.requests import HtmxHttpRequest, signed_in
 from mindsearch.status import ERROR, check_embeddings, check_worker
-from retrieval import uploads
+from retrieval import notes, uploads
 from retrieval.embeddings import EmbeddingError
 from retrieval.highlight import highlight_all, mark_words
 from retrieval.models import UploadedDocument
@@ -166,9 +166,15 @@ def document_detail(request: HttpRequest, document_id: int) -> HttpResponse:
     if start is not None:
         chunks = chunks.filter(position__gte=start)
     limit = PREVIEW_CHARS if start is None else None
+    shown = list(chunks.order_by("position")[:PREVIEW_CHUNKS])
+    noted = notes.by_chunk(signed_in(request), [chunk.pk for chunk in shown])
     previews = [
-        (chunk, mark_words(Truncator(chunk.text).chars(limit) if limit else chunk.text, _no_word))
-        for chunk in chunks.order_by("position")[:PREVIEW_CHUNKS]
+        (
+            chunk,
+            mark_words(Truncator(chunk.text).chars(limit) if limit else chunk.text, _no_word),
+            noted.get(chunk.pk, []),
+        )
+        for chunk in shown
     ]
     context = {
         "document": document,
@@ -245,6 +251,7 @@ def document_retry(request: HttpRequest, document_id: int) -> HttpResponse:
 class Result:
     passage: Passage
     html: str
+    notes: list[Any] = field(default_factory=list)  # the user's notes on the passage
 
 
 @require_GET
@@ -257,7 +264,15 @@ def document_search(request: HttpRequest) -> HttpResponse:
         passages, context["notice"] = search_passages(signed_in(request), query)
         passages = worth_showing(passages)
         texts = highlight_all(query, [passage.text for passage in passages])
-        context["results"] = [Result(passage, html) for passage, html in zip(passages, texts, strict=True)]
+        noted = notes.by_chunk(signed_in(request), [passage.chunk_id for passage in passages])
+        context["results"] = [
+            Result(passage, html, noted.get(passage.chunk_id, []))
+            for passage, html in zip(passages, texts, strict=True)
+        ]
+    if query:  # notes on reports' passages too, with or without documents
+        context["found_notes"] = [
+            (note, notes.where(note)) for note in notes.search(signed_in(request), query)
+        ]
     return render(request, "retrieval/document_search.html", context)
 
 

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from mindsearch.api import api
 from research import images, workflow
 from research.models import Document, FollowUp, ShareLink, Topic
-from retrieval.models import UploadedDocument
+from retrieval.models import PassageNote, UploadedDocument
 from tests.api.conftest import ApiClient, awaiting, completed
 from tests.support.domain_world import picture
 
@@ -43,6 +43,8 @@ ID_OPERATIONS: list[Operation] = [
     ("POST", "/api/topics/{topic}/share-links/{link}/revoke", None),
     ("GET", "/api/documents/{document}", None),
     ("DELETE", "/api/documents/{document}", None),
+    ("PATCH", "/api/notes/{note}", {"text": "Bob's note"}),
+    ("DELETE", "/api/notes/{note}", None),
 ]
 OTHER_OPERATIONS: list[Operation] = [
     ("POST", "/api/topics", {"question": "What is Mixture of Tokens?"}),
@@ -50,6 +52,8 @@ OTHER_OPERATIONS: list[Operation] = [
     ("GET", "/api/documents", None),
     ("POST", "/api/documents", None),
     ("GET", "/api/search?q=tokens", None),
+    ("GET", "/api/notes", None),
+    ("POST", "/api/notes", {"text": "A note", "chunk_id": 1}),
     ("GET", "/api/cache/stats", None),
 ]
 
@@ -66,7 +70,8 @@ def owned(alice: User) -> dict[str, int]:
     page = Document.objects.create(
         topic=topic, title="A page", url="https://a.example/", text="Text.", fetched_via="reader"
     )
-    return {"topic": topic.pk, "link": link.pk, "document": document.pk, "page": page.pk}
+    note = PassageNote.objects.create(owner=alice, text="Alice's note", passage="Text.", document=document)
+    return {"topic": topic.pk, "link": link.pk, "document": document.pk, "page": page.pk, "note": note.pk}
 
 
 def test_the_matrix_covers_every_operation() -> None:
@@ -79,7 +84,8 @@ def test_the_matrix_covers_every_operation() -> None:
             path.replace("{topic}", "{topic_id}")
             .replace("{link}", "{link_id}")
             .replace("{document}", "{document_id}")
-            .replace("{page}", "{document_id}"),
+            .replace("{page}", "{document_id}")
+            .replace("{note}", "{note_id}"),
         )
         for method, path in covered
     }
@@ -99,6 +105,7 @@ def test_bob_gets_404_on_alices_ids(
     assert ShareLink.objects.count() == 1
     assert not FollowUp.objects.exists()
     assert UploadedDocument.objects.filter(pk=owned["document"]).exists()
+    assert PassageNote.objects.get(pk=owned["note"]).text == "Alice's note"
     assert Topic.objects.count() == 1
 
 

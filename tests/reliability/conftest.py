@@ -16,6 +16,7 @@ from django.utils import timezone
 from mindsearch.models import ApiToken
 from research import images, workflow
 from research.models import (
+    Citation,
     Document,
     FollowUp,
     Hit,
@@ -27,6 +28,7 @@ from research.models import (
     SummaryScore,
     Topic,
 )
+from retrieval.models import PassageNote
 
 # A 1×1 PNG, the picture Alice's topic was asked with.
 PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -47,6 +49,7 @@ class Estate:
     document: Any
     api_token: ApiToken
     import_job: str = ""
+    note: Any = None  # a note on the passage the report's citation rests on (retrieval/notes.py)
 
     def params(self) -> dict[str, object]:
         """A value for every URL parameter the project uses, pointing at Alice's things."""
@@ -66,6 +69,7 @@ class Estate:
             "job_id": self.import_job,
             "index": 0,
             "followup_id": self.topic.followups.values_list("pk", flat=True).first(),
+            "note_id": self.note.pk if self.note is not None else 0,
         }
 
 
@@ -110,7 +114,21 @@ def estate(alice: User, settings: Any, tmp_path: Any) -> Estate:
     document, _ = accept_upload(alice, upload)
     api_token, _plain = ApiToken.issue(alice, f"{SECRET} script")
     job = imports.start(SimpleUploadedFile("topic.zip", b"PK not really"), alice)
-    return Estate(alice, topic, plan, subquery, link, share_token, document, api_token, job)
+    citation = Citation.objects.create(
+        report=topic.report,
+        sentence_index=0,
+        sentence="Found.",
+        n=1,
+        verdict=Citation.Verdict.SUPPORTED,
+        local_verdict=Citation.Verdict.SUPPORTED,
+        method=Citation.Method.LOCAL,
+        score=0.9,
+        passage=f"The passage on {SECRET}.",
+    )
+    note = PassageNote.objects.create(
+        owner=alice, text=f"My note on {SECRET}", passage=citation.passage, citation=citation
+    )
+    return Estate(alice, topic, plan, subquery, link, share_token, document, api_token, job, note)
 
 
 def snapshot() -> dict[str, list]:

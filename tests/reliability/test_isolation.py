@@ -101,6 +101,11 @@ ACCESS = {
     "document_file": OWNED,
     "document_delete": OWNED,
     "document_retry": OWNED,
+    "note_list": ACCOUNT,
+    "note_add": OWNED,
+    "note_edit": OWNED,
+    "note_delete": OWNED,
+    "citation_note": OWNED,
     # the API
     "api:api-root": PUBLIC,
     "api:openapi-json": PUBLIC,
@@ -132,6 +137,10 @@ ACCESS = {
     "api:get_document": OWNED,
     "api:delete_document": OWNED,
     "api:search_documents": ACCOUNT,
+    "api:list_notes": ACCOUNT,
+    "api:add_note": ACCOUNT,  # on a passage of one's own: another's is a 404
+    "api:edit_note": OWNED,
+    "api:delete_note": OWNED,
     # websockets
     "ws:ws/topics/<int:topic_id>/": OWNED,
 }
