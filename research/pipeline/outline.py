@@ -82,10 +82,26 @@ _SCALES = {
 }
 
 
+# The Russian interface names the lengths in Russian; they are stored by their English names.
+_RUSSIAN_SCALES = {
+    **dict.fromkeys(("короткий", "короткая", "короткое", "кратко"), "short"),
+    **dict.fromkeys(("стандартный", "стандартная", "стандартное", "обычный", "обычная"), "standard"),
+    **dict.fromkeys(("длинный", "длинная", "длинное", "подробно"), "long"),
+}
+
+
 def read_length(typed: str | int | None) -> str:
     """The length as stored: "" (standard), short, standard, long or a number of words as digits;
     OutlineError for anything else."""
-    text = str(typed if typed is not None else "").strip().lower().replace(" ", "").replace("\u00a0", "")
+    text = (
+        str(typed if typed is not None else "")
+        .strip()
+        .lower()
+        .replace(" ", "")
+        .replace("\u00a0", "")
+        .strip("«»\"'")
+    )
+    text = _RUSSIAN_SCALES.get(text, text)
     if text in ("", "standard"):
         return "" if text == "" else "standard"
     if text in _SCALES:

@@ -35,6 +35,8 @@ ID_OPERATIONS: list[Operation] = [
     ("GET", "/api/topics/{topic}/versions", None),
     ("POST", "/api/topics/{topic}/sources/{page}/keep", None),
     ("GET", "/api/topics/{topic}/report.md", None),
+    ("GET", "/api/topics/{topic}/sources.bib", None),
+    ("GET", "/api/topics/{topic}/sources.ris", None),
     ("GET", "/api/topics/{topic}/image", None),
     ("GET", "/api/topics/{topic}/followups", None),
     ("POST", "/api/topics/{topic}/followups", {"question": "Bob's follow-up?"}),

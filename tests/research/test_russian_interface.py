@@ -24,8 +24,8 @@ from research.models import Citation, Document, FollowUp, Hit, Report, RunEvent,
 from research.pipeline.followup import answer_pending
 from research.pipeline.run import plan_topic, run_topic
 from retrieval.models import UploadedDocument
-from tests.research.test_citation_report import FIRST, script_answers
-from tests.research.test_private_sources import upload
+from tests.research.pipeline.test_citation_report import FIRST, script_answers
+from tests.research.pipeline.test_private_sources import upload
 from tests.support.world import TOPIC, World
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("media_root")]
@@ -36,7 +36,8 @@ NAMES = {
     "csv", "json", "zip", "api", "mcp", "url", "llm", "id", "kb", "mb", "gb", "http", "https",
     "postgresql", "redis", "django", "openai", "ok", "utc", "e", "mail", "rss", "ms", "cron",
     "en", "ru", "jpeg", "png", "gif", "webp", "exif", "post", "open-meteo", "openstreetmap", "nominatim",
-    "alpha", "vantage", "thesportsdb", "osrm",
+    "alpha", "vantage", "thesportsdb", "osrm", "openalex", "arxiv", "pubmed", "e-utilities", "crossref",
+    "doi", "bibtex", "ris", "zotero", "endnote", "mendeley",
 }  # fmt: skip
 # Where the page shows someone else's words: the report, answers, quotes, code and links.
 CONTENT = (

@@ -146,7 +146,7 @@ def test_every_cache_kind_is_used(alice: User, loopback: World) -> None:
     # A picture's description, domain data and reranked orders (no reranker is configured here)
     # have their own tests (test_vision, test_domain_data, test_rerank).
     own_tests = {CacheEntry.Kind.VISION, CacheEntry.Kind.DOMAIN_DATA, CacheEntry.Kind.RERANK}
-    # The scholarly indexes' answers: tests/research/test_papers.py (no index is configured here).
+    # The scholarly indexes' answers: tests/research/pipeline/test_papers.py (no index is configured here).
     own_tests |= {
         CacheEntry.Kind.OPENALEX,
         CacheEntry.Kind.ARXIV,

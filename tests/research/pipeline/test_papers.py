@@ -313,7 +313,7 @@ def test_other_questions_do_not(question: str) -> None:
 
 
 def test_no_live_domain_question_of_the_routing_table_is_sent_to_papers() -> None:
-    from tests.research.test_routing_table import TABLE
+    from tests.research.pipeline.test_question_domain import TABLE
 
     live = [question for question, domain in TABLE if domain != Topic.Domain.GENERAL]
     assert len(live) >= 30 and not [question for question in live if papers.looks_scholarly(question)]

@@ -316,3 +316,12 @@ def test_a_report_in_one_pass_is_asked_for_its_length_only_when_one_is_set() -> 
     assert "около 400 слов" in report_writer.length_note(Topic(question="q", report_kind="brief"))
     assert "около 2500 слов" in report_writer.length_note(Topic(question="q", report_length="long"))
     assert "около 1200 слов" in report_writer.length_note(Topic(question="q", report_length="1200"))
+
+
+def test_the_russian_names_of_the_lengths_are_taken_as_the_interface_shows_them() -> None:
+    assert outline.read_length("«Длинная»") == "long"
+    assert outline.read_length("короткий") == "short"
+    assert outline.read_length(" Стандартная ") == "standard"
+    assert outline.read_length("800") == "800"
+    with pytest.raises(outline.OutlineError):
+        outline.read_length("огромная")
