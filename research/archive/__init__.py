@@ -265,7 +265,7 @@ def _check_body(data: dict[str, Any], where: str) -> Body:
 
 
 def _create_body(
-    body: Body, owner: AbstractBaseUser, progress: Progress, archive_bytes: int, previous: Topic | None
+    body: Body, owner: User, progress: Progress, archive_bytes: int, previous: Topic | None
 ) -> Topic:
     from research.presenters import store_thread
 

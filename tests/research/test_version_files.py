@@ -17,8 +17,8 @@ from research.archive import checks as archive_checks
 from research.archive import series
 from research.archive.checks import ArchiveError
 from research.models import Report, Topic
+from tests.research.archive.test_archive import import_as, zipped
 
-from .test_archive import import_as, zipped
 from .test_versions import AFTER, BEFORE, SOURCES_AFTER, SOURCES_BEFORE, completed, words_only
 
 pytestmark = pytest.mark.django_db
