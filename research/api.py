@@ -253,7 +253,10 @@ class SourceOut(Schema):
 
 
 class CitationOut(Schema):
-    id: int = Field(description="The citation's id (`POST /api/notes` notes its passage by it).")
+    id: int | None = Field(
+        None,
+        description="The citation's id (`POST /api/notes` notes its passage by it); none in a follow-up's answer.",
+    )
     sentence_index: int = Field(description="The sentence's place among the report's sentences, from 0.")
     sentence: str = Field(description="The sentence as plain text, without its citations.")
     n: int = Field(description="The number of the source it cites.")

@@ -48,6 +48,7 @@ from research.models import (
     TopicSchedule,
 )
 from research.progress import record_event
+from retrieval.models import PassageNote
 from tests.research.test_views import completed
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +141,7 @@ NOT_CACHED = {
     SearchQuery: "the plan panel (forms)",
     TopicSchedule: "the schedule card (forms), rendered per request",
     Delivery: "the admin only",
+    PassageNote: "a citation card's notes (forms), rendered per request",
 }
 
 

@@ -398,7 +398,7 @@ def test_the_page_and_the_api_say_nothing_in_the_documents_matches(alice, alice_
     _row, token = ApiToken.issue(alice, "tests")
     api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     answer = api.get("/api/search", {"q": absent}).json()
-    assert answer == {"query": absent, "results": [], "message": NOTHING_MATCHES}
+    assert answer == {"query": absent, "results": [], "notes": [], "message": NOTHING_MATCHES}
     found = api.get("/api/search", {"q": "atomic number of oxygen"}).json()
     assert found["message"] == "" and found["results"]
 

@@ -205,6 +205,7 @@ def test_the_api_returns_each_verdict_with_its_passage(alice: User) -> None:
     data = response.json()
     assert data["citation_counts"] == {"total": 3, "supported": 1, "weak": 1, "unsupported": 1}
     first = data["citations"][1]
+    assert isinstance(first.pop("id"), int)
     assert first == {
         "sentence_index": 1,
         "sentence": "The moon is cheese.",

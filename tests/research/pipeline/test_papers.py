@@ -261,7 +261,7 @@ def test_a_scanned_open_access_pdf_is_read_by_ocr(scholarly: ScholarlyWorld, set
 
     if not pdf_reader.ocr_available():
         needs.absent("tesseract is missing: run scripts/ensure-tesseract")
-    scan = (Path(__file__).parents[1] / "data" / "documents" / "scan-en.pdf").read_bytes()
+    scan = (Path(__file__).parents[2] / "data" / "documents" / "scan-en.pdf").read_bytes()
     scholarly.files.routes[("GET", "/pdf/scan")] = lambda _request: Response(
         200, scan, {"Content-Type": "application/pdf"}
     )
