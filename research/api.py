@@ -255,7 +255,7 @@ class SourceOut(Schema):
 class CitationOut(Schema):
     id: int | None = Field(
         None,
-        description="The citation's id (`POST /api/notes` notes its passage by it); none in a follow-up's answer.",
+        description="The citation's id (`POST /api/notes` notes its passage by it); none in a follow-up.",
     )
     sentence_index: int = Field(description="The sentence's place among the report's sentences, from 0.")
     sentence: str = Field(description="The sentence as plain text, without its citations.")
