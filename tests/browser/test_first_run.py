@@ -95,7 +95,7 @@ def review_without_saving(page: Page, folder: Path) -> list[str]:
     with page.expect_response(
         lambda r: r.url.endswith("/subqueries/") and r.request.method == "POST"
     ) as answer:
-        page.locator("#plan").get_by_role("button", name="Add", exact=True).click()
+        page.locator("#plan").get_by_role("button", name="Add", exact=True).first.click()
     assert answer.value.status == 400
     expect(page.locator("#new-subquery-error")).to_have_text("A sub-query cannot be empty.")
     expect(page.locator("#new-subquery")).to_have_attribute("aria-invalid", "true")

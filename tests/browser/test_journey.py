@@ -191,7 +191,7 @@ def review_plan(page: Page, folder: Path) -> list[str]:
 
     added = "Какие ограничения есть у Mixture of Tokens?"
     page.locator("#new-subquery").fill(added)
-    submit_in_plan(page, page.locator("#plan").get_by_role("button", name="Add", exact=True))
+    submit_in_plan(page, page.locator("#plan").get_by_role("button", name="Add", exact=True).first)
     expect(plan_inputs(page)).to_have_count(3)
     assert plan_texts(page)[2] == added
 

@@ -120,7 +120,7 @@ def test_an_mcp_client_with_a_token_researches_a_topic_and_another_token_sees_no
 
     assert set(seen["tools"]) >= TOOLS
     schema = seen["tools"]["start_research"].input_schema
-    assert set(schema["properties"]["sources"]["enum"]) == {"web", "docs", "both"}
+    assert set(schema["properties"]["sources"]["enum"]) == {"web", "docs", "both", "papers"}
     assert {"sites_only", "sites_prefer", "sites_avoid", "token_cap"} <= set(schema["properties"])
     assert {"report_kind", "outline", "report_length"} <= set(schema["properties"])  # issue 30
     assert seen["started"]["question"] == TOPIC and seen["started"]["auto_approve"] is True
