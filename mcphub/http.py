@@ -2,7 +2,7 @@
 
 `McpHttpApp` answers a request without a usable `Authorization: Bearer <token>` with 401 before
 the SDK sees it; otherwise it puts the token owner's id in the ASGI scope (where the tools find
-it, mcphub/server.py) and hands the request to the SDK's session manager.
+it, mcphub/server.py) with the token's scopes and hands the request to the SDK's session manager.
 
 The manager runs stateless with JSON answers: every POST is a complete exchange, so any web
 process (or several behind a proxy) can answer any request and nothing is kept between them.
@@ -21,7 +21,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from mcphub.server import SCOPE_USER_KEY, server
+from mcphub.server import SCOPE_TOKEN_SCOPES_KEY, SCOPE_USER_KEY, server
 from mindsearch.bodylimit import Message, Receive, Scope, Send
 from mindsearch.csp import POLICY
 from mindsearch.models import ApiToken
@@ -79,13 +79,14 @@ def bearer_token(scope: Scope) -> str | None:
     return None
 
 
-def token_owner_id(token: str) -> int | None:
-    """The id of the active user a usable token belongs to (and the token's last use noted)."""
+def token_owner(token: str) -> tuple[int, list[str]] | None:
+    """The id of the active user a usable token belongs to, and the token's scopes (and the
+    token's last use noted)."""
     row = ApiToken.objects.find(token)
     if row is None or not row.owner.is_active:
         return None
     row.touch()
-    return row.owner.pk
+    return row.owner.pk, list(row.scopes or ())
 
 
 def host_allowed(scope: Scope) -> bool:
@@ -160,8 +161,8 @@ class McpHttpApp:
         if token is None:
             await _refuse(send, UNAUTHENTICATED)
             return
-        user_id = await database_sync_to_async(token_owner_id)(token)
-        if user_id is None:
+        owner = await database_sync_to_async(token_owner)(token)
+        if owner is None:
             await _refuse(send, UNUSABLE_CREDENTIAL)
             return
         if scope.get("method") != "POST":
@@ -170,7 +171,8 @@ class McpHttpApp:
             await _answer(send, 405, {"detail": NO_STREAM}, ((b"allow", b"POST"),))
             return
         manager = await self._manager()
-        authenticated: dict[str, Any] = {**scope, SCOPE_USER_KEY: user_id}
+        user_id, scopes = owner
+        authenticated: dict[str, Any] = {**scope, SCOPE_USER_KEY: user_id, SCOPE_TOKEN_SCOPES_KEY: scopes}
         await manager.handle_request(authenticated, receive, send)
 
 

@@ -8,6 +8,10 @@ API's message.
 Who the caller is: over Streamable HTTP (`/mcp`, see `mcphub.http`) the personal API token of
 the request, checked before the SDK sees it; over stdio (`manage.py mcp --user NAME`) the user
 the command was started for. An HTTP request never falls back to the stdio user.
+
+What the caller may do: each tool needs one API token scope (`TokenScope`), as the REST
+operation it calls does; a token without it gets a tool error naming the scope. The stdio
+server acts as its user with every scope.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pydantic import Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from mindsearch.api_common import MAX_OFFSET, MAX_PAGE, Text
+from mindsearch.models import TokenScope, missing_scope
 from research import api as research_api
 from research import workflow
 from retrieval import api as retrieval_api
@@ -33,6 +38,8 @@ from retrieval import api as retrieval_api
 CHECKED_TEXT: TypeAdapter[str] = TypeAdapter(Text)
 # Where mcphub.http puts the authenticated user's id in the ASGI scope.
 SCOPE_USER_KEY = "mindsearch.mcp_user_id"
+# …and the scopes of the token it presented.
+SCOPE_TOKEN_SCOPES_KEY = "mindsearch.mcp_token_scopes"  # noqa: S105 — a key name, not a secret
 # The user a stdio server acts as (set by `manage.py mcp`); None in the web process.
 stdio_user_id: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "mindsearch_mcp_stdio_user", default=None
@@ -66,6 +73,16 @@ def _user_id(ctx: Context) -> int:
     if user_id is None:
         raise ToolError("Not authenticated: this MCP server was started without a user.")
     return user_id
+
+
+def _check_scope(ctx: Context, scope: TokenScope, what: str) -> None:
+    """A tool error unless the caller's token has `scope` (the stdio server has every scope)."""
+    request = ctx.request_context.request
+    if request is None:
+        return
+    granted = (getattr(request, "scope", None) or {}).get(SCOPE_TOKEN_SCOPES_KEY) or ()
+    if scope not in granted:
+        raise ToolError(missing_scope(scope, what))
 
 
 def _api_request(user_id: int) -> HttpRequest:
@@ -104,8 +121,10 @@ def _call(user_id: int, operation: Any, *args: Any, **kwargs: Any) -> Any:
         raise ToolError(refused.message) from None
 
 
-async def _run(ctx: Context, operation: Any, *args: Any, **kwargs: Any) -> Any:
+async def _run(ctx: Context, scope: TokenScope, operation: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run an API operation for a tool as the caller, if the caller's token has the tool's `scope`."""
     user_id = _user_id(ctx)
+    _check_scope(ctx, scope, "this tool")
     return await database_sync_to_async(_call)(user_id, operation, *args, **kwargs)
 
 
@@ -195,7 +214,7 @@ async def start_research(
         "outline": outline,
         "report_length": report_length,
     }
-    return await _run(ctx, _start, payload)
+    return await _run(ctx, TokenScope.RESEARCH, _start, payload)
 
 
 def _status(request: HttpRequest, topic_id: int, since: int, limit: int) -> dict[str, Any]:
@@ -219,7 +238,7 @@ async def get_topic_status(
 ) -> dict[str, Any]:
     """A topic's status and its run events after `since`, oldest first. Pass the returned
     last_seq as `since` next time to get only newer events."""
-    return await _run(ctx, _status, topic_id, since, limit)
+    return await _run(ctx, TokenScope.READ, _status, topic_id, since, limit)
 
 
 def _report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
@@ -232,7 +251,7 @@ def _report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
 async def get_report(ctx: Context, topic_id: TopicId) -> dict[str, Any]:
     """The finished report: Markdown with its numbered sources list, the sources, and, when the
     citations were checked, each cited sentence's verdict (supported, weak, unsupported)."""
-    return await _run(ctx, _report, topic_id)
+    return await _run(ctx, TokenScope.READ, _report, topic_id)
 
 
 def _approve(request: HttpRequest, topic_id: int, version: str) -> dict[str, Any]:
@@ -247,7 +266,7 @@ def _plan(request: HttpRequest, topic_id: int) -> dict[str, Any]:
 async def get_plan(ctx: Context, topic_id: TopicId) -> dict[str, Any]:
     """A topic's plan: its sub-queries in order, the report's sections and length, whether it
     still waits for approval, and its version (pass it to approve_plan to approve exactly this plan)."""
-    return await _run(ctx, _plan, topic_id)
+    return await _run(ctx, TokenScope.READ, _plan, topic_id)
 
 
 @server.tool()
@@ -264,7 +283,7 @@ async def approve_plan(
 ) -> dict[str, Any]:
     """Run a topic's plan (a topic started without auto_approve waits for this). With `version`,
     only the plan you were shown: one changed since is refused and nothing is approved."""
-    return await _run(ctx, _approve, topic_id, version)
+    return await _run(ctx, TokenScope.RESEARCH, _approve, topic_id, version)
 
 
 def _list(request: HttpRequest, query: str, status: str | None, limit: int, offset: int) -> dict[str, Any]:
@@ -291,7 +310,7 @@ async def list_topics(
     offset: Annotated[int, Field(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """My research topics, newest first."""
-    return await _run(ctx, _list, query, status, limit, offset)
+    return await _run(ctx, TokenScope.READ, _list, query, status, limit, offset)
 
 
 def _search(request: HttpRequest, query: str, k: int) -> dict[str, Any]:
@@ -307,7 +326,7 @@ async def search_my_documents(
 ) -> dict[str, Any]:
     """The passages of my indexed documents that best match the query (meaning and keywords),
     each with its document's name and page."""
-    return await _run(ctx, _search, query, k)
+    return await _run(ctx, TokenScope.READ, _search, query, k)
 
 
 # --- Resources ---------------------------------------------------------------------------------------
@@ -332,6 +351,7 @@ async def report_resource(topic_id: str, ctx: Context) -> str:
         raise ResourceNotFoundError(f"Topic {topic_id} not found.")
     try:
         user_id = _user_id(ctx)
+        _check_scope(ctx, TokenScope.READ, "this resource")
     except ToolError as error:
         raise ResourceError(str(error)) from None
     return await database_sync_to_async(_report_markdown)(user_id, int(topic_id))

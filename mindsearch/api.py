@@ -8,11 +8,13 @@ answer 404 exactly like ids that do not exist.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver, reverse
 from ninja import NinjaAPI, Router, Swagger
@@ -22,7 +24,8 @@ from ninja.renderers import JSONRenderer
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
-from mindsearch.models import ApiToken
+from mindsearch.api_common import SCOPE_ATTRIBUTE
+from mindsearch.models import ApiToken, TokenScope, missing_scope
 from research import workflow
 from research.api import router as research_router
 from retrieval.api import router as retrieval_router
@@ -36,7 +39,45 @@ class BearerTokenAuth(HttpBearer):
         if row is None or not row.owner.is_active:
             raise HttpError(401, "The API token is unknown, expired or revoked.")
         row.touch()
+        needed = getattr(request, NEEDED_SCOPE, None)
+        if needed is not None and not row.allows(needed):
+            raise HttpError(403, missing_scope(needed, f"{request.method} {request.path}"))
         return row.owner
+
+
+# Where `scoped` tells the token check which scope the operation being run needs.
+NEEDED_SCOPE = "_mindsearch_needed_scope"
+
+
+def scope_of(operation: Operation) -> str | None:
+    """The token scope an operation needs: its `api_common.needs` mark, else "read" for a GET.
+    An unmarked operation of any other method stops the API from starting, so a new route
+    cannot forget its scope. None: an operation open to anyone (the unknown-path answer)."""
+    scope = getattr(operation.view_func, SCOPE_ATTRIBUTE, None)
+    name = operation.view_func.__name__
+    if scope is None and operation.auth_callbacks:
+        if operation.methods != ["GET"]:
+            raise ImproperlyConfigured(
+                f"The API operation {name} needs a token scope: mark it with @needs(...)."
+            )
+        scope = TokenScope.READ
+    if scope is not None and scope not in TokenScope.values:
+        raise ImproperlyConfigured(f"Unknown API token scope {scope!r} on the API operation {name}.")
+    return scope
+
+
+def scoped(run: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap an operation's run so that an API token is checked for the operation's scope (in
+    `BearerTokenAuth`, before the input is read). The signed-in browser session is not limited
+    by scopes: it is the account itself."""
+    scope = scope_of(run.__self__)  # type: ignore[attr-defined]
+
+    @functools.wraps(run)
+    def running(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        setattr(request, NEEDED_SCOPE, scope)
+        return run(request, **kwargs)
+
+    return running
 
 
 class SessionCsrfAuth(APIKeyCookie):
@@ -169,6 +210,7 @@ def bad_request(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
     return api.create_response(request, {"detail": f"Bad request: {exc}"}, status=400)
 
 
+api.add_decorator(scoped, mode="view")
 api.add_router("/", research_router)
 api.add_router("/", retrieval_router)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from django.db import models
 from ninja import Query, Schema
@@ -23,6 +24,21 @@ def _storable(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_storable)]
+
+View = TypeVar("View", bound=Callable[..., Any])
+SCOPE_ATTRIBUTE = "token_scope"
+
+
+def needs(scope: str) -> Callable[[View], View]:
+    """Mark an operation with the API token scope it needs (a `TokenScope` value). A GET needs
+    "read" unless marked; any other method must be marked, or the API refuses to start
+    (mindsearch/api.py, `check_scope`). Put it under the router's decorator."""
+
+    def mark(view: View) -> View:
+        setattr(view, SCOPE_ATTRIBUTE, scope)
+        return view
+
+    return mark
 
 
 def choices_enum(name: str, choices: type[models.TextChoices]) -> type[enum.Enum]:

@@ -7,9 +7,11 @@ from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm, UsernameField
 from django.contrib.auth.models import User
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from mindsearch import throttle
+from mindsearch.models import SCOPE_HELP, TokenScope, all_scopes
 
 
 class SignUpForm(UserCreationForm):
@@ -64,6 +66,9 @@ class ThrottledAdminAuthenticationForm(GuardedAuthenticationMixin, AdminAuthenti
     error_messages["invalid_login"] = AdminAuthenticationForm.error_messages["invalid_login"]
 
 
+SCOPE_CHOICES = [(scope.value, format_lazy("{}: {}", scope.label, SCOPE_HELP[scope])) for scope in TokenScope]
+
+
 class ApiTokenForm(forms.Form):
     EXPIRY_CHOICES = [("", _("Never")), ("30", _("30 days")), ("90", _("90 days")), ("365", _("1 year"))]
     name = forms.CharField(
@@ -71,9 +76,18 @@ class ApiTokenForm(forms.Form):
         max_length=100,
         help_text=_("What the token is for, e.g. “nightly report script”."),
         widget=forms.TextInput(attrs={"maxlength": 100}),
+        error_messages={"required": _("Give the token a name.")},
     )
     expires_in_days = forms.TypedChoiceField(
         label=_("Expires"), choices=EXPIRY_CHOICES, coerce=int, empty_value=None, required=False
+    )
+    scopes = forms.MultipleChoiceField(
+        label=_("Scopes"),
+        choices=SCOPE_CHOICES,
+        initial=all_scopes,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_("What scripts holding the token may do; the fewer, the less a leaked token can do."),
+        error_messages={"required": _("Choose at least one scope: a token without one can do nothing.")},
     )
 
     def clean_name(self) -> str:

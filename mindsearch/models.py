@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from mindsearch.querysets import OwnedQuerySet
 
@@ -21,6 +22,37 @@ from mindsearch.querysets import OwnedQuerySet
 API_TOKEN_PREFIX = "mst_"  # noqa: S105 — a prefix, not a secret
 # Writing last_used_at on every request would turn every API read into a write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class TokenScope(models.TextChoices):
+    """What an API token may do (docs/API.md, "Scopes"). Every API operation and MCP tool needs one."""
+
+    READ = "read", pgettext_lazy("API token scope", "read")
+    RESEARCH = "research", pgettext_lazy("API token scope", "research")
+    DOCUMENTS = "documents", pgettext_lazy("API token scope", "documents")
+    SHARE = "share", pgettext_lazy("API token scope", "share")
+
+
+# What each scope allows, as the tokens page explains it.
+SCOPE_HELP = {
+    TokenScope.READ: _("read your topics, plans, reports, documents and notes; search"),
+    TokenScope.RESEARCH: _("start, edit, approve, rerun, cancel and delete topics; ask follow-ups"),
+    TokenScope.DOCUMENTS: _("upload and delete documents; write notes"),
+    TokenScope.SHARE: _("make and revoke share links"),
+}
+
+
+def missing_scope(scope: str, what: str) -> str:
+    """The refusal of an operation (`what`) to a token without the `scope` it needs."""
+    return (
+        f"This API token lacks the '{scope}' scope, which {what} needs; "
+        "make a token with that scope at /settings/tokens/."
+    )
+
+
+def all_scopes() -> list[str]:
+    """Every scope: a token made before scopes existed (and the default of a new one) has them all."""
+    return list(TokenScope.values)
 
 
 class RateLimitGrant(models.Model):
@@ -119,6 +151,7 @@ class ApiToken(RevocableToken):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(_("name"), max_length=100)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    scopes = models.JSONField(_("scopes"), default=all_scopes)
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -130,10 +163,25 @@ class ApiToken(RevocableToken):
         return self.name
 
     @classmethod
-    def issue(cls, owner: User, name: str, expires_in: timedelta | None = None) -> tuple[ApiToken, str]:
-        """Create a token; the plain value is returned once and never stored."""
+    def issue(
+        cls, owner: User, name: str, expires_in: timedelta | None = None, scopes: list[str] | None = None
+    ) -> tuple[ApiToken, str]:
+        """Create a token (with every scope unless told which); the plain value is returned once
+        and never stored."""
+        chosen = all_scopes() if scopes is None else [scope for scope in TokenScope.values if scope in scopes]
+        unknown = sorted(set(scopes or ()) - set(TokenScope.values))
+        if unknown:
+            raise ValueError(f"Unknown API token scopes: {', '.join(unknown)}")
         token, stored = cls.new_secret(expires_in)
-        return cls.objects.create(owner=owner, name=name, **stored), token
+        return cls.objects.create(owner=owner, name=name, scopes=chosen, **stored), token
+
+    def allows(self, scope: str) -> bool:
+        return scope in (self.scopes or ())
+
+    @property
+    def scope_labels(self) -> list[str]:
+        """The token's scopes as the settings page names them, in the scopes' own order."""
+        return [str(label) for value, label in TokenScope.choices if value in (self.scopes or ())]
 
     def touch(self) -> None:
         now = timezone.now()

@@ -171,7 +171,9 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             days = form.cleaned_data["expires_in_days"]
             expires_in = timedelta(days=days) if days else None
-            _row, new_token = ApiToken.issue(signed_in(request), form.cleaned_data["name"], expires_in)
+            _row, new_token = ApiToken.issue(
+                signed_in(request), form.cleaned_data["name"], expires_in, scopes=form.cleaned_data["scopes"]
+            )
             form = ApiTokenForm()
         else:
             status = 400

@@ -24,8 +24,10 @@ from mindsearch.api_common import (
     errors,
     form_invalid,
     invalid,
+    needs,
     page_of,
 )
+from mindsearch.models import TokenScope
 from research import bibliography, export, images, keep, versions, workflow
 from research.forms import SITE_FIELDS, SubQueryForm, TopicForm
 from research.models import Citation, Document, FollowUp, Report, RunEvent, ShareLink, Topic, TopicImage
@@ -420,6 +422,7 @@ def _reported(topic: Topic) -> Topic:
 
 
 @router.post("/topics", response={201: TopicOut, **errors()}, tags=["topics"])
+@needs(TokenScope.RESEARCH)
 def create_topic(request: HttpRequest, payload: TopicIn) -> Status:
     """Start researching a question; its plan is written next (poll the topic or its events)."""
     fields = payload.model_dump(mode="json", exclude={"image"})
@@ -474,6 +477,7 @@ def get_topic(request: HttpRequest, topic_id: int) -> Topic:
 
 
 @router.delete("/topics/{topic_id}", response={204: None, **errors(404)}, tags=["topics"])
+@needs(TokenScope.RESEARCH)
 def delete_topic(request: HttpRequest, topic_id: int) -> Status:
     """Delete the topic and everything its run produced; a running worker stops at its next step."""
     workflow.delete_topic(_topic(request, topic_id))
@@ -481,6 +485,7 @@ def delete_topic(request: HttpRequest, topic_id: int) -> Status:
 
 
 @router.post("/topics/{topic_id}/cancel", response={200: TopicOut, **errors(404, 409)}, tags=["topics"])
+@needs(TokenScope.RESEARCH)
 def cancel_topic(request: HttpRequest, topic_id: int) -> Topic:
     """Stop the topic where it is; what was found so far is kept."""
     topic = _topic(request, topic_id)
@@ -492,6 +497,7 @@ def cancel_topic(request: HttpRequest, topic_id: int) -> Topic:
 @router.post(
     "/topics/{topic_id}/rerun", response={201: TopicOut, 200: TopicOut, **errors(404, 409)}, tags=["topics"]
 )
+@needs(TokenScope.RESEARCH)
 def rerun_topic(request: HttpRequest, topic_id: int) -> Status:
     """Research a finished topic again. A failed or cancelled one resumes in place (200); a
     completed one is copied with the same plan into a new topic (201), whose id is returned."""
@@ -527,6 +533,7 @@ def get_plan(request: HttpRequest, topic_id: int) -> dict[str, Any]:
 
 
 @router.put("/topics/{topic_id}/plan", response={200: PlanOut, **errors(404, 409)}, tags=["plan"])
+@needs(TokenScope.RESEARCH)
 def edit_plan(request: HttpRequest, topic_id: int, payload: PlanIn) -> dict[str, Any]:
     """Replace the plan while it waits for review (409 after that)."""
     topic = _topic(request, topic_id)
@@ -566,6 +573,7 @@ def _check_outline(payload: PlanIn) -> None:
 
 
 @router.post("/topics/{topic_id}/plan/approve", response={200: TopicOut, **errors(404, 409)}, tags=["plan"])
+@needs(TokenScope.RESEARCH)
 def approve_plan(request: HttpRequest, topic_id: int, version: PlanVersion = "") -> Topic:
     """Run exactly the reviewed plan. With `version` (from the plan's GET), a plan changed
     since then is refused (409) and nothing is approved."""
@@ -626,6 +634,7 @@ def get_report(request: HttpRequest, topic_id: int) -> dict[str, Any]:
     response={201: DocumentOut, 200: DocumentOut, **errors(404)},
     tags=["documents"],
 )
+@needs(TokenScope.RESEARCH)
 def keep_source(request: HttpRequest, topic_id: int, document_id: int) -> Status:
     """Add a web page the topic read (a `documents` id of its sources) to my documents: the PDF it
     is or names, else the page as the reader got it, with its address and date, and indexed;
@@ -669,6 +678,7 @@ def list_followups(request: HttpRequest, topic_id: int) -> list[dict[str, Any]]:
 @router.post(
     "/topics/{topic_id}/followups", response={201: FollowUpOut, **errors(404, 409)}, tags=["followups"]
 )
+@needs(TokenScope.RESEARCH)
 def ask_followup(request: HttpRequest, topic_id: int, payload: FollowUpIn) -> Status:
     """Ask a follow-up on a completed topic (or expand one of its report's sections). It is queued
     and answered by the worker; poll the thread (or the topic's events) for the answer. 409 while
@@ -756,6 +766,7 @@ def list_share_links(request: HttpRequest, topic_id: int) -> list[ShareLink]:
 @router.post(
     "/topics/{topic_id}/share-links", response={201: NewShareLinkOut, **errors(404, 409)}, tags=["sharing"]
 )
+@needs(TokenScope.SHARE)
 def create_share_link(request: HttpRequest, topic_id: int, payload: ShareLinkIn) -> Status:
     """A read-only link to the report for anyone who has it; the token is shown only here."""
     topic = _topic(request, topic_id)
@@ -773,6 +784,7 @@ def create_share_link(request: HttpRequest, topic_id: int, payload: ShareLinkIn)
     response={200: ShareLinkOut, **errors(404)},
     tags=["sharing"],
 )
+@needs(TokenScope.SHARE)
 def revoke_share_link(request: HttpRequest, topic_id: int, link_id: int) -> ShareLink:
     """The link answers 404 from now on."""
     topic = _topic(request, topic_id)

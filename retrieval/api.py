@@ -13,7 +13,8 @@ from ninja.errors import HttpError
 from ninja.files import UploadedFile
 from ninja.responses import Status
 
-from mindsearch.api_common import Limit, Offset, Page, Text, choices_enum, errors, invalid, page_of
+from mindsearch.api_common import Limit, Offset, Page, Text, choices_enum, errors, invalid, needs, page_of
+from mindsearch.models import TokenScope
 from retrieval import notes, uploads
 from retrieval.embeddings import EmbeddingError
 from retrieval.models import Chunk, UploadedDocument
@@ -130,6 +131,7 @@ def _document(request: HttpRequest, document_id: int) -> UploadedDocument:
 
 
 @router.post("/documents", response={201: DocumentOut, 200: DocumentOut, **errors(413)}, tags=["documents"])
+@needs(TokenScope.DOCUMENTS)
 def upload_document(request: HttpRequest, file: File[UploadedFile]) -> Status:
     """Upload a PDF, DOCX, Markdown, text or HTML file (multipart field `file`); it is indexed in
     the background (poll its status). The same bytes again answer 200 with the document
@@ -161,6 +163,7 @@ def get_document(request: HttpRequest, document_id: int) -> UploadedDocument:
 
 
 @router.delete("/documents/{document_id}", response={204: None, **errors(404)}, tags=["documents"])
+@needs(TokenScope.DOCUMENTS)
 def delete_document(request: HttpRequest, document_id: int) -> Status:
     """Delete the document, its passages and its stored file."""
     uploads.delete_document(_document(request, document_id))
@@ -203,6 +206,7 @@ def list_notes(request: HttpRequest) -> list[dict[str, Any]]:
 
 
 @router.post("/notes", response={201: NoteOut, **errors(404)}, tags=["notes"])
+@needs(TokenScope.DOCUMENTS)
 def add_note(request: HttpRequest, body: NoteIn) -> Status:
     """A note on a passage of my document (`chunk_id`) or on the passage a citation of my report
     rests on (`citation_id`): exactly one of them."""
@@ -243,6 +247,7 @@ def _note(request: HttpRequest, note_id: int) -> Any:
 
 
 @router.patch("/notes/{note_id}", response={200: NoteOut, **errors(404)}, tags=["notes"])
+@needs(TokenScope.DOCUMENTS)
 def edit_note(request: HttpRequest, note_id: int, body: NoteEdit) -> dict[str, Any]:
     """Change the text of my note."""
     try:
@@ -252,6 +257,7 @@ def edit_note(request: HttpRequest, note_id: int, body: NoteEdit) -> dict[str, A
 
 
 @router.delete("/notes/{note_id}", response={204: None, **errors(404)}, tags=["notes"])
+@needs(TokenScope.DOCUMENTS)
 def delete_note(request: HttpRequest, note_id: int) -> Status:
     _note(request, note_id).delete()
     return Status(204, None)

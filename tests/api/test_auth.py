@@ -27,8 +27,13 @@ def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def create_token(client: Client, name: str = "nightly script", expires: str = "") -> str:
-    response = client.post("/settings/tokens/", {"name": name, "expires_in_days": expires})
+def create_token(
+    client: Client,
+    name: str = "nightly script",
+    expires: str = "",
+    scopes: tuple[str, ...] = ("read", "research"),
+) -> str:
+    response = client.post("/settings/tokens/", {"name": name, "expires_in_days": expires, "scopes": scopes})
     assert response.status_code == 200
     match = re.search(r'id="new-token" readonly value="([^"]+)"', response.content.decode())
     assert match, "the new token is not on the page"

@@ -54,7 +54,9 @@ def test_document_search_is_documented_with_its_fields() -> None:
 
 def test_a_new_token_has_a_copy_button(alice_client: Any) -> None:
     """The token shown once can be copied in one click (static/js/ui.js's data-copy), like a share link."""
-    page = alice_client.post("/settings/tokens/", {"name": "script", "expires_in_days": ""}).content.decode()
+    page = alice_client.post(
+        "/settings/tokens/", {"name": "script", "expires_in_days": "", "scopes": ["read"]}
+    ).content.decode()
     assert 'id="new-token" readonly' in page
     assert '<button type="button" data-copy="new-token"' in page
     assert 'data-copy="new-token"' not in alice_client.get("/settings/tokens/").content.decode()

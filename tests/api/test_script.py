@@ -32,7 +32,8 @@ def poll(api: httpx.Client, path: str, until: Any, timeout: float = 180) -> dict
 
 
 def test_a_script_with_a_token_runs_a_topic_start_to_finish(alice_client: Client, alice: User) -> None:
-    page = alice_client.post("/settings/tokens/", {"name": "research script", "expires_in_days": ""})
+    form = {"name": "research script", "expires_in_days": "", "scopes": ["read", "research"]}
+    page = alice_client.post("/settings/tokens/", form)
     found = re.search(r'id="new-token" readonly value="([^"]+)"', page.content.decode())
     assert found is not None
     token = found.group(1)
