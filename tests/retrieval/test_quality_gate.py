@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import textwrap
+import time
 import zlib
 
 import pytest
@@ -228,3 +229,44 @@ def test_a_bad_ocr_text_layer_is_replaced_by_a_new_reading():
 def test_a_file_of_nothing_but_handwriting_is_refused_by_page():
     with pytest.raises(ParseError, match=r"on every page"):
         parse(scan_pdf([handwriting()]), filename="letter.pdf")
+
+
+# --- Bounded cost (issue 26): the checks on user text are linear and capped ---------------------
+
+ADVERSARIAL = {
+    "one word repeated": "hello " * 700_000,  # 4.2 MB: the old per-word look-ups took ~5 CPU-s
+    "one word without spaces": "a" * 4_000_000,
+    "one Cyrillic word repeated": "привет " * 600_000,
+    "letters and digits": "a1" * 2_000_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_a_huge_text_costs_a_bounded_amount_of_work(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = ADVERSARIAL[name]
+    quality._word_lists("latin"), quality._word_lists("cyrillic")  # loaded once per process
+    inspected = []
+    script = quality._script
+    monkeypatch.setattr(quality, "_script", lambda word: inspected.append(len(word)) or script(word))
+    started = time.process_time()
+    quality.judge(text)
+    spent = time.process_time() - started
+    # What the per-word work looks at is capped, whatever the text's size (before: every word of
+    # it, 700,000 look-ups for the first text, all 4 million characters for the second).
+    assert len(inspected) <= 20_000 and sum(inspected) <= 100_000, (len(inspected), sum(inspected))
+    assert spent < 0.5, f"{spent:.2f} CPU-s for {len(text):,} characters"
+
+
+def test_a_long_text_is_judged_by_its_sample_from_start_to_end() -> None:
+    prose = (EN + " ") * 2500  # ~540 KB of words
+    assert quality.judge(prose).ok
+    assert quality.words_known(prose).known_share > 0.5
+    codes = "/g18/g152/g33/g7 " * 1000
+    middle = len(prose) // 3
+    # Garbage in the middle third only is seen, as it would be if every character were read.
+    assert not quality.judge(prose[:middle] + codes * 12 + prose[middle:]).ok
+    noise = "".join(random.Random(7).choice("бвгджзклмнпрст ") for _ in range(400_000))
+    assert quality.judge(prose[:100_000] + noise).reason == quality.NOISE
+    sampled = quality.sample("word " * 100_000)
+    assert len(sampled) <= quality.SAMPLE_CHARS + quality.SAMPLE_WINDOWS
+    assert set(sampled.split()) == {"word"}  # windows are cut between words, not inside them
