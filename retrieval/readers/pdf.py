@@ -477,7 +477,7 @@ def _page_text(page: Page) -> str:
     """The page's blocks as paragraphs; a word broken between two blocks (each line its own box)
     is joined too."""
     text = "\n\n".join(_clean(block.text) for block in page.blocks if block.text.strip())
-    return BLOCK_END_HYPHEN.sub(lambda match: "" if match.group(1).islower() else match.group(), text)
+    return join_hyphenated(text, BLOCK_END_HYPHEN)
 
 
 def _clean(text: str) -> str:
