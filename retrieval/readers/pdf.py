@@ -375,9 +375,15 @@ def _pdfium_pages(data: bytes) -> tuple[list[Page] | None, str]:
     return pages, ""
 
 
+# pdfium joins a line that ends in a hyphen to the next and marks the hyphen (U+0002 in bounded
+# text, U+FFFE elsewhere): put the line end back, so the hyphen is judged like pdfminer's.
+PDFIUM_LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])[\x02\ufffe](?=[^\W\d_])")
+
+
 def _line_blocks(text: str) -> list[Block]:
     """pdfium's page text as blocks: the first and last two lines (the margins) and the body."""
-    lines = [line for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
+    text = PDFIUM_LINE_END_HYPHEN.sub("-\n", text.replace("\r\n", "\n").replace("\r", "\n"))
+    lines = [line for line in text.split("\n") if line.strip()]
     if len(lines) <= 4:
         return [Block(line, 0.0, True) for line in lines]
     body = Block("\n".join(lines[2:-2]))
@@ -477,7 +483,7 @@ def _page_text(page: Page) -> str:
     """The page's blocks as paragraphs; a word broken between two blocks (each line its own box)
     is joined too."""
     text = "\n\n".join(_clean(block.text) for block in page.blocks if block.text.strip())
-    return BLOCK_END_HYPHEN.sub(lambda match: "" if match.group(1).islower() else match.group(), text)
+    return join_hyphenated(text, BLOCK_END_HYPHEN)
 
 
 def _clean(text: str) -> str:

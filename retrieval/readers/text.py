@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from functools import cache
 from typing import Any
 
 import charset_normalizer
@@ -70,6 +71,10 @@ MIN_BLOCK_CLOSES = 3
 HTML_SNIFF_CHARS = 256 * 1024
 # A word broken at the end of a line by a hyphen: letter, hyphen, newline, lower-case letter.
 LINE_END_HYPHEN = re.compile(r"(?<=[^\W\d_])[-\u2010\u00ad][ \t]*\n[ \t]*(?=([^\W\d_]))")
+CYRILLIC_LETTER = re.compile(r"[\u0400-\u04ff]")
+# Zipf units (log10 of a word's frequency per billion words): a line-end hyphen between two words
+# each 30 times as frequent as the two written together is a compound's own hyphen.
+COMPOUND_MARGIN = 1.5
 
 
 class NotText(Exception):
@@ -214,6 +219,35 @@ def normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", text)
 
 
-def join_hyphenated(text: str) -> str:
-    """Words a layout broke at a line end ("diffi-\\ncult") made whole again."""
-    return LINE_END_HYPHEN.sub(lambda match: "" if match.group(1).islower() else match.group(), text)
+def join_hyphenated(text: str, hyphen: re.Pattern[str] = LINE_END_HYPHEN) -> str:
+    """Words a layout broke at a line end ("diffi-\\ncult") made whole again; a compound broken
+    at its own hyphen ("well-\\nknown", "из-\\nза") keeps it. `hyphen` finds the breaks: a hyphen,
+    the gap after it, and the next letter as group 1."""
+
+    def joined(match: re.Match[str]) -> str:
+        if not match.group(1).islower():
+            return match.group()
+        start, end = match.start(), match.end()
+        while start > 0 and text[start - 1].isalpha():
+            start -= 1
+        while end < len(text) and text[end].isalpha():
+            end += 1
+        return "-" if is_compound(text[start : match.start()], text[match.end() : end]) else ""
+
+    return hyphen.sub(joined, text)
+
+
+def is_compound(first: str, second: str) -> bool:
+    """Whether "first-second" is a compound rather than one word hyphenated: both halves are
+    words, each far more frequent than the halves written as one (wordfreq's small lists, English
+    or Russian by script; a word neither list knows is taken as hyphenated)."""
+    language = "ru" if CYRILLIC_LETTER.search(first + second) else "en"
+    together = _zipf(first + second, language)
+    return min(_zipf(first, language), _zipf(second, language)) - COMPOUND_MARGIN > together
+
+
+@cache
+def _zipf(word: str, language: str) -> float:
+    import wordfreq  # loaded on the first line-end hyphen only (a fraction of a second)
+
+    return float(wordfreq.zipf_frequency(word, language, wordlist="small"))

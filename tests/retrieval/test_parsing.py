@@ -514,6 +514,13 @@ def test_line_end_hyphens_join_only_before_a_lower_case_letter():
     assert join_hyphenated("Rus-\nSia 1990-\n2000") == "Rus-\nSia 1990-\n2000"
 
 
+def test_a_compound_broken_at_its_own_hyphen_keeps_it():
+    # Books and papers break lines at a compound's hyphen: the compound is not a broken word.
+    text = "a well-\nknown half-\nhearted man, из-\nза того, кое-\nгде; program-\nming, програм-\nма"
+    expected = "a well-known half-hearted man, из-за того, кое-где; programming, программа"
+    assert join_hyphenated(text) == expected
+
+
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
@@ -565,3 +572,20 @@ def test_the_parsers_budget_is_its_own_cpu_time_enforced_by_the_kernel():
     assert completed.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not completed.stdout
     with pytest.raises(ParseError, match=r"^reading the file took longer than 1 s$"):
         parse(many_pages, filename="long.pdf", timeout=1)
+
+
+def test_a_word_made_of_two_words_broken_between_them_is_joined():
+    # "some-where" is two frequent words, but "somewhere" is more frequent still: one word.
+    text = "some-\nwhere every-\nthing news-\npaper any-\none vaso-\npressin twenty-\nfive"
+    assert join_hyphenated(text) == "somewhere everything newspaper anyone vasopressin twenty-five"
+    assert join_hyphenated("какой-\nнибудь сказа-\nла") == "какой-нибудь сказала"
+
+
+def test_a_pdf_line_broken_at_a_compounds_hyphen_keeps_the_compound():
+    # bench/bigfile.py's book: textwrap breaks lines at hyphens, so a page reads "well-" / "known".
+    from bench.bigfile import book
+
+    line = "It was a well-known fact that the programme of the evening was a long one. "
+    text = pdf_reader.read(book(1, text=line * 6)).pages[0]  # the line, again and again
+    assert "wellknown" not in text
+    assert text.count("well-known") == text.count("well") > 40

@@ -150,6 +150,25 @@ def test_a_page_pdfminer_takes_too_long_over_is_read_by_pdfium_within_the_page_b
     assert all(f"Page {n} speaks of {keepers[n]}" in read.pages[n - 1] for n in range(1, 4))
 
 
+def test_pdfium_keeps_line_end_hyphens_as_text(monkeypatch):
+    # pdfium joins a line that ends in a hyphen to the next and marks the hyphen with a control
+    # character (U+0002): it must not reach a passage as "well\x02known".
+    lines = [
+        "The keepers of the lighthouse were a well-",
+        "known family of the coast, and their work was diffi-",
+        "cult in winter, as every log of the station shows.",
+        "The lamp was lit at dusk and put out at dawn by the",
+        "keeper on watch, who wrote the weather in the log.",
+        "Ships passing the headland answered the light with",
+        "their own signals, which were written down as well.",
+    ]
+    data = positioned_pdf([[(700 - 15 * row, line) for row, line in enumerate(lines)]])
+    monkeypatch.setattr(pdf_reader, "PDFMINER_SECONDS", 0.0)  # every page read by pdfium
+    text = " ".join(pdf_reader.read(data).pages[0].split())
+    assert "a well-known family" in text and "was difficult in winter" in text
+    assert not any(ord(char) < 32 and char not in "\n\t" for char in text)
+
+
 def test_pdfium_reads_a_body_pdfminer_loses(monkeypatch):
     data = positioned_pdf([[(700, "The body of the page, which one engine loses entirely, is here.")]])
     real = pdf_reader._pdfminer_pages
