@@ -7,6 +7,12 @@ percentiles gives the range. With fewer than MIN_HISTORY such topics, a fixed pr
 stands in, and the page says the figure is a first guess. Cost uses the configured prices of the
 model that will run it (research/usage.py). The error of the estimate is measured by
 `bench/pipeline.py --estimate`.
+
+Search requests are the web's (SearXNG queries, from the history; none for a documents or a
+papers topic) and, when the topic searches papers (`papers.wanted`), the scholarly indexes': per
+sub-query its first query of each language to each configured index, the English one only to
+arXiv and PubMed (research/pipeline/papers.py), times the sub-queries a run of this depth ends with
+per planned one (deep rounds add some).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
 
 from research.models import LLMCall, SearchQuery, SubQuery, Topic
-from research.pipeline import outline
+from research.pipeline import outline, papers
 from research.usage import price_for, prices_configured
 
 HISTORY = 30
@@ -29,9 +35,11 @@ MIN_HISTORY = 3
 # world spends (`bench/pipeline.py --estimate`: quick 10 calls and 6,700 tokens per sub-query,
 # deep 12 and 7,500), a little over.
 PROFILE = {
-    Topic.Mode.QUICK: {"calls": 10.0, "tokens": 7500.0, "searches": 4.0, "minutes": 1.5},
-    Topic.Mode.DEEP: {"calls": 13.0, "tokens": 9000.0, "searches": 10.0, "minutes": 4.0},
+    Topic.Mode.QUICK: {"calls": 10.0, "tokens": 7500.0, "searches": 4.0, "minutes": 1.5, "subqueries": 1.0},
+    Topic.Mode.DEEP: {"calls": 13.0, "tokens": 9000.0, "searches": 10.0, "minutes": 4.0, "subqueries": 2.5},
 }
+# The languages a sub-query is searched in: the queries stage always writes Russian and English.
+QUERY_LANGUAGES = 2
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,13 @@ def history(mode: str) -> list[dict[str, float]]:
         )
         if not paid["n"]:
             continue  # answered from the cache or without a model: no measure of cost
-        searches = SearchQuery.objects.filter(subquery__topic=topic, searched_at__isnull=False).count()
+        # Web requests: a papers topic's queries are marked searched without one.
+        searches = (
+            0
+            if topic.sources == Topic.Sources.PAPERS
+            else SearchQuery.objects.filter(subquery__topic=topic, searched_at__isnull=False).count()
+        )
+        subqueries = topic.subqueries.exclude(origin=SubQuery.Origin.FOLLOWUP).count()
         minutes = (topic.finished_at - topic.started_at).total_seconds() / 60 if topic.finished_at else 0.0
         planned = float(topic.planned)
         rows.append(
@@ -78,6 +92,7 @@ def history(mode: str) -> list[dict[str, float]]:
                 "tokens": paid["tokens"] / planned,
                 "searches": searches / planned,
                 "minutes": minutes / planned,
+                "subqueries": subqueries / planned,
             }
         )
     return rows
@@ -99,8 +114,14 @@ def estimate(topic: Topic) -> dict[str, Any]:
     if extra_calls or extra_tokens:
         figures["calls"] = Figure(*(max(0.0, v + extra_calls) for v in vars(figures["calls"]).values()))
         figures["tokens"] = Figure(*(max(0.0, v + extra_tokens) for v in vars(figures["tokens"]).values()))
-    if topic.sources == Topic.Sources.DOCS:
+    if topic.sources in (Topic.Sources.DOCS, Topic.Sources.PAPERS):
         figures["searches"] = Figure(0, 0, 0)
+    paper_searches = paper_requests(topic, planned, rows if measured else [])
+    if paper_searches is not None:
+        web = figures["searches"]
+        figures["searches"] = Figure(
+            web.low + paper_searches.low, web.mid + paper_searches.mid, web.high + paper_searches.high
+        )
     price = price_for(topic.llm_model or settings.AITUNNEL_MODEL)
     # Prompts are most of a run's tokens (pages sent to be scored, summarised, cited).
     cost = figures["tokens"].scaled(1.0)
@@ -112,12 +133,32 @@ def estimate(topic: Topic) -> dict[str, Any]:
         "calls": figures["calls"],
         "tokens": figures["tokens"],
         "searches": figures["searches"],
+        "paper_searches": paper_searches,
         "minutes": figures["minutes"],
         "cost": cost if prices_configured() else None,
         "currency": settings.LLM_PRICE_CURRENCY,
         "cap": topic.token_cap,
         "sections": len(topic.outline),
     }
+
+
+def paper_requests(topic: Topic, planned: int, rows: list[dict[str, float]]) -> Figure | None:
+    """The requests to scholarly indexes a run makes, or None when the topic searches no papers
+    (or no index is configured): per sub-query one per configured index and query language (the
+    English one only for the English-only indexes), times the sub-queries a run ends with per
+    planned one (`rows`: the history's; without it, the mode's profile)."""
+    if not papers.wanted(topic):
+        return None
+    indexes = papers.configured()
+    if not indexes:
+        return None
+    per_subquery = sum(1 if index.english_only else QUERY_LANGUAGES for index in indexes)
+    if rows:
+        grown = _spread([row["subqueries"] for row in rows])
+    else:
+        ratio = PROFILE[Topic.Mode(topic.mode)]["subqueries"]
+        grown = Figure(1.0, ratio, ratio * 1.6) if ratio > 1 else Figure(1.0, 1.0, 1.0)
+    return grown.scaled(per_subquery * planned)
 
 
 # --- The report's sections (issue 30: research/pipeline/outline.py) ------------------------------

@@ -6,14 +6,15 @@ landing page through the reader like any web page.
 
 When: a "Papers" topic searches nothing else; a web or web-and-documents topic searches papers
 too when the user said "Always", or by default ("When the question is scholarly") when the
-question reads as one (`looks_scholarly`: words of study, papers and evidence, in Russian and
-English). "Never" keeps papers out.
+question — the topic's, or the follow-up's being searched — reads as one (`looks_scholarly`: words
+of study, papers and evidence, in Russian and English). "Never" keeps papers out. A follow-up's
+search is the run's search stage, so it asks the indexes as the topic's search did.
 
-Which queries: per sub-query, the first query in each language; arXiv and PubMed index English
-text only, so they get the English ones. `PER_QUERY` works from each index, merged by DOI (the
-first index's record, with what the others add: a PDF, an abstract). Each answer is cached per
-index (`CacheEntry.Kind.OPENALEX`…); a failed index is named in the topic's log and the others
-go on.
+Which queries: per sub-query not searched yet, the first query in each language; arXiv and
+PubMed index English text only, so they get the English ones. `PER_QUERY` works from each
+index, merged by DOI (the first index's record, with what the others add: a PDF, an abstract).
+Each answer is cached per index (`CacheEntry.Kind.OPENALEX`…); a failed index is named in the
+topic's log and the others go on.
 """
 
 from __future__ import annotations
@@ -85,17 +86,20 @@ def configured() -> list[Index]:
     return [index for index in INDEXES if index.configured()]
 
 
-def wanted(topic: Topic) -> bool:
+def wanted(topic: Topic, asked: str = "") -> bool:
     """Whether this topic searches papers: the user's choice, or by default a scholarly question
     while an index is configured (without one the default is silent: the status page says why;
-    a topic that asked for papers is told in its log, `_not_configured`)."""
+    a topic that asked for papers is told in its log, `_not_configured`). `asked` is the question
+    being searched when it is not the topic's own — a follow-up's (`RunContext.asked`): a scholarly
+    follow-up of a topic whose question was not one searches papers too."""
     if topic.sources == Topic.Sources.PAPERS:
         return True
     if topic.sources == Topic.Sources.DOCS or topic.papers == Topic.Papers.NEVER:
         return False
     if topic.papers == Topic.Papers.ALWAYS:
         return True
-    return looks_scholarly(topic.question) and bool(configured())
+    scholarly = looks_scholarly(topic.question) or (bool(asked) and looks_scholarly(asked))
+    return scholarly and bool(configured())
 
 
 def is_paper_hit(hit: Hit) -> bool:
@@ -109,7 +113,7 @@ def search(ctx: RunContext, stage: StageName, save_hit: SaveHit) -> bool:
     """Search the configured indexes with the topic's queries (when the topic wants papers), save
     the works as hits with `save_hit`; whether the topic has paper hits (of this run or before)."""
     topic = ctx.topic
-    if not wanted(topic):
+    if not wanted(topic, ctx.asked):
         return False
     indexes = configured()
     if not indexes:
@@ -159,10 +163,14 @@ def _not_configured(ctx: RunContext, stage: StageName) -> None:
 
 
 def _queries(topic: Topic) -> list[SearchQuery]:
-    """Per sub-query, its first query in each language, in plan order."""
+    """Per sub-query not searched yet, its first query in each language, in plan order: a later
+    round, or a follow-up's search (research/pipeline/followup.py), asks the indexes its own
+    sub-queries only, never the topic's earlier ones again (an empty answer's cache entry lasts
+    an hour)."""
     chosen: dict[tuple[int, str], SearchQuery] = {}
+    pending = SearchQuery.objects.filter(subquery__topic=topic, searched_at__isnull=True).values("subquery")
     ordered = (
-        SearchQuery.objects.filter(subquery__topic=topic)
+        SearchQuery.objects.filter(subquery__topic=topic, subquery__in=pending)
         .select_related("subquery")
         .order_by("subquery__round", "subquery__position", "language", "position")
     )

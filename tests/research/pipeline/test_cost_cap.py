@@ -129,3 +129,35 @@ def test_the_api_takes_a_cap(alice: User, alice_client: Client) -> None:
     )
     assert created.status_code == 201 and created.json()["token_cap"] == 5000
     assert Topic.objects.get(pk=created.json()["id"]).token_cap == 5000
+
+
+def planned_topic(owner: User, subqueries: int, **fields: Any) -> Topic:
+    topic = Topic.objects.create(owner=owner, question="q", status=Topic.Status.AWAITING_APPROVAL, **fields)
+    for position in range(subqueries):
+        SubQuery.objects.create(topic=topic, position=position, text=f"p{position}")
+    return topic
+
+
+def test_the_search_requests_count_the_scholarly_indexes_a_topic_asks(
+    alice: User, alice_client: Client, settings: Any
+) -> None:
+    for name in ("OPENALEX_URL", "ARXIV_URL", "PUBMED_URL", "CROSSREF_URL"):
+        setattr(settings, name, f"http://127.0.0.1:9/{name.lower()}/")
+    web = estimate.PROFILE[Topic.Mode.QUICK]["searches"] * 3
+    # Per sub-query: OpenAlex and Crossref its Russian and English query, arXiv and PubMed the
+    # English one — 6 requests; a papers topic asks no web search.
+    papers_only = estimate.estimate(planned_topic(alice, 3, sources=Topic.Sources.PAPERS))
+    assert papers_only["paper_searches"].mid == 18 and papers_only["searches"].mid == 18
+    always = estimate.estimate(planned_topic(alice, 3, papers=Topic.Papers.ALWAYS))
+    assert always["searches"].mid == web + 18
+    never = estimate.estimate(planned_topic(alice, 3, papers=Topic.Papers.NEVER))
+    assert never["paper_searches"] is None and never["searches"].mid == web
+    # A deep run's rounds add sub-queries: more requests, and a wider range.
+    deep = estimate.estimate(planned_topic(alice, 3, sources=Topic.Sources.PAPERS, mode=Topic.Mode.DEEP))
+    assert deep["paper_searches"].low == 18 < deep["paper_searches"].mid < deep["paper_searches"].high
+    # Fewer indexes configured, fewer requests: arXiv alone takes the English query only.
+    settings.OPENALEX_URL = settings.PUBMED_URL = settings.CROSSREF_URL = ""
+    topic = planned_topic(alice, 3, sources=Topic.Sources.PAPERS)
+    assert estimate.estimate(topic)["searches"].mid == 3
+    page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    assert "3–3 search requests (3–3 of them to scholarly indexes)" in page

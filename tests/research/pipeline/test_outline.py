@@ -89,6 +89,23 @@ def test_reordered_sections_and_an_added_one_give_exactly_those_sections_each_ch
     assert {c.n for c in citations} <= numbers
     # Each verdict is stored at its sentence's place in the whole report (the page marks it there).
     body = report.markdown.split("\n## Источники")[0]
+
+    # No section repeats a sentence another has said (a section with nothing new aside).
+    def sentence_keys(text: str) -> set[str]:
+        found = re.findall(r"[^.!?\n]+[.!?]*", re.sub(r"\[\d+\]", " ", text))
+        keys = {" ".join(re.findall(r"\w+", sentence.lower())) for sentence in found}
+        return {key for key in keys if len(key.split()) >= 5}
+
+    keys = [sentence_keys(bodies[title]) for title in wanted]
+    earlier = [set().union(*keys[:i]) for i in range(len(keys))]
+    mixed = [
+        title
+        for title, own, before in zip(wanted, keys, earlier, strict=True)
+        if 0 < len(own & before) < len(own)
+    ]
+    assert not mixed, [
+        (title, sorted(keys[wanted.index(title)] & earlier[wanted.index(title)])) for title in mixed
+    ]
     spans = citecheck.sentence_spans(body)
     for c in citations:
         start, end = spans[c.sentence_index]
@@ -325,3 +342,36 @@ def test_the_russian_names_of_the_lengths_are_taken_as_the_interface_shows_them(
     assert outline.read_length("800") == "800"
     with pytest.raises(outline.OutlineError):
         outline.read_length("огромная")
+
+
+def test_a_section_is_given_fresh_passages_before_those_an_earlier_section_had() -> None:
+    from research.models import Document
+    from research.pipeline.stages.answer import sections
+
+    both = "Tokens mixing groups. " * 6
+    documents = [
+        Document(text=both),
+        Document(text="Groups of experts route tokens between many different layers and devices."),
+        *(Document(text=f"Unrelated filler page number {i} about weather.") for i in range(4)),
+    ]
+    one = outline.Scale(words=100, evidence_chars=1, sources=1, sentences=1, pool=1.0)
+    first, second = sections.evidence("tokens mixing", documents, ["mixing", "groups"], one)
+    assert list(first) == [0]
+    assert list(second) == [1]  # not the first section's passage again, though it ranks higher
+
+
+def test_a_sentence_said_in_an_earlier_section_is_not_said_again() -> None:
+    from research.pipeline.stages.answer import sections
+
+    said = sections.sentence_keys("Mixture of Tokens mixes tokens in groups. [1] Too short. [2]")
+    body = (
+        "Mixture of tokens mixes tokens in groups [3]. A new fact about the model is here. [2] "
+        "Too short. [1]\n\n- Mixture of Tokens mixes tokens in groups. [4]\n- Another new listed "
+        "fact stands here. [1]\n\n### Its own heading\n\nA new fact about the model is here. [5]"
+    )
+    assert sections.unsaid(body, said) == (
+        "A new fact about the model is here. [2] Too short. [1]\n\n"
+        "- Another new listed fact stands here. [1]\n\n### Its own heading"
+    )
+    # Nothing new at all: the section says it again rather than nothing.
+    assert sections._fresh("Mixture of Tokens mixes tokens in groups. [2]", said).startswith("Mixture")

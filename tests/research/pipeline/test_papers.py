@@ -16,15 +16,17 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from research import archive
+from research import archive, workflow
 from research.forms import TopicForm
-from research.models import CacheEntry, Document, Hit, Report, RunEvent, ShareLink, Topic
+from research.models import CacheEntry, Document, FollowUp, Hit, Report, RunEvent, ShareLink, Topic
 from research.pipeline import papers
+from research.pipeline.followup import answer_pending
 from research.pipeline.run import plan_topic, run_topic
 from tests.support.scholarly_world import (
     CORPUS,
     PDF_ONLY_SENTENCE,
     ScholarlyWorld,
+    Work,
     ncbi_rate_limited,
     openalex_rate_limited,
     scholarly_world,
@@ -337,3 +339,101 @@ def test_the_console_takes_the_papers_source(
     call_command("research", RUSSIAN, "--user", "alice", "--yes", "--papers", "never", stdout=StringIO())
     assert scholarly.requests() == asked
     assert Topic.objects.get(owner=alice, question=RUSSIAN).papers == Topic.Papers.NEVER
+
+
+# --- A follow-up's search (research/pipeline/followup.py drives the search stage) ----------------
+
+SPEECH = Work(
+    "streaming-speech",
+    "Streaming speech recognition with grouped token mixing",
+    [("Ines", "Moreau"), ("Pavel", "Orlov")],
+    2025,
+    "Transactions on Audio, Speech and Language Processing",
+    "Grouped token mixing cut the word error rate of streaming speech recognition by 8 percent "
+    "on LibriSpeech at the same latency.",
+    doi="10.1109/taslp.2025.0042",
+)
+SPEECH_QUERY = "Mixture of Tokens speech recognition"
+
+
+def speech_follow_up(loopback: World, scholarly: ScholarlyWorld) -> None:
+    """A paper only a question about speech finds (none of the topic's queries has its words),
+    which the scripted model rates well once read, and queries for such a question."""
+    scholarly.works.append(SPEECH)
+    loopback.script.pages.append((SPEECH.key, SPEECH.title, "-", 10, SPEECH.abstract))
+    real = loopback.script.queries
+
+    def queries(user: str) -> str:
+        if "speech" in user.lower():
+            return f"ЗАПРОС: {SPEECH_QUERY}\nЗАПРОС: распознавание речи Mixture of Tokens"
+        return real(user)
+
+    loopback.script.queries = queries  # type: ignore[method-assign]
+
+
+def asked_indexes(scholarly: ScholarlyWorld) -> list[str]:
+    """Every query text the four indexes were sent, in the order asked."""
+    return (
+        [r.param("search") for r in scholarly.openalex.requests]
+        + [r.param("search_query") for r in scholarly.arxiv.requests]
+        + [r.param("term") for r in scholarly.pubmed.requests_to("/entrez/eutils/esearch.fcgi")]
+        + [r.param("query") for r in scholarly.crossref.requests]
+    )
+
+
+def answer_follow_up(topic: Topic, question: str) -> FollowUp:
+    followup = workflow.ask_followup(topic, question=question)
+    answer_pending(topic.pk)
+    followup.refresh_from_db()
+    assert followup.status == FollowUp.Status.COMPLETED, followup.error
+    return followup
+
+
+def test_a_follow_up_of_a_papers_topic_asks_the_indexes_its_own_queries(
+    alice: User, scholarly: ScholarlyWorld, loopback: World, settings: Any
+) -> None:
+    settings.SEARXNG_URL = ""
+    topic = research(alice, "Mixture of Tokens", sources=Topic.Sources.PAPERS)
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    speech_follow_up(loopback, scholarly)
+    CacheEntry.objects.all().delete()  # the topic's answers gone (an empty one lasts an hour)
+    for service in (scholarly.openalex, scholarly.arxiv, scholarly.pubmed, scholarly.crossref):
+        service.requests.clear()
+    followup = answer_follow_up(topic, "Which works apply it to speech recognition?")
+    assert followup.searched
+    # Its own queries, none of the topic's: in both languages to OpenAlex and Crossref, the
+    # English one to arXiv (in its Lucene syntax) and PubMed.
+    assert followup.subquery is not None
+    own = set(followup.subquery.search_queries.values_list("text", flat=True))
+    assert own == {SPEECH_QUERY, "распознавание речи Mixture of Tokens"}
+    assert sorted(asked_indexes(scholarly)) == sorted(
+        [*own, *own, "all:Mixture AND all:Tokens AND all:speech AND all:recognition", SPEECH_QUERY]
+    ), asked_indexes(scholarly)
+    assert not loopback.searxng.requests
+    # The paper it found is read from its abstract and numbered after the topic's sources, DOI kept.
+    new = [source for source in followup.sources if source.get("doi") == SPEECH.doi]
+    assert new and new[0]["n"] > len(Report.objects.get(topic=topic).sources), followup.sources
+    assert new[0]["authors"] == ["Ines Moreau", "Pavel Orlov"] and new[0]["year"] == 2025
+
+
+def test_a_scholarly_follow_up_of_a_web_topic_searches_papers_too(
+    alice: User, scholarly: ScholarlyWorld, loopback: World
+) -> None:
+    topic = research(alice, "Mixture of Tokens")  # not a scholarly question: the web alone
+    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert topic.papers == Topic.Papers.AUTO and scholarly.requests() == 0
+    speech_follow_up(loopback, scholarly)
+    followup = answer_follow_up(topic, "What do research papers say about it in speech recognition?")
+    assert followup.searched and loopback.searxng.requests
+    assert followup.subquery is not None
+    own = set(followup.subquery.search_queries.values_list("text", flat=True))
+    asked = asked_indexes(scholarly)
+    assert asked and set(asked) - own == {"all:Mixture AND all:Tokens AND all:speech AND all:recognition"}
+    assert any("reads as a scholarly one" in message for message in messages(topic))
+    assert any(source.get("doi") == SPEECH.doi for source in followup.sources), followup.sources
+    # "Never" keeps a scholarly follow-up out of the indexes as it keeps the topic.
+    Topic.objects.filter(pk=topic.pk).update(papers=Topic.Papers.NEVER)
+    topic.refresh_from_db()
+    asked_before = scholarly.requests()
+    answer_follow_up(topic, "What do studies say about its speech recognition word error rate?")
+    assert scholarly.requests() == asked_before

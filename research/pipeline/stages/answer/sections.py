@@ -4,8 +4,11 @@ writes under the answer stage's name, as `report_writer` does for a report in on
 For each section of `Topic.outline`, in order, the passages most about that section — BM25 of the
 section's title (counted twice) and the question, over the passages of all the documents chosen —
 are taken within the length's evidence budget (`outline.Scale`: characters and sources per
-section). The whole report keeps one numbering of sources: a document is numbered where a section
-first uses it, and the sources list holds exactly the documents the sections were given.
+section), those no earlier section was given first. A sentence an earlier section said (or the
+section itself, from another page) is not said again (`unsaid`): a long report is long because
+its sections have more to say, not because they repeat each other. The whole report keeps one
+numbering of sources: a document is numbered where a section first uses it, and the sources
+list holds exactly the documents the sections were given.
 
 Each section is asked of the LLM alone (prompts/section.txt: its title, the other sections' titles,
 the words wanted, its sources), fitted to the model's window (`window.ask_within`), streamed to the
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from asgiref.sync import async_to_sync
@@ -42,8 +46,8 @@ CHECK_STAGE = StageName.CITECHECK
 # A section's answer: about this many tokens per word asked, within these bounds.
 TOKENS_PER_WORD = 3
 MIN_SECTION_TOKENS = 400
-# The weight of a passage an earlier section was given, in a later section's ranking.
-USED_PASSAGE_WEIGHT = 0.5
+# A sentence of at least this many words already said in an earlier section is not said again.
+REPEAT_MIN_WORDS = 5
 PRIVATE_ORIGIN = report_writer.PRIVATE_ORIGIN
 _SUBHEADING = re.compile(r"^\s{0,3}#{1,2}\s+")
 
@@ -91,10 +95,14 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
     head = f"# {' '.join(ctx.question.split())}"
     parts = [head]
     verdicts: list[citecheck.Verdict] = []
+    said: set[str] = set()  # the sentences the sections before have said
     for k, section in enumerate(sections):
         ctx.check_cancelled()
         before = "\n\n".join(parts) + f"\n\n## {section.title}\n\n"
-        written, found = _section(ctx, section, titles, used, number, words, before, scale, private=private)
+        written, found = _section(
+            ctx, section, titles, used, number, words, before, scale, private=private, said=said
+        )
+        said |= sentence_keys(written.body)
         offset = len(citecheck.sentence_spans(before))
         verdicts += [replace(v, index=v.index + offset) for v in found]
         parts.append(f"## {section.title}\n\n{written.body}")
@@ -113,8 +121,10 @@ def evidence(
 ) -> list[dict[int, list[Passage]]]:
     """Per section, the passages most about it by document index, in page order: BM25 over the
     passages of all documents at once, within the scale's characters and sources per section.
-    A passage an earlier section was given ranks at half its score, so that sections do not repeat
-    each other. A section nothing matches gets the opening passages of the first documents."""
+    A passage an earlier section was given comes after every fresh one that matches, so that
+    sections do not repeat each other: a long section is long because it has more to say, not
+    because it is given what was said already. A section nothing matches gets the opening
+    passages of the first documents."""
     pieces = [
         (i, p) for i, document in enumerate(documents) for p in passages.split_passages(document.text or "")
     ]
@@ -123,14 +133,13 @@ def evidence(
     given: set[int] = set()  # passages an earlier section was given
     for title in titles:
         scores = ranking.scores(tokenize(f"{title} {title} {question}")) if pieces else []
-        # A passage an earlier section had ranks behind the fresh ones: each section says its own.
-        scores = [score * (USED_PASSAGE_WEIGHT if j in given else 1.0) for j, score in enumerate(scores)]
-        order = sorted(range(len(pieces)), key=lambda j: (-scores[j], j))
+        # A passage an earlier section had comes after the fresh ones: each section says its own.
+        order = sorted(range(len(pieces)), key=lambda j: (j in given, -scores[j], j))
         chosen: dict[int, list[Passage]] = {}
         spent = 0
         for j in order:
             if scores[j] <= 0:
-                break
+                continue
             i, passage = pieces[j]
             size = passage.end - passage.start
             if (i not in chosen and len(chosen) >= scale.sources) or (
@@ -159,19 +168,21 @@ def _section(
     scale: outline.Scale,
     *,
     private: bool,
+    said: AbstractSet[str] = frozenset(),
 ) -> tuple[Section, list[citecheck.Verdict]]:
     """One section written, cleaned and checked: the LLM's, asked again once when its citations
-    are mostly unsupported, or the extractive engine's."""
+    are mostly unsupported, or the extractive engine's; without the sentences earlier sections
+    said (`said`)."""
     excerpts = {n: passages.excerpt(found) for n, found in section.evidence.items()}
     documents = {n: used[n - 1] for n in excerpts}
     written = _ask(ctx, section, titles, documents, excerpts, words, before, private=private)
     if written is None:
-        body = _extractive(ctx.question, section.title, excerpts, scale)
+        body = _fresh(_extractive(ctx.question, section.title, excerpts, scale), said)
         return replace(section, body=body), report_writer.check_citations(
             ctx, body, excerpts, private=private
         )
     body, truncated = written
-    body = clean(body, set(excerpts))
+    body = _fresh(clean(body, set(excerpts)), said)
     verdicts = report_writer.check_citations(ctx, body, excerpts, private=private)
     if citecheck.mostly_unsupported(verdicts) or (excerpts and not verdicts):
         notes = (
@@ -185,7 +196,7 @@ def _section(
         )
         again = _ask(ctx, section, titles, documents, excerpts, words, "", private=private, feedback=notes)
         if again is not None:
-            second = clean(again[0], set(excerpts))
+            second = _fresh(clean(again[0], set(excerpts)), said)
             second_verdicts = report_writer.check_citations(ctx, second, excerpts, private=private)
             if citecheck.quality(second_verdicts) > citecheck.quality(verdicts):
                 body, truncated, verdicts = second, again[1], second_verdicts
@@ -297,6 +308,55 @@ def clean(body: str, numbers: set[int]) -> str:
     # Headings of its own are the section's subheadings: the report's sections are the outline's.
     body = "\n".join(_SUBHEADING.sub("### ", line) for line in lines).strip()
     return report_writer.CITATION.sub(lambda m: m.group(0) if int(m.group(2)) in numbers else "", body)
+
+
+_LIST_MARK = re.compile(r"\s*(?:[-*+]\s+|\d+[.)]\s+|>\s*)")
+_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+(?:\s*\[\d+\])*|\s*(?:\[\d+\]\s*)*$)")
+
+
+def sentence_key(sentence: str) -> str:
+    """A sentence as compared for repeats: its words, without citations, case or punctuation."""
+    return " ".join(re.findall(r"\w+", report_writer.CITATION.sub(" ", sentence).lower()))
+
+
+def sentence_keys(body: str) -> set[str]:
+    """The keys of a section's sentences long enough to count as said."""
+    keys = (sentence_key(m.group(0)) for m in _SENTENCE.finditer(body))
+    return {key for key in keys if len(key.split()) >= REPEAT_MIN_WORDS}
+
+
+def unsaid(body: str, said: AbstractSet[str]) -> str:
+    """The section without the sentences already said — earlier in the report, or earlier in
+    itself (the same sentence from two pages) — so that a long report is not long by repeating
+    itself; a line all of whose sentences were said goes."""
+    seen = set(said)
+    lines = []
+    for line in body.splitlines():
+        if line.lstrip().startswith("#"):
+            lines.append(line)
+            continue
+        kept, dropped = [], False
+        for match in _SENTENCE.finditer(line):
+            key = sentence_key(match.group(0))
+            if len(key.split()) >= REPEAT_MIN_WORDS and key in seen:
+                dropped = True
+                continue
+            seen.add(key)
+            kept.append(match.group(0).strip())
+        if not dropped:
+            lines.append(line)
+        elif kept:
+            mark = _LIST_MARK.match(line)
+            prefix = mark.group(0) if mark else ""
+            text = " ".join(kept)
+            lines.append(text if prefix.strip() and text.startswith(prefix.strip()) else prefix + text)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def _fresh(body: str, said: AbstractSet[str]) -> str:
+    """`unsaid`, unless nothing is left: a section the sources give nothing new for says it again
+    rather than nothing."""
+    return unsaid(body, said) or body
 
 
 def _extractive(question: str, title: str, excerpts: dict[int, str], scale: outline.Scale) -> str:
