@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -112,6 +113,21 @@ def test_a_share_link_shows_the_newest_version_unless_pinned(alice: User) -> Non
     # A newer version still running is not shown until it has its report.
     Topic.objects.create(owner=alice, question="q", series=first.pk, previous_version=second)
     assert "17 percent" in anonymous.get(reverse("shared_report", args=[loose_token])).content.decode()
+
+
+def test_the_owner_sees_which_share_link_is_pinned(alice: User, alice_client: Client) -> None:
+    first = completed(alice, BEFORE, SOURCES_BEFORE)
+    ShareLink.issue(first)
+    pinned, _token = ShareLink.issue(first)
+    pinned.pinned = True
+    pinned.save()
+    page = alice_client.get(reverse("topic_detail", args=[first.pk])).content.decode()
+    shows = re.findall(r'data-label="Shows">([^<]+)</td>', page)
+    assert sorted(shows) == ["the newest version", "this version"]
+    # The box is inside its label, with what it means as the label's title.
+    assert re.search(
+        r'<label class="check" title="Without it the link shows[^"]*"><input type="checkbox"', page
+    )
 
 
 def test_the_page_shows_what_changed_above_the_report(alice: User, alice_client: Client) -> None:
