@@ -138,6 +138,9 @@ def test_the_page_shows_what_changed_above_the_report(alice: User, alice_client:
     assert "Since " in page and "1 new source" in page
     assert "<ins>A new study links the rate to mortgage demand falling by a fifth.</ins>" in page
     assert "<del>Analysts expected no cut before spring.</del>" in page
+    # In a card of its own above the report, not loose on the page.
+    card = page.split('<div class="card changes-card">', 1)[1]
+    assert card.index("Analysts expected") < card.index("</div>") < card.index('id="report"')
 
 
 def test_a_later_version_does_not_reuse_old_web_results(alice: User) -> None:
