@@ -141,6 +141,18 @@ def test_the_page_shows_what_changed_above_the_report(alice: User, alice_client:
     # In a card of its own above the report, not loose on the page.
     card = page.split('<div class="card changes-card">', 1)[1]
     assert card.index("Analysts expected") < card.index("</div>") < card.index('id="report"')
+    # The marked view: the report itself marks the new claim and the changed one.
+    report = page.split('id="report"', 1)[1]
+    assert (
+        '<ins class="claim-new">A new study links the rate to mortgage demand falling by a fifth</ins>'
+        in report
+    )
+    changed = '<ins class="claim-changed">In October the central bank raised the key rate to 17 percent</ins>'
+    assert changed in report
+    assert "It was introduced in 2013" in report and report.count("<ins class=") == 2
+    # A hostile "what changed" (from an archive) marks nothing and breaks nothing.
+    hostile = {"claims": {"added": ["x", {"text": 5}, {"text": '<a href="x">it</a> rate'}], "changed": "y"}}
+    assert versions.mark_new_claims("<p>The rate</p>", hostile) == "<p>The rate</p>"
 
 
 def test_a_later_version_does_not_reuse_old_web_results(alice: User) -> None:
