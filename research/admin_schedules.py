@@ -24,7 +24,19 @@ class DeliveryInline(admin.TabularInline):
 
 @admin.register(TopicSchedule)
 class TopicScheduleAdmin(admin.ModelAdmin):
-    list_display = ("series", "owner", "every", "cron", "next_run_at", "paused", "failures", "last_run_at")
+    # The newest version's question says which topic a schedule keeps current (series is an id).
+    list_display = (
+        "series",
+        "last_topic",
+        "owner",
+        "every",
+        "cron",
+        "next_run_at",
+        "paused",
+        "failures",
+        "last_run_at",
+    )
+    list_select_related = ("owner", "last_topic")
     list_filter = ("paused", "every")
     search_fields = ("owner__username",)
     readonly_fields = (

@@ -257,7 +257,8 @@ class SourceOut(Schema):
 class CitationOut(Schema):
     id: int | None = Field(
         None,
-        description="The citation's id (`POST /api/notes` notes its passage by it); none in a follow-up.",
+        description="The citation's id (`POST /api/notes` notes its passage by it); none in a "
+        "follow-up (noted by `followup_id` and its place in `citations`).",
     )
     sentence_index: int = Field(description="The sentence's place among the report's sentences, from 0.")
     sentence: str = Field(description="The sentence as plain text, without its citations.")

@@ -1045,6 +1045,7 @@ class Delivery(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name_plural = _("deliveries")
         constraints = [
             models.UniqueConstraint(fields=["topic", "channel"], name="delivery_once_per_version_and_channel")
         ]

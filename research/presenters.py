@@ -35,6 +35,7 @@ from research.pipeline.stage import StageName
 from research.pipeline.stages import deep
 from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
 from research.rendering import CitationMark, Prepared, prepared_markdown, render_markdown, with_marks
+from research.versions import mark_new_claims
 
 # The progress bars, in run order; every stage's label is StageName's.
 STAGES = [
@@ -320,7 +321,8 @@ def report_of(topic: Topic) -> dict[str, Any] | None:
     citations = list(report.citations.all())
     for citation in citations:
         citation.note_shown = note_text(citation.note)  # type: ignore[attr-defined]
-    html = marked_html(report, citations)
+    # A later version's new and changed claims are marked in it (research/versions.py).
+    html = mark_safe(mark_new_claims(marked_html(report, citations), report.changes))  # noqa: S308
     return {
         "report": report,
         "html": html,

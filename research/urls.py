@@ -64,6 +64,11 @@ urlpatterns = [
         views_citations.followup_citation_card,
         name="followup_citation_card",
     ),
+    path(
+        "topics/<int:topic_id>/followups/<int:followup_id>/citations/<int:index>/note/",
+        views_notes.followup_citation_note,
+        name="followup_citation_note",
+    ),
     path("s/<str:token>/", views.shared_report, name="shared_report"),
     path(
         "s/<str:token>/followups/<int:followup_id>/citations/<int:index>/",

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from html import escape
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 SAME_MEANING = 0.925
 SAME_WORDS = 0.6
 _WORD = re.compile(r"\w+", re.UNICODE)
+# A claim shorter than this is not marked in the report (its words could stand anywhere).
+MARKED_MIN_CHARS = 12
 
 Embed = Callable[[list[str]], list[list[float]]]
 
@@ -220,6 +223,39 @@ def changes_context(changes: dict[str, Any] | None) -> dict[str, Any]:
         "count": count(changes),
         "since": datetime.fromisoformat(since) if since else None,
     }
+
+
+def mark_new_claims(html: str, changes: Any) -> str:
+    """The marked view of a later version: its report's HTML with each claim new since the version
+    before wrapped in `<ins class="claim-new">` and each changed one in `<ins class="claim-changed">`
+    (the claim's words up to its citations, where the HTML has them in one run of text)."""
+    claims = changes.get("claims") if isinstance(changes, dict) else None
+    if not isinstance(claims, dict):
+        return html
+    wanted = [("claim-new", claim) for claim in claims.get("added") or []]
+    wanted += [
+        ("claim-changed", pair.get("after")) for pair in claims.get("changed") or [] if isinstance(pair, dict)
+    ]
+    for css, claim in wanted:
+        text = claim.get("text") if isinstance(claim, dict) else None
+        if not isinstance(text, str):
+            continue
+        words = escape(text.strip().rstrip(".!?…").strip(), quote=False)
+        at = _text_at(html, words) if len(words) >= MARKED_MIN_CHARS else -1
+        if at >= 0:
+            html = f'{html[:at]}<ins class="{css}">{words}</ins>{html[at + len(words) :]}'
+    return html
+
+
+def _text_at(html: str, words: str) -> int:
+    """Where `words` stand in the HTML's text (not inside a tag or already marked), or -1."""
+    start = 0
+    while (at := html.find(words, start)) >= 0:
+        outside = html.rfind("<", 0, at) <= html.rfind(">", 0, at)
+        if outside and not html[:at].endswith(('"claim-new">', '"claim-changed">')):
+            return at
+        start = at + 1
+    return -1
 
 
 def newest_reported(topic: Topic) -> Topic:

@@ -68,9 +68,13 @@ def _report(topic: Topic) -> Report:
 
 @require_GET
 def followup_citation_card(request: HttpRequest, topic_id: int, followup_id: int, index: int) -> HttpResponse:
+    from research.views_notes import followup_card_notes
+
     topic = _reported(_topic(request, topic_id))
     followup = get_object_or_404(topic.followups, pk=followup_id, status=FollowUp.Status.COMPLETED)
-    return render(request, "research/_citation_card.html", followup_card(followup, index, link_private=True))
+    context = followup_card(followup, index, link_private=True)
+    context.update(followup_card_notes(request, followup, index, context))  # the owner's notes
+    return render(request, "research/_citation_card.html", context)
 
 
 @login_not_required

@@ -74,12 +74,16 @@ class PassageOut(Schema):
 
 
 class NoteWhereOut(Schema):
-    kind: str = Field(description='"document" (a passage of my document) or "report" (a cited passage).')
+    kind: str = Field(
+        description='"document" (a passage of my document), "report" (a report\'s cited passage) or '
+        '"followup" (a follow-up answer\'s cited passage).'
+    )
     label: str
     url: str = Field(description="The page of the passage: the document's, or the report's source.")
     document_id: int | None = None
     topic_id: int | None = None
     citation_id: int | None = None
+    followup_id: int | None = None
 
 
 class NoteOut(Schema):
@@ -98,6 +102,14 @@ class NoteIn(Schema):
     chunk_id: int | None = Field(None, description="A passage of my document (a search result's chunk_id).")
     citation_id: int | None = Field(
         None, description="A citation of my report (`GET /api/topics/{id}/report`'s citations)."
+    )
+    followup_id: int | None = Field(
+        None, description="A follow-up of my topic whose answer's citation to note (with citation_index)."
+    )
+    citation_index: int | None = Field(
+        None,
+        ge=0,
+        description="With followup_id: the citation's place in the follow-up's `citations`, from 0.",
     )
 
 
@@ -208,18 +220,25 @@ def list_notes(request: HttpRequest) -> list[dict[str, Any]]:
 @router.post("/notes", response={201: NoteOut, **errors(404)}, tags=["notes"])
 @needs(TokenScope.DOCUMENTS)
 def add_note(request: HttpRequest, body: NoteIn) -> Status:
-    """A note on a passage of my document (`chunk_id`) or on the passage a citation of my report
-    rests on (`citation_id`): exactly one of them."""
-    if (body.chunk_id is None) == (body.citation_id is None):
-        raise invalid(("body",), ["Give either chunk_id or citation_id."])
+    """A note on a passage of my document (`chunk_id`), on the passage a citation of my report
+    rests on (`citation_id`), or on the passage a citation of a follow-up's answer rests on
+    (`followup_id` with `citation_index`): exactly one of them."""
+    named = [body.chunk_id, body.citation_id, body.followup_id]
+    if sum(value is not None for value in named) != 1:
+        raise invalid(("body",), ["Give one of chunk_id, citation_id or followup_id."])
+    if (body.followup_id is None) != (body.citation_index is None):
+        raise invalid(("body", "citation_index"), ["citation_index goes with followup_id, and only with it."])
     try:
         if body.chunk_id is not None:
             chunk = Chunk.objects.for_user(request.auth).filter(pk=body.chunk_id).first()
             if chunk is None:
                 raise Http404(f"Passage {body.chunk_id} not found.")
             note = notes.add_to_chunk(request.auth, chunk, body.text)
-        else:
+        elif body.citation_id is not None:
             note = notes.add_to_citation(request.auth, _citation(request, body.citation_id), body.text)
+        else:
+            followup, row = _followup_citation(request, body.followup_id, body.citation_index)
+            note = notes.add_to_followup(request.auth, followup, row, body.text)
     except notes.NoteRejected as rejected:
         raise invalid(("body", "text"), [rejected.message]) from None
     return Status(201, notes.as_dict(notes.notes_of(request.auth).get(pk=note.pk)))
@@ -237,6 +256,26 @@ def _citation(request: HttpRequest, citation_id: int | None) -> Any:
     if citation is None:
         raise Http404(f"Citation {citation_id} not found.")
     return citation
+
+
+def _followup_citation(
+    request: HttpRequest, followup_id: int | None, index: int | None
+) -> tuple[Any, dict[str, Any]]:
+    """My answered follow-up and the `index`-th of its `citations`; 404 for anything else."""
+    from django.apps import apps
+
+    followup = (
+        apps.get_model("research", "FollowUp")
+        .objects.filter(pk=followup_id, topic__owner=request.auth, status="completed")
+        .select_related("topic")
+        .first()
+    )
+    if followup is None:
+        raise Http404(f"Follow-up {followup_id} not found.")
+    rows = followup.citations if isinstance(followup.citations, list) else []
+    if index is None or not 0 <= index < len(rows) or not isinstance(rows[index], dict):
+        raise Http404(f"Follow-up {followup_id} has no citation {index}.")
+    return followup, rows[index]
 
 
 def _note(request: HttpRequest, note_id: int) -> Any:

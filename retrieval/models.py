@@ -270,9 +270,9 @@ class Posting(models.Model):
 
 class PassageNote(models.Model):
     """A user's note on a passage: of one of their documents, or the passage a citation of one of
-    their reports rests on. The passage is quoted as it was when noted, so the note survives
-    re-indexing (its chunk link is then cleared); document search finds it by its words or the
-    passage's."""
+    their reports (or of a follow-up's answer) rests on. The passage is quoted as it was when
+    noted, so the note survives re-indexing (its chunk link is then cleared); document search
+    finds it by its words or the passage's."""
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="passage_notes"
@@ -289,6 +289,17 @@ class PassageNote(models.Model):
     citation = models.ForeignKey(
         "research.Citation", on_delete=models.CASCADE, null=True, blank=True, related_name="notes"
     )
+    # A follow-up answer's cited passage: its citations are the follow-up's `citations` list, not
+    # Citation rows, so the note names the follow-up and the citation (sentence, source number).
+    followup = models.ForeignKey(
+        "research.FollowUp", on_delete=models.CASCADE, null=True, blank=True, related_name="notes"
+    )
+    sentence_index = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("In a follow-up's answer: the cited sentence's place, from 0.")
+    )
+    n = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("In a follow-up's answer: the number of the source cited.")
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -296,8 +307,15 @@ class PassageNote(models.Model):
         ordering = ["-updated_at", "-pk"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(document__isnull=False, citation__isnull=True)
-                | models.Q(document__isnull=True, citation__isnull=False),
+                condition=models.Q(document__isnull=False, citation__isnull=True, followup__isnull=True)
+                | models.Q(document__isnull=True, citation__isnull=False, followup__isnull=True)
+                | models.Q(
+                    document__isnull=True,
+                    citation__isnull=True,
+                    followup__isnull=False,
+                    sentence_index__isnull=False,
+                    n__isnull=False,
+                ),
                 name="passage_note_on_one_thing",
             )
         ]

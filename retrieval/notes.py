@@ -1,5 +1,5 @@
 """Notes on passages: a user's own words on a passage of one of their documents, or on the passage
-a citation of one of their reports rests on (issue 31).
+a citation of one of their reports rests on, or of a follow-up's answer (issue 31).
 
 A note quotes its passage as it was when made, so it stays findable when the document is indexed
 again (its chunk link is cleared) and readable whatever becomes of the page. Document search
@@ -39,9 +39,15 @@ class NoteRejected(Exception):
 
 def notes_of(owner: User) -> QuerySet[PassageNote]:
     notes = PassageNote.objects.filter(owner=owner).select_related(
-        "document", "chunk", "citation__report__topic"
+        "document", "chunk", "citation__report__topic", "followup__topic"
     )
-    return notes.defer("chunk__embedding", "chunk__stemmed_vector", "citation__report__rendering")
+    return notes.defer(
+        "chunk__embedding",
+        "chunk__stemmed_vector",
+        "citation__report__rendering",
+        "followup__rendering",
+        "followup__draft",
+    )
 
 
 def clean_text(text: Any) -> str:
@@ -87,6 +93,30 @@ def add_to_citation(owner: User, citation: Any, text: Any) -> PassageNote:
     return PassageNote.objects.create(
         owner=owner, text=text, passage=passage[:MAX_PASSAGE_CHARS], citation=citation
     )
+
+
+def add_to_followup(owner: User, followup: Any, row: dict[str, Any], text: Any) -> PassageNote:
+    """A note on the passage a citation of a follow-up's answer rests on: `row`, one of the
+    follow-up's `citations` (research/views_notes.py)."""
+    if followup.topic.owner_id != owner.pk:
+        raise NoteRejected(_("That passage is not one of your reports'."))
+    text = clean_text(text)
+    _check_room(owner)
+    passage = str(row.get("passage") or row.get("sentence") or "")
+    return PassageNote.objects.create(
+        owner=owner,
+        text=text,
+        passage=passage[:MAX_PASSAGE_CHARS],
+        followup=followup,
+        sentence_index=int(row["sentence_index"]),
+        n=int(row["n"]),
+    )
+
+
+def on_followup(owner: User, followup: Any, sentence_index: int, n: int) -> list[PassageNote]:
+    """The owner's notes on one citation of a follow-up's answer, oldest first."""
+    found = notes_of(owner).filter(followup=followup, sentence_index=sentence_index, n=n)
+    return list(found.order_by("created_at"))
 
 
 def update(note: PassageNote, text: Any) -> PassageNote:
@@ -136,6 +166,23 @@ def where(note: PassageNote) -> dict[str, Any]:
         if note.chunk is not None:
             url += f"?from={note.chunk.position}"
         return {"kind": "document", "label": label, "url": url, "document_id": note.document_id}
+    if note.followup is not None:
+        followup = note.followup
+        label = " · ".join(
+            (
+                Truncator(followup.topic.question).chars(80),
+                Truncator(followup.section or followup.question).chars(80),
+                f"[{note.n}]",
+            )
+        )
+        url = reverse("topic_detail", args=[followup.topic_id]) + f"#followup-{followup.pk}"
+        return {
+            "kind": "followup",
+            "label": label,
+            "url": url,
+            "topic_id": followup.topic_id,
+            "followup_id": followup.pk,
+        }
     citation = note.citation
     assert citation is not None
     topic = citation.report.topic

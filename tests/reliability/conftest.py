@@ -95,7 +95,21 @@ def _finished_topic(owner: User) -> Topic:
         question=f"And {SECRET}?",
         status=FollowUp.Status.COMPLETED,
         answer=f"{SECRET} again [1].",
-        citations=[],
+        citations=[  # checked: its passage can be noted (retrieval/notes.py)
+            {
+                "sentence_index": 0,
+                "sentence": f"{SECRET} again.",
+                "n": 1,
+                "verdict": "supported",
+                "local_verdict": "supported",
+                "method": "local",
+                "score": 0.9,
+                "coverage": 1.0,
+                "similarity": None,
+                "passage": f"The passage on {SECRET}.",
+                "note": "",
+            }
+        ],
     )
     return topic
 

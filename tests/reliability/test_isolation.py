@@ -111,6 +111,7 @@ ACCESS = {
     "note_edit": OWNED,
     "note_delete": OWNED,
     "citation_note": OWNED,
+    "followup_citation_note": OWNED,  # a note on a follow-up answer's cited passage
     # the API
     "api:api-root": PUBLIC,
     "api:openapi-json": PUBLIC,

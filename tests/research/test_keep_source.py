@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from research.models import Document, Topic
+from research.models import Document, FollowUp, Report, ShareLink, Topic
 from research.pipeline.run import plan_topic, run_topic
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
@@ -102,3 +102,36 @@ def test_only_web_pages_can_be_kept_and_only_by_their_owner(
     assert alice_client.post(f"/api/topics/{topic.pk}/sources/{web.pk}/keep").status_code == 200
     assert bob_client.post(f"/api/topics/{topic.pk}/sources/{web.pk}/keep").status_code == 404
     assert not UploadedDocument.objects.filter(owner=bob).exists()
+
+
+def test_a_follow_ups_new_web_source_is_kept_from_the_thread(alice: User, alice_client: Client) -> None:
+    topic = Topic.objects.create(owner=alice, question="q", status=Topic.Status.COMPLETED)
+    sources = [{"n": 1, "title": "Old", "url": "https://a.example/old", "document_id": None}]
+    Report.objects.create(topic=topic, markdown="Old fact [1].\n", sources=sources)
+    page = Document.objects.create(
+        topic=topic,
+        title="Puffin burrows",
+        url="https://b.example/puffins",
+        text="Puffins nest.",
+        fetched_via="reader",
+    )
+    new = {"n": 2, "title": page.title, "url": page.url, "document_id": page.pk, "fetched_via": "reader"}
+    FollowUp.objects.create(
+        topic=topic,
+        position=1,
+        question="Where do puffins nest?",
+        status=FollowUp.Status.COMPLETED,
+        searched=True,
+        answer="Puffins nest in burrows [2].\n",
+        sources=[new],
+    )
+    keep_url = reverse("source_keep", args=[topic.pk, page.pk])
+    thread = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
+    new_sources = thread.split('class="sources followup-sources"', 1)[1].split("</ol>", 1)[0]
+    assert f'action="{keep_url}"' in new_sources
+    _link, token = ShareLink.issue(topic)
+    assert keep_url not in Client().get(reverse("shared_report", args=[token])).content.decode()
+    kept = alice_client.post(keep_url, headers={"HX-Request": "1"})
+    assert kept.status_code == 200 and "Added to your documents" in kept.content.decode()
+    upload = UploadedDocument.objects.get(owner=alice)
+    assert upload.original_name == "Puffin burrows.md" and upload.source_url == page.url

@@ -370,6 +370,15 @@ def test_the_operator_sees_and_pauses_every_schedule(alice: User, admin_client: 
     assert schedule.paused
 
 
+def test_the_admin_names_each_schedules_topic_and_the_deliveries(alice: User, admin_client: Client) -> None:
+    second, _schedule = completed_version(alice)
+    Topic.objects.filter(pk=second.pk).update(question="Where do puffins nest in winter?")
+    listing = admin_client.get(reverse("admin:research_topicschedule_changelist")).content.decode()
+    assert "Where do puffins nest in winter?" in listing
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert ">Deliveries<" in index and "Deliverys" not in index
+
+
 def test_an_address_is_verified_by_the_link_mailed_to_it(
     alice: User, alice_client: Client, inbox: Inbox
 ) -> None:

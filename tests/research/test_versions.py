@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -114,6 +115,21 @@ def test_a_share_link_shows_the_newest_version_unless_pinned(alice: User) -> Non
     assert "17 percent" in anonymous.get(reverse("shared_report", args=[loose_token])).content.decode()
 
 
+def test_the_owner_sees_which_share_link_is_pinned(alice: User, alice_client: Client) -> None:
+    first = completed(alice, BEFORE, SOURCES_BEFORE)
+    ShareLink.issue(first)
+    pinned, _token = ShareLink.issue(first)
+    pinned.pinned = True
+    pinned.save()
+    page = alice_client.get(reverse("topic_detail", args=[first.pk])).content.decode()
+    shows = re.findall(r'data-label="Shows">([^<]+)</td>', page)
+    assert sorted(shows) == ["the newest version", "this version"]
+    # The box is inside its label, with what it means as the label's title.
+    assert re.search(
+        r'<label class="check" title="Without it the link shows[^"]*"><input type="checkbox"', page
+    )
+
+
 def test_the_page_shows_what_changed_above_the_report(alice: User, alice_client: Client) -> None:
     first = completed(alice, BEFORE, SOURCES_BEFORE)
     second = completed(alice, AFTER, SOURCES_AFTER, series=first.pk, previous_version=first)
@@ -122,6 +138,21 @@ def test_the_page_shows_what_changed_above_the_report(alice: User, alice_client:
     assert "Since " in page and "1 new source" in page
     assert "<ins>A new study links the rate to mortgage demand falling by a fifth.</ins>" in page
     assert "<del>Analysts expected no cut before spring.</del>" in page
+    # In a card of its own above the report, not loose on the page.
+    card = page.split('<div class="card changes-card">', 1)[1]
+    assert card.index("Analysts expected") < card.index("</div>") < card.index('id="report"')
+    # The marked view: the report itself marks the new claim and the changed one.
+    report = page.split('id="report"', 1)[1]
+    assert (
+        '<ins class="claim-new">A new study links the rate to mortgage demand falling by a fifth</ins>'
+        in report
+    )
+    changed = '<ins class="claim-changed">In October the central bank raised the key rate to 17 percent</ins>'
+    assert changed in report
+    assert "It was introduced in 2013" in report and report.count("<ins class=") == 2
+    # A hostile "what changed" (from an archive) marks nothing and breaks nothing.
+    hostile = {"claims": {"added": ["x", {"text": 5}, {"text": '<a href="x">it</a> rate'}], "changed": "y"}}
+    assert versions.mark_new_claims("<p>The rate</p>", hostile) == "<p>The rate</p>"
 
 
 def test_a_later_version_does_not_reuse_old_web_results(alice: User) -> None:

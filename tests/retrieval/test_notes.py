@@ -13,7 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
-from research.models import Citation, Report, ShareLink, Topic
+from research.models import Citation, FollowUp, Report, ShareLink, Topic
 from retrieval.ingest import ingest
 from retrieval.models import Chunk, PassageNote, UploadedDocument
 from retrieval.uploads import accept_upload
@@ -189,3 +189,86 @@ def test_notes_over_the_api(
     ]
     assert alice_client.delete(f"/api/notes/{note_id}").status_code == 204
     assert PassageNote.objects.filter(owner=alice).count() == 1
+
+
+@pytest.fixture
+def answered(cited: tuple[Topic, Citation]) -> FollowUp:
+    """A follow-up answered with a new web source [2], its citation checked (no Citation row: a
+    follow-up keeps its check in `citations`)."""
+    topic, _citation = cited
+    return FollowUp.objects.create(
+        topic=topic,
+        position=1,
+        question="Did the wallabies come back?",
+        status=FollowUp.Status.COMPLETED,
+        searched=True,
+        answer="Wallabies returned to the western bays [2].\n",
+        sources=[{"n": 2, "title": "Wallaby count", "url": "https://wallaby.example/", "document_id": None}],
+        citations=[
+            {
+                "sentence_index": 0,
+                "sentence": "Wallabies returned to the western bays.",
+                "n": 2,
+                "verdict": "supported",
+                "local_verdict": "supported",
+                "method": "local",
+                "score": 0.8,
+                "coverage": 0.9,
+                "similarity": None,
+                "passage": "Tammar wallabies were seen again in the western bays after the baiting ended.",
+                "note": "",
+            }
+        ],
+    )
+
+
+def test_a_note_on_a_follow_ups_cited_passage_is_found_again(
+    alice: User, alice_client: Client, bob_client: Client, answered: FollowUp
+) -> None:
+    topic = answered.topic
+    card_url = reverse("followup_citation_card", args=[topic.pk, answered.pk, 0])
+    note_url = reverse("followup_citation_note", args=[topic.pk, answered.pk, 0])
+    assert f'action="{note_url}"' in alice_client.get(card_url).content.decode()
+    assert bob_client.post(note_url, {"text": "mine"}).status_code == 404
+    response = alice_client.post(note_url, {"text": "Ask about the marsupial baiting schedule"})
+    assert response.status_code == 302
+    assert response["Location"].endswith(f"/topics/{topic.pk}/#followup-{answered.pk}")
+    note = PassageNote.objects.get(owner=alice)
+    assert (note.followup_id, note.sentence_index, note.n) == (answered.pk, 0, 2)
+    assert note.passage.startswith("Tammar wallabies were seen again")
+    assert "Ask about the marsupial baiting schedule" in alice_client.get(card_url).content.decode()
+    # Found by its words and by its passage's, linked to the answer it was made on.
+    for query in ("baiting schedules", "tammar wallabies"):
+        found = alice_client.get(reverse("document_search"), {"q": query}).content.decode()
+        assert "Ask about the marsupial baiting schedule" in found
+        assert f"/topics/{topic.pk}/#followup-{answered.pk}" in found
+    listing = alice_client.get(reverse("note_list")).content.decode()
+    assert "Did the wallabies come back?" in listing and "[2]" in listing
+    # A shared link's card shows neither the note nor the form.
+    _link, token = ShareLink.issue(topic)
+    shared = Client().get(reverse("shared_followup_citation_card", args=[token, answered.pk, 0]))
+    assert "marsupial baiting" not in shared.content.decode() and note_url not in shared.content.decode()
+    # Deleting the topic takes the follow-up's notes with it.
+    topic.delete()
+    assert not PassageNote.objects.exists()
+
+
+def test_a_note_on_a_follow_ups_citation_over_the_api(
+    alice: User, alice_client: Client, bob_client: Client, answered: FollowUp
+) -> None:
+    topic = answered.topic
+    listed = alice_client.get(f"/api/topics/{topic.pk}/followups").json()
+    assert listed[0]["citations"][0]["id"] is None  # no Citation row: named by its place
+    body = {"followup_id": answered.pk, "citation_index": 0, "text": "baiting records"}
+    assert bob_client.post("/api/notes", body, content_type="application/json").status_code == 404
+    made = alice_client.post("/api/notes", body, content_type="application/json")
+    assert made.status_code == 201, made.content
+    where = made.json()["where"]
+    assert (where["kind"], where["followup_id"], where["topic_id"]) == ("followup", answered.pk, topic.pk)
+    assert made.json()["passage"].startswith("Tammar wallabies")
+    beyond = {**body, "citation_index": 1}
+    assert alice_client.post("/api/notes", beyond, content_type="application/json").status_code == 404
+    unnamed = {"followup_id": answered.pk, "text": "x"}
+    assert alice_client.post("/api/notes", unnamed, content_type="application/json").status_code == 422
+    found = alice_client.get("/api/search", {"q": "wallabies"}).json()["notes"]
+    assert [note["text"] for note in found] == ["baiting records"]
