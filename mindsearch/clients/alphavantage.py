@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit, retry
+from mindsearch.clients import ratelimit, retry, tls
 
 SERVICE = "alpha-vantage"
 MAX_MESSAGE_CHARS = 160
@@ -97,7 +97,7 @@ async def reachable() -> None:
     query without the key must come back as its JSON "Error Message"; AlphaVantageError if not."""
     await ratelimit.acquire(SERVICE, settings.LIMIT_ALPHA_VANTAGE_RPM, 60.0, user=None)
     try:
-        async with httpx.AsyncClient(timeout=retry.TIMEOUT_SECONDS) as client:
+        async with httpx.AsyncClient(timeout=retry.TIMEOUT_SECONDS, verify=tls.context()) as client:
             response = await client.get(query_url("SYMBOL_SEARCH", keywords="IBM"))
     except httpx.HTTPError as exc:
         raise AlphaVantageError(f"Alpha Vantage is not reachable ({type(exc).__name__})") from None

@@ -9,12 +9,10 @@ and the connection; TLS still verifies the certificate against the host name.
 from __future__ import annotations
 
 import asyncio
-import functools
 import html
 import ipaddress
 import re
 import socket
-import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
@@ -23,6 +21,8 @@ import charset_normalizer
 import httpcore
 import httpx
 from django.conf import settings
+
+from mindsearch.clients import tls
 
 MAX_REDIRECTS = 5
 USER_AGENT = (
@@ -222,17 +222,11 @@ class CheckedTransport(httpx.AsyncHTTPTransport):
     """httpx's own transport with its connection pool on the checking backend."""
 
     def __init__(self) -> None:
-        super().__init__(verify=_tls_context(), trust_env=False)
+        super().__init__(verify=tls.context(trust_env=False), trust_env=False)
         # httpx has no network_backend option; the pool it built is swapped for an equal one.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=_tls_context(), network_backend=CheckedBackend()
+            ssl_context=tls.context(trust_env=False), network_backend=CheckedBackend()
         )
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA store takes ~40 ms of CPU; once per process, not once per fetch.
-    return httpx.create_ssl_context(trust_env=False)
 
 
 def checked_client(timeout: float) -> httpx.AsyncClient:

@@ -27,13 +27,11 @@ the text, counted in `reasoning_tokens`, and announced through `on_thinking`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 import logging
 import random
 import re
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -43,11 +41,10 @@ from typing import Any
 from urllib.parse import urljoin
 
 import httpx
-import httpx2
 from django.conf import settings
 from django.core.cache import caches
 
-from mindsearch.clients import probe, ratelimit
+from mindsearch.clients import probe, ratelimit, tls
 
 logger = logging.getLogger(__name__)
 
@@ -345,7 +342,7 @@ async def _server_window(key: str, model: str) -> int | None:
 async def _server_json(url: str) -> Any:
     try:
         response = await probe.get(
-            url, timeout=SERVER_INFO_TIMEOUT_SECONDS, headers=_auth_headers(), verify=_tls_context()
+            url, timeout=SERVER_INFO_TIMEOUT_SECONDS, headers=_auth_headers(), verify=tls.context()
         )
         return response.json() if response.status_code == 200 else None
     except (probe.Unreachable, ValueError):
@@ -495,13 +492,7 @@ def _http_client() -> httpx.AsyncClient:
     timeout = httpx.Timeout(CONNECT_TIMEOUT_SECONDS, read=None, write=60.0, pool=None)
     # A keyless local server still gets a Bearer header: some refuse a request without one.
     headers = _auth_headers() or {"Authorization": "Bearer not-needed"}
-    return httpx.AsyncClient(timeout=timeout, headers=headers, verify=_tls_context())
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA store takes ~50 ms of CPU; once per process, not once per call.
-    return httpx2.create_ssl_context()
+    return httpx.AsyncClient(timeout=timeout, headers=headers, verify=tls.context())
 
 
 async def _with_retries(client: httpx.AsyncClient, call: _Call, endpoint: _Endpoint) -> Completion:
@@ -1022,7 +1013,7 @@ async def embed(texts: list[str], *, model: str, user: int | None = None) -> lis
     a rejected key or a refused request is not. LLMError says what went wrong."""
     url = settings.AITUNNEL_BASE_URL.rstrip("/") + "/embeddings"
     timeout = httpx.Timeout(EMBEDDINGS_TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS)
-    async with httpx.AsyncClient(timeout=timeout, headers=_auth_headers(), verify=_tls_context()) as client:
+    async with httpx.AsyncClient(timeout=timeout, headers=_auth_headers(), verify=tls.context()) as client:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             await ratelimit.acquire_llm(user=user)
             try:
@@ -1083,7 +1074,7 @@ async def list_models(timeout: float) -> ModelList:
     research calls hold the next slots. probe.Unreachable when nothing answered within
     `timeout` seconds; any HTTP answer is returned as it is."""
     url = urljoin(settings.AITUNNEL_BASE_URL.rstrip("/") + "/", "models")
-    response = await probe.get(url, timeout=timeout, headers=_auth_headers(), verify=_tls_context())
+    response = await probe.get(url, timeout=timeout, headers=_auth_headers(), verify=tls.context())
     listed = _model_ids(response) if response.status_code == 200 else frozenset()
     return ModelList(response.status_code, listed)
 

@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, Tool
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import ratelimit, tls
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,9 @@ class Session:
     async def open(self) -> list[Tool]:
         """Connect and list the server's tools (one request of the limit)."""
         await self._wait_turn()
-        http = httpx2.AsyncClient(headers=dict(self.server.headers), timeout=self.server.timeout_seconds)
+        http = httpx2.AsyncClient(
+            headers=dict(self.server.headers), timeout=self.server.timeout_seconds, verify=tls.context()
+        )
         self._stack.push_async_callback(http.aclose)
         transport = streamable_http_client(self.server.url, http_client=http)
         self._client = await self._stack.enter_async_context(

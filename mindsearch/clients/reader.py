@@ -11,7 +11,7 @@ import re
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import fetch, ratelimit
+from mindsearch.clients import fetch, ratelimit, tls
 from mindsearch.clients.fetch import Page
 
 TIMEOUT_SECONDS = 30.0
@@ -80,7 +80,7 @@ def problem(status: int) -> str:
 async def _get(reader_url: str, timeout: float | None = None) -> httpx.Response:
     timeout = TIMEOUT_SECONDS if timeout is None else timeout  # read when called: settings may change it
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with httpx.AsyncClient(timeout=timeout, verify=tls.context()) as client:
             return await client.get(reader_url, headers=_headers())
     except httpx.TimeoutException:
         raise ReadError(f"the reader did not answer within {timeout:g} s") from None

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import ratelimit
+from mindsearch.clients import ratelimit, tls
 
 # A document longer than this is cut before it is sent (rerankers read ~512–8k tokens anyway).
 MAX_DOCUMENT_CHARS = 4000
@@ -71,7 +71,7 @@ async def _post(body: dict[str, Any]) -> httpx.Response:
         headers["Authorization"] = f"Bearer {settings.RERANK_API_KEY}"
     timeout = settings.RERANK_TIMEOUT_SECONDS
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with httpx.AsyncClient(timeout=timeout, verify=tls.context()) as client:
             return await client.post(settings.RERANK_URL, json=body, headers=headers)
     except httpx.TimeoutException:
         raise RerankError(f"the reranker did not answer within {timeout:g} s") from None

@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from mindsearch.clients import tls
+
 T = TypeVar("T")
 
 TIMEOUT_SECONDS = 15.0
@@ -82,7 +84,7 @@ async def get(
     key, so only the kind of failure is named. `reason`: the service's own words for a 5xx or
     429, added to the message."""
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
+        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS, verify=tls.context()) as client:
             response = await client.get(url, headers={"Accept": "application/json", **(headers or {})})
     except httpx.TimeoutException:
         raise Retryable(f"{name} did not answer within {TIMEOUT_SECONDS:g} s") from None

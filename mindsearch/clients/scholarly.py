@@ -20,7 +20,7 @@ from urllib.parse import urljoin
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import fetch, ratelimit
+from mindsearch.clients import fetch, ratelimit, tls
 
 # An open-access PDF larger than this is not downloaded (the reader's upload limit is larger,
 # but a paper is rarely over 20 MB and a topic reads several at once).
@@ -90,7 +90,9 @@ async def get(url: str, *, name: str, accept: str = "application/json") -> httpx
     """One GET to a scholarly service (not SSRF-checked: the base URL is the operator's setting);
     a timeout or a dropped connection is the client's error, any answer is returned."""
     try:
-        async with httpx.AsyncClient(timeout=settings.SCHOLARLY_TIMEOUT_SECONDS, trust_env=False) as client:
+        async with httpx.AsyncClient(
+            timeout=settings.SCHOLARLY_TIMEOUT_SECONDS, trust_env=False, verify=tls.context(trust_env=False)
+        ) as client:
             return await client.get(url, headers={"Accept": accept, "User-Agent": user_agent()})
     except httpx.TimeoutException:
         raise ScholarlyError(

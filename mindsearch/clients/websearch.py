@@ -12,7 +12,7 @@ from urllib.parse import urljoin
 import httpx
 from django.conf import settings
 
-from mindsearch.clients import probe, ratelimit
+from mindsearch.clients import probe, ratelimit, tls
 
 TIMEOUT_SECONDS = 20.0
 ATTEMPTS = 2
@@ -123,7 +123,7 @@ def _auth() -> tuple[str, str] | None:
 
 async def _get(params: dict[str, Any]) -> dict[str, Any]:
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS, auth=_auth()) as client:
+        async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS, auth=_auth(), verify=tls.context()) as client:
             response = await client.get(_search_url(), params=params, headers={"Accept": "application/json"})
     except httpx.TimeoutException:
         raise _Retryable(f"SearXNG did not answer within {TIMEOUT_SECONDS:g} s") from None
@@ -191,7 +191,7 @@ async def read_config(timeout: float) -> InstanceConfig:
     probe.Unreachable when nothing answered within `timeout` seconds; any HTTP answer is
     returned as it is."""
     url = urljoin(settings.SEARXNG_URL.rstrip("/") + "/", "config")
-    response = await probe.get(url, timeout=timeout, auth=_auth())
+    response = await probe.get(url, timeout=timeout, auth=_auth(), verify=tls.context())
     if response.status_code != 200:
         return InstanceConfig(response.status_code)
     try:
