@@ -69,8 +69,8 @@ def _report_markdown(topic: Topic) -> str:
     plan = topic.subqueries.exclude(origin=SubQuery.Origin.FOLLOWUP).order_by("round", "position")
     subqueries = "\n".join(f"- {_one_line(sq.text)}" for sq in plan)
     heading = _("Sub-queries")
-    thread = thread_markdown(topic)
     check = checked_report(topic)
+    thread = thread_markdown(topic, after=len(check.notes))
     lines = [*report_notes(topic), *([check.summary] if check.summary else [])]
     notes = "".join(f">\n> **{line}**\n" for line in lines)
     since = _changes_block(topic)
@@ -100,8 +100,7 @@ class CheckedReport:
 
     @property
     def notes_markdown(self) -> str:
-        from research.pipeline.stages.answer.report_writer import _plain
-
+        """The report's notes, a numbered list under their own heading."""
         if not self.notes:
             return ""
         lines = [f"\n## {_('Citations the sources do not fully support')}\n"]
@@ -112,41 +111,65 @@ class CheckedReport:
             )
             + "\n"
         )
-        for note in self.notes:
-            text = f"{note['number']}. **{note['verdict']}**, \\[{note['n']}\\]: “{_plain(note['sentence'])}”"
-            if note["why"]:
-                text += f" ({_plain(note['why'])})"
-            if note["passage"]:
-                text += f". {_('Closest passage of the source')}: “{_plain(note['passage'])}”"
-            lines.append(text)
+        lines += [f"{note['number']}. {_note_line(note)}" for note in self.notes]
         return "\n".join(lines) + "\n"
+
+    @property
+    def followup_notes_markdown(self) -> str:
+        """A follow-up's notes after its answer: bullets that carry their numbers, which go on
+        from the report's (a numbered list would restart at 1 in a DOCX)."""
+        if not self.notes:
+            return ""
+        listed = "\n".join(f"- {note['number']}\\. {_note_line(note)}" for note in self.notes)
+        return f"\n{_('Citations the sources do not fully support')}:\n\n{listed}\n"
+
+
+def _note_line(note: dict[str, Any]) -> str:
+    """One note of the check: the verdict, the sentence, why, and the closest passage."""
+    from research.pipeline.stages.answer.report_writer import _plain
+
+    text = f"**{note['verdict']}**, \\[{note['n']}\\]: “{_plain(note['sentence'])}”"
+    if note["why"]:
+        text += f" ({_plain(note['why'])})"
+    if note["passage"]:
+        text += f". {_('Closest passage of the source')}: “{_plain(note['passage'])}”"
+    return text
 
 
 def checked_report(topic: Topic) -> CheckedReport:
     """The report's check carried into a file (the page shows the same from `presenters.report_of`)."""
-    from research.pipeline import citecheck
     from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
-    from research.presenters import _mark, citation_summary, note_text
 
     report = topic.report
     citations = list(report.citations.all())
     if not citations:
         return CheckedReport(report.markdown, "", [])
+    body = SOURCES_HEADING.split(report.markdown, maxsplit=1)[0]
+    check = checked_text(body, len(report.sources), citations)
+    return CheckedReport(check.markdown + report.markdown[len(body) :], check.summary, check.notes)
+
+
+def checked_text(body: str, source_count: int, citations: list[Citation], *, after: int = 0) -> CheckedReport:
+    """`body` (a report's text or a follow-up's answer) with each doubtful citation of its check
+    marked, its notes numbered from `after` + 1, and its summary line."""
+    from research.pipeline import citecheck
+    from research.presenters import _mark, citation_summary, note_text
+
+    if not citations:
+        return CheckedReport(body, "", [])
     by_place = {(c.sentence_index, c.n): c for c in citations}
-    parts = SOURCES_HEADING.split(report.markdown, maxsplit=1)
-    body = parts[0]
-    rest = report.markdown[len(body) :]
-    places = citecheck.citation_occurrences(body, len(report.sources))
-    numbers: dict[int, int] = {}  # citation id → its note's number, in reading order
+    places = citecheck.citation_occurrences(body, source_count)
+    numbers: dict[int, int] = {}  # the citation's place in `citations` → its note's number, in reading order
+    index_of = {id(c): i for i, c in enumerate(citations)}
     pieces, last, index = [], 0, 0
     for match in citecheck.CITATION.finditer(body):
-        if not 1 <= int(match.group(1)) <= len(report.sources):
+        if not 1 <= int(match.group(1)) <= source_count:
             continue
         citation = by_place.get(places[index]) if index < len(places) else None
         index += 1
         if citation is None or citation.verdict == Citation.Verdict.SUPPORTED:
             continue
-        number = numbers.setdefault(citation.pk, len(numbers) + 1)
+        number = numbers.setdefault(index_of[id(citation)], after + len(numbers) + 1)
         mark = _mark(citation)
         assert mark is not None
         flag = _("(%(verdict)s, note %(number)s)") % {"verdict": mark.flag, "number": number}
@@ -155,11 +178,11 @@ def checked_report(topic: Topic) -> CheckedReport:
     pieces.append(body[last:])
     doubtful = [c for c in citations if c.verdict != Citation.Verdict.SUPPORTED]
     for citation in doubtful:  # a doubtful citation the text no longer shows still gets its note
-        numbers.setdefault(citation.pk, len(numbers) + 1)
+        numbers.setdefault(index_of[id(citation)], after + len(numbers) + 1)
     labels = dict(Citation.Verdict.choices)
     notes = [
         {
-            "number": numbers[c.pk],
+            "number": numbers[index_of[id(c)]],
             "n": c.n,
             "verdict": str(labels.get(c.verdict, c.verdict)),
             "kind": c.verdict,
@@ -169,9 +192,39 @@ def checked_report(topic: Topic) -> CheckedReport:
                 part for part in (c.get_method_display(), note_text(c.note) if c.note else "") if part
             ),
         }
-        for c in sorted(doubtful, key=lambda c: numbers[c.pk])
+        for c in sorted(doubtful, key=lambda c: numbers[index_of[id(c)]])
     ]
-    return CheckedReport("".join(pieces) + rest, citation_summary(citecheck.counts(citations)), notes)
+    return CheckedReport("".join(pieces), citation_summary(citecheck.counts(citations)), notes)
+
+
+@dataclass(frozen=True)
+class CheckedFollowUp:
+    """An answered follow-up as a file shows it: its answer with its check carried in, and the
+    count of sources numbered when it was answered (the report's and every answer's so far)."""
+
+    followup: FollowUp
+    source_count: int
+    check: CheckedReport
+
+
+def checked_thread(topic: Topic, *, after: int) -> list[CheckedFollowUp]:
+    """The answered follow-ups, in order, each with its check; the notes are numbered on from
+    the report's `after` notes, so every "note n" of the file means one note."""
+    from research.presenters import followup_citations
+
+    answered = (
+        topic.followups.filter(status=FollowUp.Status.COMPLETED)
+        .select_related("subquery")
+        .order_by("position")
+    )
+    numbered = len(topic.report.sources)
+    checked = []
+    for followup in answered:
+        numbered = max([numbered, *(s.get("n", 0) for s in followup.sources)])
+        check = checked_text(followup.answer.strip(), numbered, followup_citations(followup), after=after)
+        after += len(check.notes)
+        checked.append(CheckedFollowUp(followup, numbered, check))
+    return checked
 
 
 def report_notes(topic: Topic) -> list[str]:
@@ -197,24 +250,23 @@ def report_notes(topic: Topic) -> list[str]:
     return lines
 
 
-def thread_markdown(topic: Topic) -> str:
+def thread_markdown(topic: Topic, *, after: int = 0) -> str:
     """The answered follow-ups after the report, each with the sources it added (numbered after
-    the report's, so every [n] of the file means one source); "" without any."""
+    the report's, so every [n] of the file means one source), its citation check's summary line,
+    marks and notes (numbered on from the report's `after`); "" without any."""
     from research.presenters import demoted_headings
 
-    answered = (
-        topic.followups.filter(status=FollowUp.Status.COMPLETED)
-        .select_related("subquery")
-        .order_by("position")
-    )
     parts = []
-    for followup in answered:
-        answer = demoted_headings(followup.answer.strip())
+    for item in checked_thread(topic, after=after):
+        followup, check = item.followup, item.check
+        answer = demoted_headings(check.markdown)
         part = f"### {followup.position}. {_one_line(followup.question)}\n\n"
-        if followup.searched and followup.subquery_id:
+        if followup.searched and followup.subquery is not None:
             searched = _("Searched for: %(query)s") % {"query": _one_line(followup.subquery.text)}
             part += f"*{searched}*\n\n"
-        part += f"{answer}\n"
+        if check.summary:
+            part += f"**{check.summary}**\n\n"
+        part += f"{answer}\n{check.followup_notes_markdown}"
         if followup.sources:
             # Bullets that carry their numbers: a numbered list would restart at 1 in a DOCX.
             listed = "\n".join(f"- \\[{s['n']}\\] {_source_line(s)}" for s in followup.sources)
@@ -294,6 +346,7 @@ def report_pdf_html(topic: Topic) -> str:
     """The PDF's HTML, in the report's language: the report with its check carried in (the marks
     in the text, the summary line, the notes), its plan and its thread."""
     from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
+    from research.presenters import demoted_headings
     from research.rendering import render_markdown
 
     with translation.override(export_language(topic)):
@@ -308,6 +361,14 @@ def report_pdf_html(topic: Topic) -> str:
             language=translation.get_language(),
             version_changes=_changes_of(topic),
         )
+        answers = {item.followup.pk: item for item in checked_thread(topic, after=len(check.notes))}
+        for item in context["thread"]:
+            answer = answers.get(item["followup"].pk)
+            if answer is not None:  # an answered one: its check carried in as in the report's
+                item["check"] = answer.check
+                item["checked_html"] = render_markdown(
+                    demoted_headings(answer.check.markdown), source_count=answer.source_count
+                )
         return render_to_string("research/report_pdf.html", context)
 
 

@@ -41,12 +41,15 @@ def test_a_web_topic_is_refused_while_web_search_is_not_configured(
 
 
 def test_document_search_is_documented_with_its_fields() -> None:
-    """`GET /api/search` is in docs/API.md with every field it answers (issue 29)."""
+    """`GET /api/search` is named in the README and in docs/API.md with every field it answers
+    (issue 29)."""
     from pathlib import Path
 
     from retrieval.api import PassageOut, SearchOut
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "API.md").read_text()
+    root = Path(__file__).resolve().parents[2]
+    assert "`GET /api/search?q=…`" in (root / "README.md").read_text()
+    text = (root / "docs" / "API.md").read_text()
     assert "GET /api/search?q=" in text
     for field in [*SearchOut.model_fields, *PassageOut.model_fields]:
         assert f'"{field}"' in text, field

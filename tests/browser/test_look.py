@@ -1,7 +1,10 @@
 """How the pages look, in Chromium: every page in English and in Russian, at 1280 and 375 px, light
 and dark, with axe-core's contrast rule (axe-core as bundled by axe-playwright-python, never
 fetched); a topic walked in the Russian interface from plan review to its report, whose first
-screen shows the stage, the newest events and the report as it grows, on a desktop and a phone.
+screen shows the stage, the newest events and the report as it grows, on a desktop and a phone;
+an English and a Russian report with an unsupported claim downloaded as Markdown, DOCX and PDF
+through the page's own links, from either interface, each file with its marks and summary line in
+the report's language (issue 29).
 
 Screenshots of every state land in tests/artifacts/browser/look/ to be looked at. One browser, one
 page: the viewport and the colour scheme change in place, so each state is loaded once.
@@ -9,6 +12,7 @@ page: the viewport and the colour scheme change in place, so each state is loade
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +21,8 @@ from typing import Any
 import pytest
 from axe_playwright_python.sync_playwright import Axe  # type: ignore[import-untyped]
 from django.contrib.auth.models import User
+from docx import Document
+from pdfminer.high_level import extract_text
 from playwright.sync_api import Browser, Locator, Page, expect
 
 from retrieval.models import UploadedDocument
@@ -24,6 +30,7 @@ from tests.browser.conftest import serving
 from tests.browser.test_journey import PASSWORD, RUN_TIMEOUT, new_context
 from tests.research.pipeline.test_citation_report import report_with_citations
 from tests.research.test_citation_previews import private_report
+from tests.research.test_export_check import RUSSIAN, RUSSIAN_ANSWER, answered_with_check
 from tests.support.fakes import Pace
 from tests.support.world import TOPIC, prompt_kind
 
@@ -56,10 +63,35 @@ def made(site: str, settings: Any) -> dict[str, int]:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
     vera = User.objects.create_user("vera", "vera@example.com", PASSWORD)
     checked = report_with_citations(vera)
+    russian = answered_with_check(vera, RUSSIAN, "Что такое смесь токенов?", RUSSIAN_ANSWER)
     _private, uploaded = private_report(vera)
     ready = UploadedDocument.Status.READY
     UploadedDocument.objects.filter(pk=uploaded.pk).update(status=ready, chunk_count=3)
-    return {"report": checked.pk, "document": uploaded.pk}
+    return {"report": checked.pk, "russian": russian.pk, "document": uploaded.pk}
+
+
+# An open panel whose card shows its own heading under the panel's summary ("▸ Plan", then "Plan").
+DOUBLED_HEADINGS = """() => [...document.querySelectorAll('details[open] > summary')].flatMap(summary => {
+  const title = summary.textContent.trim();
+  return [...summary.parentElement.querySelectorAll('h2, h3')].filter(heading => {
+    const box = heading.getBoundingClientRect();
+    return heading.textContent.trim() === title && box.width > 1 && box.height > 1;
+  }).map(() => title);
+})"""
+# A visible <select> left as the browser draws it: the page's font, the theme's line, rounded.
+UNSTYLED_SELECTS = """() => {
+  const probe = document.createElement('div');
+  probe.style.border = '1px solid var(--line)';
+  document.body.append(probe);
+  const line = getComputedStyle(probe).borderTopColor;
+  probe.remove();
+  const font = getComputedStyle(document.body).fontFamily;
+  const shown = [...document.querySelectorAll('select')].filter(select => select.getClientRects().length);
+  return shown.filter(select => {
+    const style = getComputedStyle(select);
+    return style.fontFamily !== font || style.borderTopColor !== line || style.borderTopLeftRadius === '0px';
+  }).map(select => '#' + (select.id || select.name));
+}"""
 
 
 class Looks:
@@ -95,6 +127,10 @@ class Looks:
         sideways = page.evaluate("(e => e.scrollWidth - e.clientWidth)(document.documentElement)")
         if sideways > 0:
             self.problems.append(f"{name}: the page scrolls {sideways} px sideways")
+        for title in page.evaluate(DOUBLED_HEADINGS):
+            self.problems.append(f"{name}: “{title}” twice, the panel's summary and its card's heading")
+        for select in page.evaluate(UNSTYLED_SELECTS):
+            self.problems.append(f"{name}: the <select> {select} is not styled like the other fields")
         page.screenshot(path=self.folder / f"{name}.png")
 
 
@@ -144,9 +180,71 @@ def test_every_page_reads_in_both_languages_sizes_and_themes_and_on_a_phone(
         looks.every_way(f"{language}-document", scroll_to=page.locator(".passage.cited"))
         page.goto("/status/")
         looks.every_way(f"{language}-status")
+        downloads_carry_the_check(page, looks, made, language)
     use_language(page, site, "en")
     a_phone_taps_a_citation_and_reads_the_tables(page, looks, made)
     assert not looks.problems, "\n".join(looks.problems)
+
+
+DOWNLOAD_LINKS = {
+    "en": {"md": "Download Markdown", "docx": "Download DOCX", "pdf": "Download PDF"},
+    "ru": {"md": "Скачать Markdown", "docx": "Скачать DOCX", "pdf": "Скачать PDF"},
+}
+# What each file must show, in its report's language whatever the interface's: the unsupported
+# claims' marks (the Markdown's in bold), and the summary lines (of the report, and of the Russian
+# follow-up's answer); never the other language's words for them.
+IN_THE_FILES: dict[str, dict[str, list[str]]] = {
+    "report": {
+        "marks": ["The moon is cheese [1] (not supported, note 1)."],
+        "summaries": ["1 of 3 citations supported by their sources · 1 not supported, 1 weakly supported"],
+        "never": ["не подтверждено", "Источники подтверждают"],
+    },
+    "russian": {
+        "marks": [
+            "на Марсе [1] (не подтверждено, примечание 1).",
+            "на Луне [2] (не подтверждено, примечание 3).",
+        ],
+        "summaries": [
+            "Источники подтверждают 1 из 3 ссылок · 1 не подтверждена, 1 подтверждена слабо",
+            "Источники подтверждают 1 из 2 ссылок · 1 не подтверждена",
+        ],
+        "never": ["not supported", "citations supported"],
+    },
+}
+
+
+def in_markdown(mark: str) -> str:
+    """A mark as the Markdown writes it: "[1] **(not supported, note 1)**"."""
+    return re.sub(r"(\(.+\))", r"**\1**", mark)
+
+
+def downloads_carry_the_check(page: Page, looks: Looks, made: dict[str, int], language: str) -> None:
+    """Both reports downloaded through the page's own links, as Markdown, DOCX and PDF."""
+    looks.at("desktop", "light")
+    for report, expected in IN_THE_FILES.items():
+        page.goto(f"/topics/{made[report]}/")
+        files = {}
+        for kind, name in DOWNLOAD_LINKS[language].items():
+            with page.expect_download() as started:
+                page.locator("#report .actions").get_by_role("link", name=name, exact=True).click()
+            download = started.value
+            assert download.failure() is None, (report, kind, download.failure())
+            files[kind] = Path(download.path()).read_bytes()
+        texts = {
+            "md": files["md"].decode(),
+            "docx": "\n".join(p.text for p in Document(io.BytesIO(files["docx"])).paragraphs),
+            "pdf": extract_text(io.BytesIO(files["pdf"])),
+        }
+        for kind, text in texts.items():
+            flat = " ".join(text.split())
+            marks = [in_markdown(mark) for mark in expected["marks"]] if kind == "md" else expected["marks"]
+            for phrase in [*marks, *expected["summaries"]]:
+                if phrase not in flat:
+                    looks.problems.append(f"{language} interface, {report} {kind}: no “{phrase}”")
+            for word in expected["never"]:
+                if word in flat:
+                    looks.problems.append(f"{language} interface, {report} {kind}: “{word}”")
+    looks.check(f"{language}-downloaded-from")
 
 
 def a_phone_taps_a_citation_and_reads_the_tables(page: Page, looks: Looks, made: dict[str, int]) -> None:

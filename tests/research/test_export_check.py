@@ -32,7 +32,7 @@ ENGLISH = (
 )
 
 
-def checked(owner: User, body: str, question: str) -> Topic:
+def checked(owner: User, body: str, question: str, answer: str = "Дальше ничего.") -> Topic:
     topic = completed(owner, body)
     Topic.objects.filter(pk=topic.pk).update(question=question)
     topic.refresh_from_db()
@@ -47,7 +47,7 @@ def checked(owner: User, body: str, question: str) -> Topic:
         )  # fmt: skip
     followup = FollowUp.objects.create(
         topic=topic, position=1, question="Что дальше?", status=FollowUp.Status.COMPLETED,
-        answer="Дальше ничего.", searched=True,
+        answer=answer, searched=True,
         subquery=SubQuery.objects.create(topic=topic, text="поиск для уточнения", origin="followup", round=2),
     )  # fmt: skip
     assert followup.subquery
@@ -136,3 +136,77 @@ def test_a_report_without_a_check_has_no_summary_or_notes(alice_client: Client, 
     Report.objects.filter(topic=topic).update(created_at=timezone.now())
     markdown = alice_client.get(reverse("report_markdown", args=[topic.pk])).content.decode()
     assert "citations supported" not in markdown and "note 1" not in markdown
+
+
+RUSSIAN_ANSWER = "Токены смешивают до экспертов [1]. Метод придумали на Луне [2]."
+ENGLISH_ANSWER = "Tokens are mixed before the experts [1]. The method was invented on the Moon [2]."
+
+
+def answered_with_check(owner: User, body: str, question: str, answer: str) -> Topic:
+    """A checked report whose follow-up's answer is checked too: [1] supported, its new source
+    [2] not (a made-up claim)."""
+    topic = checked(owner, body, question, answer)
+    followup = topic.followups.get()
+    followup.sources = [{"n": 2, "title": "Moon paper", "url": "https://example.org/moon", "document_id": 0}]
+    row = {"local_verdict": "supported", "method": "local", "score": 0.5, "coverage": 0.5, "similarity": None}
+    followup.citations = [
+        {**row, "sentence_index": 0, "sentence": "answer sentence 0", "n": 1, "verdict": "supported",
+         "passage": "Tokens are mixed across examples.", "note": ""},
+        {**row, "sentence_index": 1, "sentence": "answer sentence 1", "n": 2, "verdict": "unsupported",
+         "passage": "The Moon paper says nothing of the method.", "note": "not in the source: 1969"},
+    ]  # fmt: skip
+    followup.save()
+    return topic
+
+
+def test_a_followups_check_is_carried_into_every_file_in_the_reports_language(
+    alice_client: Client, alice: User
+) -> None:
+    topic = answered_with_check(alice, RUSSIAN, "Что такое смесь токенов?", RUSSIAN_ANSWER)
+    alice_client.cookies["django_language"] = "en"
+    markdown = alice_client.get(reverse("report_markdown", args=[topic.pk])).content.decode()
+    thread = markdown.split("## Уточняющие вопросы")[1]
+    # Marked as the report's are, its notes numbered on from the report's two.
+    assert "экспертов [1]. Метод придумали на Луне [2] **(не подтверждено, примечание 3)**." in thread
+    assert "**Источники подтверждают 1 из 2 ссылок · 1 не подтверждена**" in thread
+    assert (
+        "- 3\\. **Не подтверждено**, \\[2\\]: “answer sentence 1” "
+        "(Слова и эмбеддинги; нет в источнике: 1969). "
+        "Ближайший фрагмент источника: “The Moon paper says nothing of the method.”" in thread
+    )
+    assert "not supported" not in markdown and "citations supported" not in markdown
+
+    _document, text = docx_text(alice_client.get(reverse("report_docx", args=[topic.pk])).content)
+    answer = text.split("Уточняющие вопросы")[1]
+    assert "на Луне [2] (не подтверждено, примечание 3)." in answer
+    assert "Источники подтверждают 1 из 2 ссылок · 1 не подтверждена" in answer
+    assert "3. Не подтверждено, [2]: “answer sentence 1”" in answer
+    assert "Ближайший фрагмент источника: “The Moon paper says nothing of the method.”" in answer
+
+    pdf = extract_text(io.BytesIO(alice_client.get(reverse("report_pdf", args=[topic.pk])).content))
+    flat = " ".join(pdf.split()).split("Уточняющие вопросы")[1]
+    assert "на Луне [2] (не подтверждено, примечание 3)" in flat
+    assert "[2]не" not in flat and "[2]not" not in flat
+    assert "Источники подтверждают 1 из 2 ссылок · 1 не подтверждена" in flat
+    assert "Не подтверждено, [2]: “answer sentence 1”" in flat
+    assert "Ближайший фрагмент источника: “The Moon paper says nothing of the method.”" in flat
+
+
+def test_an_english_followups_check_downloads_in_english_from_the_russian_interface(
+    alice_client: Client, alice: User
+) -> None:
+    topic = answered_with_check(alice, ENGLISH, "What is Mixture of Tokens?", ENGLISH_ANSWER)
+    alice_client.cookies["django_language"] = "ru"
+    markdown = alice_client.get(reverse("report_markdown", args=[topic.pk])).content.decode()
+    thread = markdown.split("## Follow-up questions")[1]
+    assert "on the Moon [2] **(not supported, note 3)**." in thread
+    assert "**1 of 2 citations supported by their sources · 1 not supported**" in thread
+    assert "(Words and embeddings; not in the source: 1969)" in thread
+    _document, text = docx_text(alice_client.get(reverse("report_docx", args=[topic.pk])).content)
+    assert "on the Moon [2] (not supported, note 3)." in text.split("Follow-up questions")[1]
+    pdf = " ".join(
+        extract_text(io.BytesIO(alice_client.get(reverse("report_pdf", args=[topic.pk])).content)).split()
+    )
+    thread = pdf.split("Follow-up questions")[1]
+    assert "on the Moon [2] (not supported, note 3)" in thread
+    assert "1 of 2 citations supported by their sources · 1 not supported" in thread
