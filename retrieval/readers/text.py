@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 import charset_normalizer
@@ -246,7 +246,7 @@ def is_compound(first: str, second: str) -> bool:
     return min(_zipf(first, language), _zipf(second, language)) - COMPOUND_MARGIN > together
 
 
-@cache
+@lru_cache(maxsize=65_536)  # bounded: the words of every file a worker reads pass here
 def _zipf(word: str, language: str) -> float:
     import wordfreq  # loaded on the first line-end hyphen only (a fraction of a second)
 
