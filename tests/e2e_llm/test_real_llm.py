@@ -19,7 +19,7 @@ from django.test import Client
 
 from mindsearch.clients import llm
 from research import progress, workflow
-from research.models import FollowUp, LLMCall, Report, RunEvent, Topic
+from research.models import FollowUp, LLMCall, Report, RunEvent, SearchQuery, Topic
 from research.pipeline.followup import answer_pending
 from research.pipeline.run import plan_topic, run_topic
 from tests.e2e_llm.conftest import NORMAL_CONTEXT
@@ -75,6 +75,12 @@ def research(owner: User) -> Topic:
     return topic
 
 
+def searched(topic: Topic) -> list[tuple[str, int | None]]:
+    """What the plan searched for and how many results each query had, for a failure's message."""
+    rows = SearchQuery.objects.filter(subquery__topic=topic).order_by("subquery__position", "position")
+    return list(rows.values_list("text", "result_count"))
+
+
 def warned_stages(topic: Topic) -> set[str]:
     return set(topic.events.filter(level=RunEvent.Level.WARNING).values_list("stage", flat=True))
 
@@ -85,7 +91,7 @@ def test_a_whole_topic_completes_through_the_real_model(
     started = time.monotonic()
     topic = research(alice)
     elapsed = time.monotonic() - started
-    assert topic.status == Topic.Status.COMPLETED, topic.error
+    assert topic.status == Topic.Status.COMPLETED, (topic.error, searched(topic))
     calls = LLMCall.objects.filter(topic=topic)
     answered = calls.filter(error="", cache_hit=False)
     # The real model was asked at every step that asks one, and answered most of them.

@@ -255,7 +255,8 @@ def search_pages(base_url: str, pages: list[tuple[str, str, str, int, str]]) -> 
 
     def results(request: Request) -> list[dict]:
         query = request.param("q").lower()
-        words = set(query.split())
+        # Words as a search engine reads them: "Mixture-of-Tokens?" and "(tokens" are words too.
+        words = set(re.findall(r"\w+", query))
 
         def rank(page: tuple) -> tuple[int, str]:
             return -len(words & set(page[2].split())), hashlib.md5((query + page[0]).encode()).hexdigest()
