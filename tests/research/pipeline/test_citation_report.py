@@ -21,7 +21,6 @@ from research import archive
 from research.archive.checks import ArchiveError
 from research.models import Citation, Document, LLMCall, Report, RunEvent, ShareLink, Topic
 from research.pipeline.run import plan_topic, run_topic
-from tests.support.fakes import openai_chat
 from tests.support.world import TOPIC, ScriptedLLM, World, citecheck_reply
 
 pytestmark = pytest.mark.django_db
@@ -75,8 +74,7 @@ def script_answers(loopback: World, *answers: str, nonsense_verifier: bool = Fal
     script = AnswersInTurn(
         pages=loopback.script.pages, answers=list(answers), nonsense_verifier=nonsense_verifier
     )
-    loopback.llm.routes[("POST", "/v1/chat/completions")] = openai_chat(script)
-    loopback.script = script
+    loopback.use_script(script)
     return script.answer_requests
 
 
