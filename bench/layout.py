@@ -20,7 +20,7 @@ from bench.common import argument_parser, print_report  # noqa: E402
 from retrieval.readers import pdf  # noqa: E402
 
 FOLDER = ROOT / "tests" / "data" / "documents" / "layout"
-VARIANTS: dict[str, dict[str, float]] = {
+VARIANTS: dict[str, pdf.LayoutParams] = {
     "pdfminer defaults": {},
     "char_margin 3": {"char_margin": 3.0},
     "char_margin 4": {"char_margin": 4.0},
@@ -44,7 +44,7 @@ def measure(data: bytes, sentences: list[str]) -> dict[str, float]:
 
 def main() -> None:
     argument_parser(__doc__).parse_args()
-    chosen = dict(pdf.LAPARAMS)
+    chosen = pdf.LAPARAMS.copy()
     report: dict[str, object] = {"chosen": chosen}
     for path in sorted(FOLDER.glob("*.pdf")):
         sentences = path.with_suffix(".sentences").read_text(encoding="utf-8").splitlines()

@@ -1,6 +1,6 @@
 """Personal API tokens for staff: who has which, when each was last used, and revoking a
 leaked one. Only hashes are stored, so there is no token to show or edit. Invite links for
-SIGNUP=invite, and the admin's sign-in behind the login guard."""
+SIGNUP=invite. The admin's sign-in behind the login guard is mindsearch/admin_site.py."""
 
 from __future__ import annotations
 
@@ -8,27 +8,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.auth.decorators import login_not_required
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from mindsearch.forms import ThrottledAdminAuthenticationForm
 from mindsearch.models import ApiToken, Invite
-
-# The admin's door shares the sign-in page's guard (mindsearch/throttle.py).
-admin.site.login_form = ThrottledAdminAuthenticationForm
-
-
-@login_not_required
-def _guarded_login(request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-    from mindsearch.views import admin_login
-
-    return admin_login(request, extra_context)
-
-
-admin.site.login = _guarded_login
+from mindsearch.requests import signed_in
 
 
 @admin.register(ApiToken)
@@ -68,7 +54,7 @@ class InviteAdmin(admin.ModelAdmin):
             return
         token, stored = Invite.new_secret()
         obj.token_hash = stored["token_hash"]
-        obj.created_by = request.user
+        obj.created_by = signed_in(request)  # the admin lets only signed-in staff this far
         super().save_model(request, obj, form, change)
         link = request.build_absolute_uri(f"{reverse('signup')}?invite={token}")
         self.message_user(

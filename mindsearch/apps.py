@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.contrib.admin import apps as admin_apps
 
 
 class MindSearchConfig(AppConfig):
@@ -20,3 +21,12 @@ class MindSearchConfig(AppConfig):
         post_save.connect(
             revoke_tokens_on_password_change, sender=User, dispatch_uid="revoke-tokens-on-password"
         )
+
+
+class MindSearchAdminConfig(admin_apps.AdminConfig):
+    """Django's admin with MindSearch's site (mindsearch/admin_site.py) as `admin.site`; named in
+    INSTALLED_APPS, so not this module's default (that is MindSearchConfig, for "mindsearch")."""
+
+    default = False
+
+    default_site = "mindsearch.admin_site.GuardedAdminSite"

@@ -45,7 +45,7 @@ MEDIA_ROOT = MINDSEARCH_DATA_DIR / "media"
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "mindsearch.apps.MindSearchAdminConfig",  # django.contrib.admin with its sign-in guarded
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -151,7 +151,7 @@ class ThrottledLoginView(LoginView):
 
 
 def admin_login(request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-    """The admin's sign-in behind the same guard (installed on admin.site in mindsearch/admin.py)."""
+    """The admin's sign-in behind the same guard (mindsearch/admin_site.py)."""
     response = AdminSite.login(admin.site, request, extra_context)
     form = getattr(response, "context_data", None) or {}
     form = form.get("form") if isinstance(form, dict) else None

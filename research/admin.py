@@ -5,21 +5,22 @@ record. django-q2 registers its own task, failure, schedule and queue pages."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import flatten
 from django.core.exceptions import PermissionDenied
 from django.db.models import Avg, Count, Max, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import filesizeformat
-from django.template.response import TemplateResponse
+from django.template.response import SimpleTemplateResponse, TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.functional import Promise as StrPromise
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -45,6 +46,20 @@ from research.models import (
     Topic,
 )
 from research.pipeline import cache
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+# An option's label: translated lazily.
+Label = str | StrPromise
+
+
+class CitationCounts(TypedDict):
+    """What ReportAdmin's list annotates each report with."""
+
+    checked: int
+    supported: int
+
 
 SCORE_FIELDS = (
     "total",
@@ -84,22 +99,22 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class OptionFilter(admin.SimpleListFilter):
     """A list filter of named options, each a label and the condition it filters by."""
 
-    def options(self) -> dict[str, tuple[str, Q]]:
+    def options(self) -> dict[str, tuple[Label, Q]]:
         raise NotImplementedError
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, Any]]:
         return [(value, label) for value, (label, _where) in self.options().items()]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        options = self.options()
-        return queryset.filter(options[self.value()][1]) if self.value() in options else queryset
+        options, value = self.options(), self.value()
+        return queryset.filter(options[value][1]) if value in options else queryset
 
 
 class ExpiryFilter(OptionFilter):
     title = _("expiry")
     parameter_name = "expiry"
 
-    def options(self) -> dict[str, tuple[str, Q]]:
+    def options(self) -> dict[str, tuple[Label, Q]]:
         now, day, week = timezone.now(), timedelta(days=1), timedelta(days=7)
         return {
             "expired": (_("Expired (awaiting purge)"), Q(expires_at__lte=now)),
@@ -113,7 +128,7 @@ class SizeFilter(OptionFilter):
     title = _("size")
     parameter_name = "size"
 
-    def options(self) -> dict[str, tuple[str, Q]]:
+    def options(self) -> dict[str, tuple[Label, Q]]:
         return {
             "small": (_("Under 10 kB"), Q(size_bytes__lt=10_000)),
             "medium": (_("10–100 kB"), Q(size_bytes__gte=10_000, size_bytes__lt=100_000)),
@@ -126,7 +141,7 @@ class HitCountFilter(OptionFilter):
     title = _("hit count")
     parameter_name = "hits"
 
-    def options(self) -> dict[str, tuple[str, Q]]:
+    def options(self) -> dict[str, tuple[Label, Q]]:
         return {
             "0": (_("Never hit"), Q(hit_count=0)),
             "1-9": (_("1–9 hits"), Q(hit_count__range=(1, 9))),
@@ -138,7 +153,7 @@ class SharingFilter(OptionFilter):
     title = _("shared or private")
     parameter_name = "sharing"
 
-    def options(self) -> dict[str, tuple[str, Q]]:
+    def options(self) -> dict[str, tuple[Label, Q]]:
         return {
             "shared": (_("Shared web data"), Q(owner__isnull=True)),
             "private": (_("From one user's documents"), Q(owner__isnull=False)),
@@ -187,7 +202,8 @@ class CacheEntryAdmin(ReadOnlyAdmin):
         queryset = super().get_queryset(request)
         # A page of 100 rows would otherwise load up to 100 whole pages of Markdown.
         match = request.resolver_match
-        return queryset.defer("payload") if match and match.url_name.endswith("changelist") else queryset
+        changelist = match is not None and (match.url_name or "").endswith("changelist")
+        return queryset.defer("payload") if changelist else queryset
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -295,7 +311,7 @@ class ErrorFilter(OptionFilter):
     title = _("outcome")
     parameter_name = "outcome"
 
-    def options(self) -> dict[str, tuple[str, Q]]:
+    def options(self) -> dict[str, tuple[Label, Q]]:
         return {"error": (_("Failed"), ~Q(error="")), "ok": (_("Answered"), Q(error=""))}
 
 
@@ -353,9 +369,11 @@ class LLMCallAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         response = super().changelist_view(request, extra_context)
-        changelist = getattr(response, "context_data", {}).get("cl")
-        if changelist is not None:
-            response.context_data["totals"] = _totals(changelist.queryset)
+        # A page (not the redirect after an action) carries the change list in its context.
+        context = response.context_data if isinstance(response, SimpleTemplateResponse) else None
+        changelist = (context or {}).get("cl")
+        if context is not None and changelist is not None:
+            context["totals"] = _totals(changelist.queryset)
         return response
 
     def usage_view(self, request: HttpRequest) -> HttpResponse:
@@ -414,8 +432,8 @@ class ReadOnlyInline(admin.TabularInline):
     extra = 0
     show_change_link = True
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
-        return self.fields or ()
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return flatten(self.fields) if self.fields else []
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -478,7 +496,7 @@ class TopicAdmin(ReadOnlyAdmin):
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, Any, Any]:
         """Sub-queries go with their topic, though none may be deleted alone here."""
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        perms_needed.discard(SubQuery._meta.verbose_name)
+        perms_needed.discard(str(SubQuery._meta.verbose_name))  # equal to the lazy name it holds
         return deleted, counts, perms_needed, protected
 
     @admin.display(description=_("LLM usage"))
@@ -492,7 +510,7 @@ class TopicAdmin(ReadOnlyAdmin):
             ' completion tokens, estimated cost {cost}. <a href="{url}">The calls</a>'
         )
         return format_html(
-            text,
+            str(text),
             calls=spent.calls,
             cached=spent.cached_calls,
             failed=spent.failed_calls,
@@ -576,7 +594,7 @@ class ReportAdmin(ReadOnlyAdmin):
         return super().get_queryset(request).annotate(checked=Count("citations"), supported=supported)
 
     @admin.display(description=_("citations supported"))
-    def citations_supported(self, report: Report) -> str:
+    def citations_supported(self, report: WithAnnotations[Report, CitationCounts]) -> str:
         return f"{report.supported} / {report.checked}" if report.checked else "—"
 
 

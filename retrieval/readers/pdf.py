@@ -29,10 +29,13 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from retrieval.readers import pdfstreams, quality
 from retrieval.readers.text import join_hyphenated, normalise
+
+if TYPE_CHECKING:
+    from pdfminer.layout import LTTextBox
 
 # A block wholly within this share of the page's height from its top or bottom edge is in the
 # margin, where running headers, footers and page numbers live.
@@ -59,11 +62,22 @@ UNMAPPED_GLYPH = re.compile(r"\(cid:\d+\)")
 CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
 CJK_GAP = re.compile(f"(?<=[{CJK}]) (?=[{CJK}])")
 BLOCK_END_HYPHEN = re.compile(r"(?<=[^\W\d_])-\n\n(?=([^\W\d_]))")
+
+
 # pdfminer's layout analysis beyond its defaults: justified lines, whose word gaps grow past the
 # default char_margin (2.0), came apart into one- and two-word blocks (bench/layout.py: a justified
 # Russian text 32 such blocks of 118 and 83 % of sentences whole by default, none and 99.5 % at 4.0;
 # a two-column paper whole either way).
-LAPARAMS: dict[str, float] = {"char_margin": 4.0}
+class LayoutParams(TypedDict, total=False):
+    """pdfminer's LAParams margins that the reader and bench/layout.py set."""
+
+    line_overlap: float
+    char_margin: float
+    line_margin: float
+    word_margin: float
+
+
+LAPARAMS: LayoutParams = {"char_margin": 4.0}
 # pdfminer's share of the parse timeout (60 s); pages after it are read by pdfium.
 PDFMINER_SECONDS = 30.0
 # pdfminer's time for one page, enforced inside the page (a one-page newspaper took it 21 s of
@@ -318,25 +332,26 @@ def _time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _font_size(box: object) -> float:
+def _font_size(box: LTTextBox) -> float:
     from pdfminer.layout import LTChar
 
     sizes = [
         char.size for line in box for char in line if isinstance(char, LTChar) and char.get_text().strip()
-    ]  # type: ignore[attr-defined]
+    ]
     return statistics.median(sizes) if sizes else 0.0
 
 
 def _pdfminer_title(data: bytes) -> str:
     from pdfminer.pdfdocument import PDFDocument
     from pdfminer.pdfparser import PDFParser
+    from pdfminer.pdftypes import PDFObjRef
     from pdfminer.utils import decode_text
 
     try:
         document = PDFDocument(PDFParser(io.BytesIO(data)))
         for info in document.info:
             title = info.get("Title")
-            if hasattr(title, "resolve"):
+            if isinstance(title, PDFObjRef):
                 title = title.resolve()
             if isinstance(title, bytes):
                 return decode_text(title).strip()

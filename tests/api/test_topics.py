@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django_q.models import OrmQ
+from pytest_django import DjangoCaptureOnCommitCallbacks, Settings
 
 from research import export
 from research.models import CacheCounter, CacheEntry, RunEvent, ShareLink, SubQuery, Topic
@@ -27,7 +28,7 @@ def queued_tasks() -> list[str]:
 
 
 def test_create_topic_queues_its_plan(
-    alice_api: ApiClient, alice: User, django_capture_on_commit_callbacks: object
+    alice_api: ApiClient, alice: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     body = {"question": "  Расскажи об   Mixture of Tokens ", "sources": "both", "mode": "deep"}
     with django_capture_on_commit_callbacks(execute=True):
@@ -65,7 +66,7 @@ def test_malformed_json_is_a_400(alice_api: ApiClient) -> None:
     assert "detail" in response.json()
 
 
-def test_an_oversized_body_is_a_413(alice_api: ApiClient, settings: object) -> None:
+def test_an_oversized_body_is_a_413(alice_api: ApiClient, settings: Settings) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     response = alice_api.post("/api/topics", {"question": "x" * 2000})
     assert response.status_code == 413
@@ -139,7 +140,7 @@ def test_cancel_topic_keeps_what_was_found_and_refuses_a_finished_one(
 
 
 def test_rerun_resumes_a_failed_topic_in_place(
-    alice_api: ApiClient, alice: User, django_capture_on_commit_callbacks: object
+    alice_api: ApiClient, alice: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     topic = awaiting(alice)
     topic.fail("search failed")
@@ -207,7 +208,7 @@ def test_edit_plan_keeps_edits_adds_reorders_and_deletes(alice_api: ApiClient, a
 
 def test_edit_plan_refuses_bad_items(alice_api: ApiClient, alice: User, bob: User) -> None:
     topic = awaiting(alice)
-    others = awaiting(bob).subqueries.first()
+    others = awaiting(bob).subqueries.all()[0]
     before = list(topic.subqueries.values_list("text", flat=True))
     empty = alice_api.put(f"/api/topics/{topic.pk}/plan", {"subqueries": [{"text": "   "}]})
     assert empty.status_code == 422 and "empty" in empty.json()["detail"]
@@ -215,7 +216,7 @@ def test_edit_plan_refuses_bad_items(alice_api: ApiClient, alice: User, bob: Use
         f"/api/topics/{topic.pk}/plan", {"subqueries": [{"id": others.pk, "text": "x y"}]}
     )
     assert foreign.status_code == 404 and "not part of this plan" in foreign.json()["detail"]
-    first = topic.subqueries.first()
+    first = topic.subqueries.all()[0]
     twice = [{"id": first.pk, "text": "a b c"}, {"id": first.pk, "text": "d e f"}]
     repeated = alice_api.put(f"/api/topics/{topic.pk}/plan", {"subqueries": twice})
     assert repeated.status_code == 422 and "listed twice" in repeated.json()["detail"]
@@ -236,7 +237,7 @@ def test_the_plans_schema_declares_the_workflows_cap() -> None:
 
 
 def test_approve_plan_queues_the_run_and_locks_the_plan(
-    alice_api: ApiClient, alice: User, django_capture_on_commit_callbacks: object
+    alice_api: ApiClient, alice: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     topic = awaiting(alice)
     with django_capture_on_commit_callbacks(execute=True):

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from pytest_django import Settings
 
 from tests.support.fakes import FakeService, Fault, Response, openai_models, searxng_config
 
@@ -26,7 +27,7 @@ def row(html: str, name: str) -> str:
     return html[start : html.index("</tr>", start)]
 
 
-def test_unconfigured_services_say_so(alice_client: Client, settings: object) -> None:
+def test_unconfigured_services_say_so(alice_client: Client, settings: Settings) -> None:
     settings.AITUNNEL_API_KEY = ""
     settings.AITUNNEL_BASE_URL = "https://api.aitunnel.ru/v1/"
     settings.SEARXNG_URL = ""
@@ -54,7 +55,7 @@ def test_channel_layer_round_trip(alice_client: Client) -> None:
     assert "badge ok" in layer
 
 
-def test_reachable_llm_and_searxng(alice_client: Client, settings: object) -> None:
+def test_reachable_llm_and_searxng(alice_client: Client, settings: Settings) -> None:
     routes = {
         ("GET", "/v1/models"): openai_models("test-model"),
         ("GET", "/config"): searxng_config("duckduckgo", "arxiv", timed=("duckduckgo",)),
@@ -75,7 +76,7 @@ def test_reachable_llm_and_searxng(alice_client: Client, settings: object) -> No
     assert config_request.headers["authorization"].startswith("Basic ")
 
 
-def test_rejected_key_and_unlisted_model(alice_client: Client, settings: object) -> None:
+def test_rejected_key_and_unlisted_model(alice_client: Client, settings: Settings) -> None:
     with FakeService({("GET", "/v1/models"): openai_models("other-model")}) as fake:
         settings.AITUNNEL_BASE_URL = f"{fake.url}v1/"
         settings.AITUNNEL_API_KEY = "wrong-key"
@@ -85,7 +86,7 @@ def test_rejected_key_and_unlisted_model(alice_client: Client, settings: object)
         assert "is not listed" in row(alice_client.get("/status/").content.decode(), "LLM endpoint")
 
 
-def test_unreachable_services_are_problems(alice_client: Client, settings: object) -> None:
+def test_unreachable_services_are_problems(alice_client: Client, settings: Settings) -> None:
     with FakeService() as fake:
         dead = fake.url
     settings.SEARXNG_URL = dead
@@ -97,7 +98,7 @@ def test_unreachable_services_are_problems(alice_client: Client, settings: objec
         assert "badge error" in row(html, name)
 
 
-def test_searxng_that_is_not_searxng(alice_client: Client, settings: object) -> None:
+def test_searxng_that_is_not_searxng(alice_client: Client, settings: Settings) -> None:
     with FakeService({("GET", "/config"): lambda request: Response(200, "<html>")}) as fake:
         settings.SEARXNG_URL = fake.url
         assert "not with SearXNG" in row(alice_client.get("/status/").content.decode(), "SearXNG")
@@ -110,7 +111,7 @@ def test_embedding_model_is_bundled(alice_client: Client) -> None:
 
 
 def test_searxng_whose_engines_lack_time_ranges_says_what_happens(
-    alice_client: Client, settings: object
+    alice_client: Client, settings: Settings
 ) -> None:
     with FakeService({("GET", "/config"): searxng_config("wikipedia", "arxiv")}) as fake:
         settings.SEARXNG_URL = fake.url
@@ -118,7 +119,7 @@ def test_searxng_whose_engines_lack_time_ranges_says_what_happens(
     assert "0 with time ranges" in html and "asked again without" in html
 
 
-def test_searxng_with_no_engine_enabled_is_a_warning(alice_client: Client, settings: object) -> None:
+def test_searxng_with_no_engine_enabled_is_a_warning(alice_client: Client, settings: Settings) -> None:
     with FakeService({("GET", "/config"): searxng_config()}) as fake:
         settings.SEARXNG_URL = fake.url
         html = row(alice_client.get("/status/").content.decode(), "SearXNG")

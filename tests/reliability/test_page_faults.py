@@ -14,7 +14,7 @@ from mindsearch.clients import reader as reader_client
 from research.models import Document, Hit, Topic
 from research.pipeline.stages import read
 from tests.reliability.runs import research, warnings_of
-from tests.support.fakes import Fault, Response, redirect
+from tests.support.fakes import Fault, Request, Response, Route, redirect
 from tests.support.world import World
 
 pytestmark = pytest.mark.django_db
@@ -70,7 +70,7 @@ def test_one_slow_reader_answer_only_costs_that_page_a_direct_fetch(
 BIG = 6_000_000
 
 
-def hostile_pages(w: World) -> dict[str, tuple[object, str]]:
+def hostile_pages(w: World) -> dict[str, tuple[Route, str]]:
     """slug → (route, the reason the warning must give); the three best pages of the world."""
     huge = Response(200, b"<p>" + b"a" * BIG + b"</p>", {"Content-Type": "text/html"}, close_delimited=True)
     binary = Response(200, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 64, {"Content-Type": "image/png"})
@@ -108,10 +108,12 @@ def test_huge_binary_looping_and_private_redirecting_pages_give_way_to_the_next_
 
 def test_a_huge_page_from_the_reader_is_kept_up_to_the_document_cap(alice: User, loopback: World) -> None:
     answer = loopback.reader.fallback
+    assert answer is not None
 
-    def huge_first_page(request: object) -> Response:
+    def huge_first_page(request: Request) -> Response:
         response = answer(request)
         if "mot-paper" in request.raw_path:
+            assert isinstance(response.body, str), response  # the reader answers Markdown
             response.body += "Mixture of Tokens. " * 200_000  # 3.8 MB of Markdown
         return response
 

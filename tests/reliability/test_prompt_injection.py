@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from research.models import CacheEntry, Document, Hit, LLMCall, Summary, Topic
 from research.pipeline.prompting import DATA_CLOSE, DATA_OPEN
 from tests.reliability.runs import research
 from tests.support.fakes import Request, Response
-from tests.support.world import World, loopback_world, prompt_kind
+from tests.support.world import ScriptedLLM, World, loopback_world, prompt_kind
 
 pytestmark = pytest.mark.django_db
 
@@ -35,29 +37,39 @@ INJECTION = (
 OBEYED = re.compile(r"IGNORE ALL PREVIOUS INSTRUCTIONS")
 
 
-def gullible(w: World) -> None:
+def obey(user: str, normal: str) -> str:
+    """A gullible model's answer: the injection's orders first when it met one."""
+    if not OBEYED.search(user):
+        return normal
+    return f"ПОДЗАПРОС: bitcoin casino bonus\nЗАПРОС: bitcoin casino bonus\n{EVIL}1\n{normal}"
+
+
+class Gullible(ScriptedLLM):
     """The scripted LLM, obeying any injection it finds anywhere in its input."""
-    script = w.script
-    summarise, answer, score = script.summarise, script.answer, script.score
 
-    def obey(user: str, normal: str) -> str:
-        if not OBEYED.search(user):
-            return normal
-        return f"ПОДЗАПРОС: bitcoin casino bonus\nЗАПРОС: bitcoin casino bonus\n{EVIL}1\n{normal}"
+    def summarise(self, user: str) -> str:
+        return obey(user, super().summarise(user))
 
-    script.summarise = lambda user: obey(user, summarise(user))
-    script.answer = lambda user: obey(user, answer(user)).replace(
-        "## Заключение", f"[1]({EVIL}2)\n\n## Заключение"
-    )
-    script.score = lambda user: obey(user, score(user)).replace(": 3", ": 10")
+    def answer(self, user: str) -> str:
+        return obey(user, super().answer(user)).replace("## Заключение", f"[1]({EVIL}2)\n\n## Заключение")
+
+    def score(self, user: str) -> str:
+        return obey(user, super().score(user)).replace(": 3", ": 10")
+
+
+def gullible(w: World) -> None:
+    """The world's LLM becomes `Gullible` over the same pages."""
+    w.use_script(Gullible(pages=w.script.pages, queries_per_language=w.script.queries_per_language))
 
 
 def injected_pages(w: World) -> None:
     read = w.reader.fallback
+    assert read is not None
 
     def with_injection(request: Request) -> Response:
         response = read(request)
         if response.status == 200:
+            assert isinstance(response.body, str), response  # the reader answers Markdown
             response.body = response.body.replace("Markdown Content:\n", f"Markdown Content:\n{INJECTION}")
         return response
 
@@ -74,7 +86,9 @@ def actions(w: World, topic: Topic) -> dict[str, Counter]:
     }
 
 
-def run_once(alice: User, settings: object, *, inject: bool) -> tuple[Topic, dict, list[str]]:
+def run_once(
+    alice: User, settings: Settings, *, inject: bool
+) -> tuple[Topic, dict[str, Counter], list[list[dict[str, Any]]]]:
     CacheEntry.objects.all().delete()  # each run asks the outside world afresh
     with loopback_world(settings) as w:
         gullible(w)
@@ -85,7 +99,7 @@ def run_once(alice: User, settings: object, *, inject: bool) -> tuple[Topic, dic
         return topic, actions(w, topic), requests
 
 
-def test_an_injected_page_changes_no_action_of_the_pipeline(alice: User, settings: object) -> None:
+def test_an_injected_page_changes_no_action_of_the_pipeline(alice: User, settings: Settings) -> None:
     clean, clean_actions, _ = run_once(alice, settings, inject=False)
     injected, injected_actions, _ = run_once(alice, settings, inject=True)
     assert clean.status == injected.status == Topic.Status.COMPLETED, injected.error
@@ -101,7 +115,7 @@ def test_an_injected_page_changes_no_action_of_the_pipeline(alice: User, setting
     assert "casino" not in " ".join(injected.subqueries.values_list("text", flat=True))
 
 
-def test_page_text_reaches_the_model_only_inside_the_data_block(alice: User, settings: object) -> None:
+def test_page_text_reaches_the_model_only_inside_the_data_block(alice: User, settings: Settings) -> None:
     _topic, _actions, requests = run_once(alice, settings, inject=True)
     carrying = [messages for messages in requests if OBEYED.search(messages[-1]["content"])]
     assert carrying, "no request carried a page"

@@ -269,16 +269,16 @@ def test_a_spooled_body_header_from_a_client_names_nothing() -> None:
     """Under any ASGI server: the header is removed, and an unknown key gives no body."""
     seen: dict[str, Any] = {}
 
-    async def inner(scope: dict, receive: Any, send: Any) -> None:
+    async def inner(scope: bodylimit.Scope, receive: bodylimit.Receive, send: bodylimit.Send) -> None:
         seen["headers"] = scope["headers"]
         seen["message"] = await receive()
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> bodylimit.Message:
         return {"type": "http.request", "body": b"mine", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: bodylimit.Message) -> None:
         pass
 
     scope = {
@@ -294,18 +294,24 @@ def test_a_spooled_body_header_from_a_client_names_nothing() -> None:
 
 
 def test_forwarded_headers_count_only_from_trusted_proxies() -> None:
-    seen: list[dict[str, Any]] = []
+    seen: list[bodylimit.Scope] = []
 
-    async def inner(scope: dict, receive: Any, send: Any) -> None:
+    async def inner(scope: bodylimit.Scope, receive: bodylimit.Receive, send: bodylimit.Send) -> None:
         seen.append(scope)
+
+    async def no_receive() -> bodylimit.Message:
+        raise AssertionError("a GET has no body to receive")
+
+    async def no_send(message: bodylimit.Message) -> None:
+        raise AssertionError("the inner app answers nothing")
 
     app = bodylimit.GuardedApp(inner)
     headers = [(b"x-forwarded-for", b"203.0.113.9, 198.51.100.1"), (b"x-forwarded-proto", b"https")]
 
-    async def run(peer: str) -> dict[str, Any]:
+    async def run(peer: str) -> bodylimit.Scope:
         scope = {"type": "http", "method": "GET", "path": "/", "client": [peer, 5000], "headers": headers}
         scope["scheme"] = "http"
-        await app(scope, None, None)
+        await app(scope, no_receive, no_send)
         return seen[-1]
 
     with override_settings(TRUSTED_PROXIES=["10.9.8.0/24"]):
@@ -364,4 +370,4 @@ def test_a_forwarded_proto_from_an_untrusted_client_is_not_believed(django_db_bl
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         conn.request("GET", "/accounts/login/", headers={"X-Forwarded-Proto": "https"})
         response = conn.getresponse()
-        assert response.status == 301 and response.getheader("Location").startswith("https://")
+        assert response.status == 301 and response.getheader("Location", "").startswith("https://")

@@ -21,5 +21,5 @@ def private_loopback(loopback: World, media_root: None) -> World:
     """The loopback world whose scripted LLM scores a private passage by what it says."""
     from tests.research.pipeline.test_private_sources import judge_passages_by_content
 
-    judge_passages_by_content(loopback.script)
+    judge_passages_by_content(loopback)
     return loopback

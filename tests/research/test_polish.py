@@ -11,6 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from docx import Document
+from docx.document import Document as DocxDocument
+from docx.text.paragraph import Paragraph
 
 from research.models import ShareLink, Topic
 from tests.research.test_views import completed
@@ -33,9 +35,15 @@ Mixture of Tokens mixes **tokens across examples** before the experts see them [
 """
 
 
-def docx_text(content: bytes) -> tuple[Document, str]:
+def docx_text(content: bytes) -> tuple[DocxDocument, str]:
     document = Document(io.BytesIO(content))
     return document, "\n".join(paragraph.text for paragraph in document.paragraphs)
+
+
+def style_name(paragraph: Paragraph) -> str:
+    """A paragraph's style name ("" for none: python-docx types both as optional)."""
+    style = paragraph.style
+    return (style.name or "") if style is not None else ""
 
 
 def test_docx_has_the_headings_formatting_citations_and_linked_sources(
@@ -49,14 +57,14 @@ def test_docx_has_the_headings_formatting_citations_and_linked_sources(
     )
     assert response["Content-Disposition"].endswith('.docx"')
     document, text = docx_text(response.content)
-    headings = [(p.style.name, p.text) for p in document.paragraphs if p.style.name.startswith("Heading")]
+    headings = [(style_name(p), p.text) for p in document.paragraphs if style_name(p).startswith("Heading")]
     assert ("Heading 1", "Mixture of Tokens") in headings
     assert ("Heading 2", "Where it is used") in headings
     assert ("Heading 2", "Источники") in headings
     assert "before the experts see them [1], and it is continuous [2]." in text
     bold = [run.text for p in document.paragraphs for run in p.runs if run.bold]
     assert "tokens across examples" in bold
-    bullets = [p.text for p in document.paragraphs if p.style.name == "List Bullet"]
+    bullets = [p.text for p in document.paragraphs if style_name(p) == "List Bullet"]
     # The plan of the header first, one paragraph a sub-query, then the report's own list.
     assert bullets == [
         "What is it?",

@@ -11,6 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from django_q.models import OrmQ
+from pytest_django import DjangoCaptureOnCommitCallbacks
 
 from research import export
 from research.models import (
@@ -43,7 +44,7 @@ def awaiting(owner: User) -> Topic:
 def completed(owner: User, markdown: str = "# Answer\n\nTokens are mixed [1].") -> Topic:
     topic = awaiting(owner)
     topic.set_status(Topic.Status.COMPLETED, llm_model="test-model", finished_at=timezone.now())
-    subquery = topic.subqueries.first()
+    subquery = topic.subqueries.all()[0]
     hit = Hit.objects.create(
         topic=topic, subquery=subquery, url="https://example.org/mot", normalized_url="https://example.org/mot",
         title="Mixture of Tokens paper",
@@ -89,7 +90,7 @@ def test_a_new_user_sees_the_empty_state_with_the_form_and_the_status(alice_clie
 
 @pytest.mark.usefixtures("web_search_configured")
 def test_starting_a_topic_queues_its_plan(
-    alice_client: Client, alice: User, django_capture_on_commit_callbacks: object
+    alice_client: Client, alice: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     form = {
         "question": "  Расскажи об   Mixture of Tokens ",
@@ -156,7 +157,7 @@ def test_an_empty_sub_query_is_refused(alice_client: Client, alice: User) -> Non
 
 
 def test_approving_queues_the_run_and_locks_the_plan(
-    alice_client: Client, alice: User, django_capture_on_commit_callbacks: object
+    alice_client: Client, alice: User, django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks
 ) -> None:
     topic = awaiting(alice)
     with django_capture_on_commit_callbacks(execute=True):
@@ -164,7 +165,7 @@ def test_approving_queues_the_run_and_locks_the_plan(
     topic.refresh_from_db()
     assert topic.status == Topic.Status.QUEUED
     assert "research.tasks.run" in queued_tasks()
-    subquery = topic.subqueries.first()
+    subquery = topic.subqueries.all()[0]
     response = alice_client.post(
         reverse("subquery_update", args=[topic.pk, subquery.pk]), {"text": "changed later"}
     )
@@ -334,7 +335,8 @@ def test_a_share_link_opens_the_report_for_anyone_and_is_shown_once(
     assert "Cancel" not in html and "Search results and their scores" not in html and "Revoke" not in html
     token = url.rstrip("/").rsplit("/", 1)[1]
     assert Client().get(reverse("shared_report_markdown", args=[token])).status_code == 200
-    assert ShareLink.objects.get().expires_at > timezone.now() + timedelta(days=6)
+    expires_at = ShareLink.objects.get().expires_at
+    assert expires_at is not None and expires_at > timezone.now() + timedelta(days=6)
 
 
 def test_revoked_expired_and_guessed_links_are_404(alice_client: Client, alice: User) -> None:
@@ -360,7 +362,7 @@ def test_an_unfinished_topic_cannot_be_shared(alice_client: Client, alice: User)
 
 def test_another_user_gets_404_everywhere(bob_client: Client, alice: User) -> None:
     topic = completed(alice)
-    subquery = topic.subqueries.first()
+    subquery = topic.subqueries.all()[0]
     link, _ = ShareLink.issue(topic)
     gets = ["topic_detail", "report_markdown", "report_pdf"]
     for name in gets:

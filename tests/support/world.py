@@ -296,6 +296,7 @@ class World:
     reader: FakeService
     web: FakeService
     script: ScriptedLLM
+    llm_pace: Pace | None = None
 
     def settings(self) -> dict[str, Any]:
         # Every page of this world is on one host; the per-site cap is tested on a world of
@@ -307,6 +308,11 @@ class World:
 
     def external_requests(self) -> int:
         return sum(len(service.requests) for service in (self.llm, self.searxng, self.reader, self.web))
+
+    def use_script(self, script: ScriptedLLM) -> None:
+        """The LLM answers with `script` from now on: a ScriptedLLM subclass with other answers."""
+        self.llm.routes[("POST", "/v1/chat/completions")] = openai_chat(script, pace=self.llm_pace)
+        self.script = script
 
 
 @contextmanager
@@ -332,7 +338,7 @@ def world(
         search = {("GET", "/search"): searxng_search(search_pages(web.url, pages))}
         searxng = stack.enter_context(FakeService(search, latency=search_latency))
         read = stack.enter_context(FakeService(fallback=reader(readable), latency=reader_latency))
-        yield World(llm=llm, searxng=searxng, reader=read, web=web, script=script)
+        yield World(llm=llm, searxng=searxng, reader=read, web=web, script=script, llm_pace=llm_pace)
 
 
 @contextmanager

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from mindsearch.clients import websearch
 from mindsearch.clients.websearch import SearchError
 from mindsearch.models import RateLimitGrant
-from tests.support.fakes import FakeService, Fault, Response, searxng_config, searxng_search
+from tests.support.fakes import FakeService, Fault, Request, Response, searxng_config, searxng_search
 from tests.support.processes import free_port
 
-RESULTS = [
+RESULTS: list[dict[str, Any]] = [
     {
         "url": "https://arxiv.org/abs/2310.15961",
         "title": "Mixture of Tokens",
@@ -66,7 +67,9 @@ def test_results_are_parsed(fake) -> None:
     assert first.position == 1
     assert first.published_at == datetime(2023, 10, 24, 17, 59, 1, tzinfo=UTC)
     assert response.results[1].position == 2
-    assert response.results[1].published_at.utcoffset().total_seconds() == 7200
+    second = response.results[1].published_at
+    offset = second.utcoffset() if second is not None else None
+    assert offset is not None and offset.total_seconds() == 7200
 
 
 def test_unresponsive_engines_are_kept(fake) -> None:
@@ -125,9 +128,7 @@ def test_the_fake_refuses_other_formats_like_searxng(fake) -> None:
     assert searxng_search(lambda request: [])(_request({"format": ["html"]})).status == 403
 
 
-def _request(query: dict) -> object:
-    from tests.support.fakes import Request
-
+def _request(query: dict) -> Request:
     return Request("GET", "/search", query, {}, b"")
 
 
@@ -222,7 +223,7 @@ def test_parse_date(value, expected) -> None:
 
 def test_fake_fills_searxng_fields() -> None:
     payload = searxng_search(lambda request: [{"url": "https://a.example/"}])(_request({"format": ["json"]}))
-    assert isinstance(payload, Response)
+    assert isinstance(payload, Response) and isinstance(payload.body, dict)
     item = payload.body["results"][0]
     assert {"url", "title", "content", "engine", "engines", "score", "category"} <= item.keys()
 

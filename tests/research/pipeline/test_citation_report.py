@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from research import archive
 from research.archive.checks import ArchiveError
 from research.models import Citation, Document, LLMCall, Report, RunEvent, ShareLink, Topic
 from research.pipeline.run import plan_topic, run_topic
-from tests.support.world import TOPIC, World, citecheck_reply
+from tests.support.world import TOPIC, ScriptedLLM, World, citecheck_reply
 
 pytestmark = pytest.mark.django_db
 
@@ -49,18 +50,32 @@ def researched(owner: User, **fields: Any) -> Topic:
     return topic
 
 
-def script_answers(loopback: World, *answers: str) -> list[str]:
-    """The LLM writes these answers in turn; its verifier backs claims about Mixture of Tokens."""
-    requests: list[str] = []
-    queue = list(answers)
+@dataclass
+class AnswersInTurn(ScriptedLLM):
+    """Writes the given answers in turn (the last one from then on) and keeps the answer requests;
+    its verifier backs claims about Mixture of Tokens, or answers nonsense when told to."""
 
-    def answer(user: str) -> str:
-        requests.append(user)
-        return queue.pop(0) if len(queue) > 1 else queue[0]
+    answers: list[str] = field(default_factory=list)
+    answer_requests: list[str] = field(default_factory=list)
+    nonsense_verifier: bool = False
 
-    loopback.script.answer = answer
-    loopback.script.citecheck = lambda user: citecheck_reply(user, lambda claim, passage: "Tokens" in claim)
-    return requests
+    def answer(self, user: str) -> str:
+        self.answer_requests.append(user)
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def citecheck(self, user: str) -> str:
+        if self.nonsense_verifier:
+            return 'Sure, here you go: [{"id": 1, "verdict": "suppo'
+        return citecheck_reply(user, lambda claim, passage: "Tokens" in claim)
+
+
+def script_answers(loopback: World, *answers: str, nonsense_verifier: bool = False) -> list[str]:
+    """The world's LLM becomes an `AnswersInTurn` of these answers; returns its answer requests."""
+    script = AnswersInTurn(
+        pages=loopback.script.pages, answers=list(answers), nonsense_verifier=nonsense_verifier
+    )
+    loopback.use_script(script)
+    return script.answer_requests
 
 
 def messages(topic: Topic) -> list[str]:
@@ -105,8 +120,7 @@ def test_a_worse_second_answer_is_not_kept(alice: User, loopback: World) -> None
 
 
 def test_a_verifier_answering_nonsense_leaves_the_local_verdicts(alice: User, loopback: World) -> None:
-    script_answers(loopback, SECOND)
-    loopback.script.citecheck = lambda user: 'Sure, here you go: [{"id": 1, "verdict": "suppo'
+    script_answers(loopback, SECOND, nonsense_verifier=True)
     topic = researched(alice)
     citations = list(topic.report.citations.all())
     assert len(citations) == 2

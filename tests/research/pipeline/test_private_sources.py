@@ -31,6 +31,7 @@ from research.models import (
 from research.pipeline import private
 from research.pipeline.context import RunContext
 from research.pipeline.run import plan_topic, run_topic
+from research.pipeline.stage import StageName
 from research.pipeline.stages import queries, score_hits, search
 from research.pipeline.stages.answer.report_writer import sources_section
 from retrieval.ingest import ingest
@@ -65,11 +66,11 @@ ROWS = (Hit, HitScore, Document, Summary, SummaryScore, Report, SearchQuery, Sub
 pytestmark = pytest.mark.usefixtures("media_root")
 
 
-def judge_passages_by_content(script: ScriptedLLM) -> None:
-    """The scripted LLM scores a private passage or summary by what it says (10 when it is about
-    Mixture of Tokens, else 1), and web pages as before."""
+class JudgesPassagesByContent(ScriptedLLM):
+    """Scores a private passage or summary by what it says (10 when it is about Mixture of
+    Tokens, else 1), and web pages as ScriptedLLM does."""
 
-    def score(user: str) -> str:
+    def score(self, user: str) -> str:
         listing = user.split("<<<ДАННЫЕ", 1)[-1]
         rows = []
         for block in re.split(r"^\d+\. Заголовок: ", listing, flags=re.M)[1:]:
@@ -78,10 +79,23 @@ def judge_passages_by_content(script: ScriptedLLM) -> None:
                 value = 10 if "Mixture of Tokens" in text else 1
                 rows.append({"заголовок": title, **dict.fromkeys(CRITERIA, value)})
             else:
-                rows.append(script._row(title))
+                rows.append(self._row(title))
         return json.dumps(rows, ensure_ascii=False)
 
-    script.score = score
+
+def judge_passages_by_content(world: World) -> None:
+    """The world's LLM becomes a `JudgesPassagesByContent` over the same pages."""
+    world.use_script(
+        JudgesPassagesByContent(
+            pages=world.script.pages, queries_per_language=world.script.queries_per_language
+        )
+    )
+
+
+def chunk_owner(hit: Hit) -> int:
+    """The owner of a private hit's passage (a private hit has one)."""
+    assert hit.chunk is not None, hit
+    return hit.chunk.owner_id
 
 
 def upload(owner: User, data: bytes, name: str) -> UploadedDocument:
@@ -144,7 +158,7 @@ def test_a_both_topic_cites_private_documents_by_name_and_page_next_to_web_sourc
     # The relevance floor may keep off-topic pages (cover, catering) from being hits at all.
     assert private_hits.count() <= uploads[MEMO].chunk_count + uploads[NOTES].chunk_count
     for hit in private_hits:
-        assert hit.chunk.owner_id == alice.pk and hit.url == "" and PHRASE in hit.snippet
+        assert chunk_owner(hit) == alice.pk and hit.url == "" and PHRASE in hit.snippet
         assert hit.score.origin == HitScore.Origin.LLM
     assert set(private_hits.values_list("title", flat=True)) >= {f"{MEMO}, p. {n}" for n in (2, 4)}
 
@@ -297,7 +311,7 @@ def test_bob_never_sees_alices_passages(alice: User, bob: User, private_loopback
     topic = research(bob)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     hits = Hit.objects.filter(topic=topic, source=Hit.Source.PRIVATE).select_related("chunk")
-    assert hits and {hit.chunk.owner_id for hit in hits} == {bob.pk}
+    assert hits and {chunk_owner(hit) for hit in hits} == {bob.pk}
     assert not Document.objects.filter(topic=topic, uploaded_document__owner=alice).exists()
     for text in [
         *Hit.objects.filter(topic=topic).values_list("snippet", flat=True),
@@ -371,7 +385,7 @@ def test_a_run_stopped_after_reading_passages_resumes_without_duplicates(
     for stage in (queries, search, score_hits):
         stage.run(ctx)
     # The worker made the documents and died before summarising any of them.
-    assert private.read_documents(ctx, "read")
+    assert private.read_documents(ctx, StageName.READ)
     documents = set(Document.objects.filter(topic=topic).values_list("pk", flat=True))
     hits = Hit.objects.filter(topic=topic).count()
     assert run_topic(topic.pk) == Topic.Status.COMPLETED
@@ -450,7 +464,7 @@ def test_the_sources_list_writes_private_documents_as_plain_text() -> None:
 def test_console_research_of_my_documents(alice: User) -> None:
     alices_documents(alice)
     with world() as w:
-        judge_passages_by_content(w.script)
+        judge_passages_by_content(w)
         done = processes.manage(
             "research",
             TOPIC,

@@ -6,9 +6,16 @@ from datetime import date
 
 import pytest
 
-from research.pipeline.timeparse import calendar_years, parse_period, strip_period, window_for
+from research.pipeline.timeparse import Period, calendar_years, parse_period, strip_period, window_for
 
 TODAY = date(2025, 11, 21)  # a Friday
+
+
+def period_of(question: str, today: date = TODAY) -> Period:
+    """The period of a question that names one."""
+    period = parse_period(question, today)
+    assert period is not None, question
+    return period
 
 
 @pytest.mark.parametrize(
@@ -37,11 +44,11 @@ def test_relative_phrases_count_back_from_today(
 
 def test_a_calendar_year_gets_no_window_that_would_cut_it_short() -> None:
     # SearXNG's "year" is the last 365 days: it would hide January–November of 2024.
-    period = parse_period("Что произошло в прошлом году в ИИ?", TODAY)
+    period = period_of("Что произошло в прошлом году в ИИ?")
     assert (period.start, period.end, period.time_range) == (date(2024, 1, 1), date(2024, 12, 31), "")
     assert period.years == (2024,)
-    assert parse_period("What happened last year?", TODAY).years == (2024,)
-    this_year = parse_period("выручка в этом году", TODAY)
+    assert period_of("What happened last year?").years == (2024,)
+    this_year = period_of("выручка в этом году")
     assert (this_year.start, this_year.end, this_year.time_range) == (date(2025, 1, 1), TODAY, "year")
 
 
@@ -56,16 +63,16 @@ def test_a_calendar_year_gets_no_window_that_would_cut_it_short() -> None:
     ],
 )
 def test_year_ranges_name_every_year(question: str) -> None:
-    period = parse_period(question, TODAY)
+    period = period_of(question)
     assert (period.start, period.end, period.time_range) == (date(2015, 1, 1), date(2023, 12, 31), "")
     assert period.years == tuple(range(2015, 2024))
     assert "2015" not in strip_period(question, period) and "CUHK" in strip_period(question, period)
 
 
 def test_single_years_and_since() -> None:
-    assert parse_period("инфляция в 2021 году", TODAY).years == (2021,)
-    assert parse_period("inflation in 2021", TODAY).years == (2021,)
-    since = parse_period("курс рубля с 2020 года", TODAY)
+    assert period_of("инфляция в 2021 году").years == (2021,)
+    assert period_of("inflation in 2021").years == (2021,)
+    since = period_of("курс рубля с 2020 года")
     assert (since.start, since.end, since.years) == (
         date(2020, 1, 1),
         TODAY,
@@ -92,26 +99,26 @@ def test_no_period_where_there_is_none(question: str) -> None:
 
 
 def test_calendar_spans() -> None:
-    yesterday = parse_period("что случилось вчера", TODAY)
+    yesterday = period_of("что случилось вчера")
     assert (yesterday.start, yesterday.end, yesterday.time_range) == (
         date(2025, 11, 20),
         date(2025, 11, 20),
         "week",
     )
-    last_week = parse_period("на прошлой неделе", TODAY)
+    last_week = period_of("на прошлой неделе")
     assert (last_week.start, last_week.end) == (date(2025, 11, 10), date(2025, 11, 16))
-    this_month = parse_period("this month", TODAY)
+    this_month = period_of("this month")
     assert (this_month.start, this_month.time_range) == (date(2025, 11, 1), "month")
-    news = parse_period("сегодняшние новости", TODAY)
+    news = period_of("сегодняшние новости")
     assert (news.start, news.time_range) == (TODAY, "day")
 
 
 def test_explicit_years_win_over_relative_phrases() -> None:
-    assert parse_period("в 2021 году за последние 3 месяца", TODAY).years == (2021,)
+    assert period_of("в 2021 году за последние 3 месяца").years == (2021,)
 
 
 def test_month_arithmetic_clamps_to_the_month_end() -> None:
-    period = parse_period("за последний месяц", date(2025, 3, 31))
+    period = period_of("за последний месяц", date(2025, 3, 31))
     assert period.start == date(2025, 2, 28)
 
 
@@ -147,4 +154,4 @@ def test_a_per_year_sub_query_leaves_no_question_mark_or_dangling_preposition(
     ? 2023", "курс рубля в ? 2023")."""
     from research.pipeline.stages.years import without_years
 
-    assert without_years(strip_period(question, parse_period(question, TODAY))) == base
+    assert without_years(strip_period(question, period_of(question))) == base

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from pytest_django import Settings
 
 from research.models import Document, LLMCall, Report, Round, RunEvent, SubQuery, Topic
 from research.pipeline.context import RunContext
@@ -53,7 +54,7 @@ def test_growth_rate_is_new_over_known_with_a_floor_of_one() -> None:
         (0.0, 5, "growth"),
     ],
 )
-def test_stop_reason(settings: object, growth: float, number: int, reason: str) -> None:
+def test_stop_reason(settings: Settings, growth: float, number: int, reason: str) -> None:
     settings.RESEARCH_DEEP_GROWTH_THRESHOLD = 0.1
     settings.RESEARCH_DEEP_MAX_ROUNDS = 5
     assert deep.stop_reason(growth, number) == reason
@@ -136,7 +137,7 @@ def test_novel_phrase() -> None:
 
 
 @pytest.fixture
-def web(settings: object) -> Iterator[DeepWorld]:
+def web(settings: Settings) -> Iterator[DeepWorld]:
     with deep_world(settings=settings) as w:
         yield w
 
@@ -204,13 +205,15 @@ def test_rounds_show_live_as_events_and_on_the_page(
     growth = [e.data["growth"] for e in events if "growth" in e.data]
     assert growth == [5.0, 0.4, 0.286, 0.0]
     assert [e.data["round"] for e in events if "subqueries" in e.data] == [2, 3, 4]
-    assert "Stopped searching after round 4: growth 0.00 is under 0.1" in events.last().message
+    assert "Stopped searching after round 4: growth 0.00 is under 0.1" in events.latest("seq").message
     page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     assert 'id="round-4"' in page and "0.29" in page and "Little new was found" in page
 
 
 @pytest.mark.django_db
-def test_max_rounds_stops_a_search_that_keeps_growing(alice: User, web: DeepWorld, settings: object) -> None:
+def test_max_rounds_stops_a_search_that_keeps_growing(
+    alice: User, web: DeepWorld, settings: Settings
+) -> None:
     settings.RESEARCH_DEEP_MAX_ROUNDS = 2
     topic = research(alice, Topic.Mode.DEEP)
     assert topic.status == Topic.Status.COMPLETED, topic.error
@@ -238,7 +241,7 @@ def test_a_deep_run_that_died_between_rounds_resumes_in_its_round(alice: User, w
 
 @pytest.mark.django_db
 def test_deep_mode_without_an_llm_follows_names_by_keywords(
-    alice: User, web: DeepWorld, settings: object
+    alice: User, web: DeepWorld, settings: Settings
 ) -> None:
     settings.AITUNNEL_API_KEY = ""
     settings.AITUNNEL_BASE_URL = "https://api.aitunnel.ru/v1/"
@@ -247,5 +250,5 @@ def test_deep_mode_without_an_llm_follows_names_by_keywords(
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert not web.llm.requests
     assert found_facts(topic) > found_facts(quick)
-    last = topic.rounds.order_by("number").last()
+    last = topic.rounds.latest("number")
     assert last.stop_reason in (Round.Stop.GROWTH, Round.Stop.NO_QUERIES) and last.number < 5

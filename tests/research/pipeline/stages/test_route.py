@@ -4,12 +4,15 @@ messages answered without any search."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import date, timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.base import ContentFile
 from django.utils import timezone
+from pytest_django import Settings
 
 from research.models import Hit, LLMCall, Report, RunEvent, SearchQuery, SubQuery, Topic
 from research.pipeline.classifier import Route, parse_route
@@ -25,8 +28,8 @@ from research.presenters import STAGES, stage_progress
 from retrieval.ingest import ingest
 from retrieval.models import UploadedDocument
 from retrieval.search import hybrid_search
-from tests.support.fakes import searxng_search
-from tests.support.world import PAGES, TOPIC, World, search_pages
+from tests.support.fakes import Request, searxng_search
+from tests.support.world import PAGES, TOPIC, ScriptedLLM, World, search_pages
 
 Domain = Topic.Domain
 
@@ -120,6 +123,36 @@ def test_query_hints_go_on_the_first_query_of_each_language_once() -> None:
 
 # --- in a run ---------------------------------------------------------------------------------------
 
+NO_SEARCH = '{"domain": "general", "needs_search": false}'
+
+
+@dataclass
+class Classifies(ScriptedLLM):
+    """The scripted LLM, classifying every question with `classification` (and answering one
+    that needs no search with `direct_reply`, when given)."""
+
+    classification: str = ""
+    direct_reply: str = ""
+
+    def route(self, user: str) -> str:
+        return self.classification
+
+    def direct(self, user: str) -> str:
+        return self.direct_reply or super().direct(user)
+
+
+def classify_as(world: World, classification: str, *, direct_reply: str = "") -> None:
+    """The world's LLM becomes a `Classifies` over the same pages."""
+    script = world.script
+    world.use_script(
+        Classifies(
+            pages=script.pages,
+            queries_per_language=script.queries_per_language,
+            classification=classification,
+            direct_reply=direct_reply,
+        )
+    )
+
 
 def research(owner: User, question: str, **fields: object) -> Topic:
     topic = Topic.objects.create(owner=owner, question=question, auto_approve=True, **fields)
@@ -161,7 +194,9 @@ def test_the_progress_bars_follow_the_stored_route_not_the_event_log(alice: User
 
 
 @pytest.mark.django_db
-def test_a_greeting_without_an_llm_gets_a_fixed_reply(alice: User, loopback: World, settings: object) -> None:
+def test_a_greeting_without_an_llm_gets_a_fixed_reply(
+    alice: User, loopback: World, settings: Settings
+) -> None:
     settings.AITUNNEL_API_KEY = ""
     settings.AITUNNEL_BASE_URL = "https://api.aitunnel.ru/v1/"
     topic = research(alice, "Hello there!")
@@ -172,8 +207,7 @@ def test_a_greeting_without_an_llm_gets_a_fixed_reply(alice: User, loopback: Wor
 
 @pytest.mark.django_db
 def test_a_question_the_llm_can_answer_needs_no_search(alice: User, loopback: World) -> None:
-    loopback.script.route = lambda user: '{"domain": "general", "needs_search": false}'
-    loopback.script.direct = lambda user: "2 + 2 = **4**."
+    classify_as(loopback, NO_SEARCH, direct_reply="2 + 2 = **4**.")
     topic = research(alice, "Сколько будет 2+2?")
     assert topic.status == Topic.Status.COMPLETED
     assert topic.report.markdown == "2 + 2 = **4**." and topic.report.model == "test-model"
@@ -183,7 +217,7 @@ def test_a_question_the_llm_can_answer_needs_no_search(alice: User, loopback: Wo
 
 @pytest.mark.django_db
 def test_a_long_question_is_researched_whatever_the_classifier_says(alice: User, loopback: World) -> None:
-    loopback.script.route = lambda user: '{"domain": "general", "needs_search": false}'
+    classify_as(loopback, NO_SEARCH)
     topic = research(alice, TOPIC + " " + "и подробно сравни это с другими методами " * 4)
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert loopback.searxng.requests and topic.report.sources
@@ -212,7 +246,7 @@ def test_the_users_own_time_range_wins_over_the_phrase(alice: User, loopback: Wo
 
 @pytest.mark.django_db
 def test_the_domain_picks_categories_and_query_hints(alice: User, loopback: World) -> None:
-    loopback.script.route = lambda user: '```json\n{"domain": "finance", "needs_search": true}\n```'
+    classify_as(loopback, '```json\n{"domain": "finance", "needs_search": true}\n```')
     topic = research(alice, TOPIC)
     assert topic.domain == Domain.FINANCE
     searches = loopback.searxng.requests_to("/search")
@@ -226,7 +260,7 @@ def test_the_domain_picks_categories_and_query_hints(alice: User, loopback: Worl
 
 @pytest.mark.django_db
 def test_an_unreadable_classification_falls_back_to_keywords(alice: User, loopback: World) -> None:
-    loopback.script.route = lambda user: "It is about money, I think."
+    classify_as(loopback, "It is about money, I think.")
     topic = research(alice, "Котировки акций и дивиденды Mixture of Tokens")
     assert topic.status == Topic.Status.COMPLETED, topic.error
     assert topic.domain == Domain.FINANCE
@@ -236,7 +270,7 @@ def test_an_unreadable_classification_falls_back_to_keywords(alice: User, loopba
 
 @pytest.mark.django_db
 def test_without_an_llm_the_domain_comes_from_keywords(
-    alice: User, loopback: World, settings: object
+    alice: User, loopback: World, settings: Settings
 ) -> None:
     settings.AITUNNEL_API_KEY = ""
     settings.AITUNNEL_BASE_URL = "https://api.aitunnel.ru/v1/"
@@ -264,13 +298,19 @@ NOTE = "Mixture of Tokens mixes tokens from different examples before each exper
 
 
 @pytest.fixture
-def three_documents(alice: User, settings: object, tmp_path: object) -> dict[str, UploadedDocument]:
+def three_documents(alice: User, settings: Settings, tmp_path: Path) -> dict[str, UploadedDocument]:
     settings.MEDIA_ROOT = tmp_path
     return {
         "old": upload_text(alice, "old.md", NOTE.format("Written in 2019."), date(2019, 5, 1)),
         "new": upload_text(alice, "new.md", NOTE.format("Written this year."), timezone.localdate()),
         "undated": upload_text(alice, "undated.md", NOTE.format("Nobody knows when."), None),
     }
+
+
+def document_name(hit: Hit) -> str:
+    """The name of the document a private hit's passage is from (a private hit has one)."""
+    assert hit.chunk is not None, hit
+    return hit.chunk.document.original_name
 
 
 def names(passages: list) -> set[str]:
@@ -298,7 +338,7 @@ def test_a_question_about_a_year_searches_only_that_years_documents(
     private_hits = Hit.objects.filter(topic=topic, source=Hit.Source.PRIVATE).select_related(
         "chunk__document"
     )
-    assert private_hits and {hit.chunk.document.original_name for hit in private_hits} <= {
+    assert private_hits and {document_name(hit) for hit in private_hits} <= {
         "old.md",
         "undated.md",
     }
@@ -312,7 +352,7 @@ def test_a_question_about_a_year_searches_only_that_years_documents(
 def test_years_the_first_search_missed_get_searches_of_their_own(alice: User, loopback: World) -> None:
     base = search_pages(loopback.web.url, PAGES)
 
-    def dated(request: object) -> list[dict]:
+    def dated(request: Request) -> list[dict]:
         results = base(request)
         if "2023" not in request.param("q"):
             for result in results[:1]:
@@ -351,7 +391,7 @@ def test_no_year_searches_when_the_first_search_covered_every_year(alice: User, 
 def test_a_topic_with_an_approved_plan_is_searched_whatever_the_classifier_says(
     alice: User, loopback: World
 ) -> None:
-    loopback.script.route = lambda user: '{"domain": "general", "needs_search": false}'
+    classify_as(loopback, NO_SEARCH)
     topic = Topic.objects.create(owner=alice, question="Mixture of Tokens?", status=Topic.Status.QUEUED)
     SubQuery.objects.create(topic=topic, text="Что такое Mixture of Tokens в машинном обучении?")
     assert run_topic(topic.pk) == Topic.Status.COMPLETED
