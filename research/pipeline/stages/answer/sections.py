@@ -175,10 +175,12 @@ class Evidence:
             if scores[j] <= 0:
                 continue
             i, passage = pieces[j]
+            if i not in chosen and len(chosen) >= scale.sources:
+                continue
             left = _left(passage, said)
             if left is None:
                 continue  # all it says was said
-            if (i not in chosen and len(chosen) >= scale.sources) or (chosen and spent + left > self.budget):
+            if chosen and spent + left > self.budget:
                 continue
             chosen.setdefault(i, []).append(passage)
             spent += left
