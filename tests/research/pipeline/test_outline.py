@@ -471,3 +471,11 @@ def test_no_section_is_given_more_than_twice_its_share_of_the_passages() -> None
     # A long budget is more than all six pages: each section gets four, not all six.
     assert [len(section) for section in chosen] == [4, 4, 4]
     assert set().union(*chosen) == set(range(6))  # fresh pages first: every page is used
+
+
+def test_the_extractive_engine_quotes_no_passage_heading_or_gap() -> None:
+    from research.pipeline import extractive
+
+    text = "§ A heading of the page\n\nCats sleep a lot.\n\n[…]\n\n§ Another heading\n\nDogs bark at night."
+    # Nothing matches the query, so every sentence would do: but only sentences are quoted.
+    assert extractive.extractive_summary(text, "weather", 5) == "Cats sleep a lot. Dogs bark at night."

@@ -268,7 +268,8 @@ def _ask(
     feedback: str = "",
 ) -> tuple[str, bool] | None:
     """The LLM's text of one section (streamed after `before` unless asked again with `feedback`)
-    and whether it was cut off; None when there is no LLM or it failed (the event log says so)."""
+    and whether it was cut off, "" when it found nothing to say; None when there is no LLM or it
+    failed (the event log says so)."""
     if not ctx.llm_enabled or not excerpts:
         return None
     try:
@@ -285,7 +286,11 @@ def _ask(
         )
         return None
     text = completion.text.strip()
-    return (text, completion.truncated) if text else None
+    if not text and completion.truncated:
+        return None  # cut off before it wrote anything (a reasoning model's budget): a failure
+    # An empty answer is the model finding nothing to say: the section says so (`nothing_new`)
+    # rather than have the extractive engine quote what the model passed over.
+    return text, completion.truncated
 
 
 async def _ask_fitted(
