@@ -134,6 +134,7 @@ def main() -> None:
             **(length_figures(by_length) if by_length else {}),
             "wall_seconds": round(time.perf_counter() - started, 1),
             "runs": runs if args.topics else None,
+            "length_runs": by_length if args.topics and by_length else None,
         }
     print(json.dumps(output, indent=2, ensure_ascii=False))
 

@@ -229,8 +229,10 @@ def _substitute(text: str, rules: tuple[tuple[re.Pattern[str], str], ...]) -> st
 
 
 def _plain_line(line: str) -> str:
-    if re.match(r"\s*(?:#{1,6}\s|\||[-=*_]{3,}\s*$)", line):
-        return ""  # headings, table rows and rules are not sentences
+    if re.match(r"\s*(?:#{1,6}\s|§\s|\||[-=*_]{3,}\s*$|\[(?:…|\.\.\.)\]\s*$)", line):
+        # headings (a passage's, "§ …", too), table rows, rules and the gap between passages
+        # ("[…]") are not sentences
+        return ""
     stripped = re.sub(r"^\s*>\s?", "", line)
     item = _LIST_ITEM.sub("", stripped).strip()
     if item == stripped.strip():

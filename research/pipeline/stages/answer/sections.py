@@ -1,12 +1,16 @@
 """A report written section by section, along the outline of its plan (issue 30). No stage: it
 writes under the answer stage's name, as `report_writer` does for a report in one pass.
 
-For each section of `Topic.outline`, in order, the passages most about that section — BM25 of the
-section's title (counted twice) and the question, over the passages of all the documents chosen —
-are taken within the length's evidence budget (`outline.Scale`: characters and sources per
-section), those no earlier section was given first. A sentence an earlier section said (or the
-section itself, from another page) is not said again (`unsaid`): a long report is long because
-its sections have more to say, not because they repeat each other. The whole report keeps one
+For each section of `Topic.outline`, in order, as it comes to be written, the passages most about
+that section — BM25 of the section's title (counted twice) and the question, over the passages of
+all the documents chosen — are taken within the length's evidence budget (`outline.Scale`:
+characters and sources per section, and at most twice the section's share of all the passages),
+those no earlier section was given first (`Evidence`). A sentence an earlier section said (or the
+section itself, from another page) is not said again (`unsaid`), and a source sentence that
+backed a claim of an earlier section (its citation check's best window) is not given to a later
+one (`unused`): a passage two sections share gives the second what the first left unsaid, and a
+section with nothing left to say says so (`nothing_new`). So a long report is long because its
+sections have more to say, not because they repeat each other. The whole report keeps one
 numbering of sources: a document is numbered where a section first uses it, and the sources
 list holds exactly the documents the sections were given.
 
@@ -48,6 +52,9 @@ TOKENS_PER_WORD = 3
 MIN_SECTION_TOKENS = 400
 # A sentence of at least this many words already said in an earlier section is not said again.
 REPEAT_MIN_WORDS = 5
+# A section's passages: at most its share of all the passages, this many times over (a passage two
+# sections are given gives the second what the first did not say).
+SHARES_PER_PASSAGE = 2
 PRIVATE_ORIGIN = report_writer.PRIVATE_ORIGIN
 _SUBHEADING = re.compile(r"^\s{0,3}#{1,2}\s+")
 
@@ -82,31 +89,36 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
         sections=len(titles),
         count=len(documents),
     )
-    chosen = evidence(ctx.question, documents, titles, scale)
-    order = list(dict.fromkeys(i for section in chosen for i in section))
-    number = {i: n for n, i in enumerate(order, 1)}
-    used = [documents[i] for i in order]
-    sections = [
-        Section(title, {number[i]: found for i, found in section.items()})
-        for title, section in zip(titles, chosen, strict=True)
-    ]
-    private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in used)
+    # Each section's passages are chosen as it comes to be written, knowing what was said before.
+    chooser = Evidence(ctx.question, documents, titles, scale)
+    number: dict[int, int] = {}  # document index -> its number in the report
+    used: list[Document] = []  # the documents numbered, in order
+    sections: list[Section] = []
+    private = any(d.fetched_via == Document.FetchedVia.PRIVATE for d in documents)
     words = outline.words_per_section(length, len(titles))
     head = f"# {' '.join(ctx.question.split())}"
     parts = [head]
     verdicts: list[citecheck.Verdict] = []
     said: set[str] = set()  # the sentences the sections before have said
-    for k, section in enumerate(sections):
+    backed: set[str] = set()  # the source sentences that backed their claims
+    for title in titles:
         ctx.check_cancelled()
+        found = chooser.section(title, said | backed)
+        for i in found:
+            if i not in number:
+                number[i] = len(used) + 1
+                used.append(documents[i])
+        section = Section(title, {number[i]: passages_ for i, passages_ in found.items()})
         before = "\n\n".join(parts) + f"\n\n## {section.title}\n\n"
-        written, found = _section(
-            ctx, section, titles, used, number, words, before, scale, private=private, said=said
+        written, checked = _section(
+            ctx, section, titles, used, number, words, before, scale, private=private, said=said | backed
         )
         said |= sentence_keys(written.body)
+        backed |= backing_keys(checked)
         offset = len(citecheck.sentence_spans(before))
-        verdicts += [replace(v, index=v.index + offset) for v in found]
+        verdicts += [replace(v, index=v.index + offset) for v in checked]
         parts.append(f"## {section.title}\n\n{written.body}")
-        sections[k] = written
+        sections.append(written)
     body = "\n\n".join(parts)
     sources = [_source_entry(n, document, ctx.question, sections) for n, document in enumerate(used, 1)]
     model = next((s.model for s in sections if s.model), "")
@@ -119,42 +131,75 @@ def write_report(ctx: RunContext, documents: list[Document]) -> None:
 def evidence(
     question: str, documents: list[Document], titles: list[str], scale: outline.Scale
 ) -> list[dict[int, list[Passage]]]:
+    """Every section's passages (`Evidence`) chosen at once, nothing said yet."""
+    chooser = Evidence(question, documents, titles, scale)
+    return [chooser.section(title) for title in titles]
+
+
+class Evidence:
     """Per section, the passages most about it by document index, in page order: BM25 over the
-    passages of all documents at once, within the scale's characters and sources per section.
-    A passage an earlier section was given comes after every fresh one that matches, so that
-    sections do not repeat each other: a long section is long because it has more to say, not
-    because it is given what was said already. A section nothing matches gets the opening
-    passages of the first documents."""
-    pieces = [
-        (i, p) for i, document in enumerate(documents) for p in passages.split_passages(document.text or "")
-    ]
-    ranking = BM25([tokenize(f"{p.heading} {p.text}") for _, p in pieces])
-    chosen_all = []
-    given: set[int] = set()  # passages an earlier section was given
-    for title in titles:
-        scores = ranking.scores(tokenize(f"{title} {title} {question}")) if pieces else []
+    passages of all documents at once, within the scale's characters and sources per section and
+    within twice the section's share of all the passages.
+
+    A passage an earlier section was given comes after every fresh one that matches, and one
+    whose every sentence was said (`said`: the report's sentences and the source sentences that
+    backed them) is not given at all, so that sections do not repeat each other: a long section
+    is long because it has more to say, not because it is given what was said already. A
+    section nothing matches gets the opening passages of the first documents."""
+
+    def __init__(
+        self, question: str, documents: list[Document], titles: list[str], scale: outline.Scale
+    ) -> None:
+        self.question = question
+        self.scale = scale
+        self.pieces = [
+            (i, p)
+            for i, document in enumerate(documents)
+            for p in passages.split_passages(document.text or "")
+        ]
+        self.ranking = BM25([tokenize(f"{p.heading} {p.text}") for _, p in self.pieces])
+        # A long length's budget can exceed everything read: the first section would be given it
+        # all and the others only what it had said. No section gets more than its share, twice over.
+        total = sum(p.end - p.start for _, p in self.pieces)
+        self.budget = min(scale.evidence_chars, -(-SHARES_PER_PASSAGE * total // max(1, len(titles))))
+        self.given: set[int] = set()  # passages an earlier section was given
+
+    def section(self, title: str, said: AbstractSet[str] = frozenset()) -> dict[int, list[Passage]]:
+        pieces, scale = self.pieces, self.scale
+        scores = self.ranking.scores(tokenize(f"{title} {title} {self.question}")) if pieces else []
         # A passage an earlier section had comes after the fresh ones: each section says its own.
-        order = sorted(range(len(pieces)), key=lambda j: (j in given, -scores[j], j))
+        order = sorted(range(len(pieces)), key=lambda j: (j in self.given, -scores[j], j))
         chosen: dict[int, list[Passage]] = {}
         spent = 0
         for j in order:
             if scores[j] <= 0:
                 continue
             i, passage = pieces[j]
-            size = passage.end - passage.start
-            if (i not in chosen and len(chosen) >= scale.sources) or (
-                chosen and spent + size > scale.evidence_chars
-            ):
+            if i not in chosen and len(chosen) >= scale.sources:
+                continue
+            left = _left(passage, said)
+            if left is None:
+                continue  # all it says was said
+            if chosen and spent + left > self.budget:
                 continue
             chosen.setdefault(i, []).append(passage)
-            spent += size
-            given.add(j)
+            spent += left
+            self.given.add(j)
         if not chosen:
             for i, passage in pieces:
                 if i not in chosen and len(chosen) < scale.sources:
                     chosen[i] = [passage]
-        chosen_all.append({i: sorted(found, key=lambda p: p.start) for i, found in sorted(chosen.items())})
-    return chosen_all
+        return {i: sorted(found, key=lambda p: p.start) for i, found in sorted(chosen.items())}
+
+
+def _left(passage: Passage, said: AbstractSet[str]) -> int | None:
+    """The characters of a passage not yet said; None when it has no sentence left to say."""
+    if not said:
+        return passage.end - passage.start
+    text = _without(passage.text, said)
+    if text is None:
+        return passage.end - passage.start
+    return len(text) if any(counted(sentence_key(x)) for x in sentences_of(text)) else None
 
 
 def _section(
@@ -171,18 +216,25 @@ def _section(
     said: AbstractSet[str] = frozenset(),
 ) -> tuple[Section, list[citecheck.Verdict]]:
     """One section written, cleaned and checked: the LLM's, asked again once when its citations
-    are mostly unsupported, or the extractive engine's; without the sentences earlier sections
-    said (`said`)."""
-    excerpts = {n: passages.excerpt(found) for n, found in section.evidence.items()}
+    are mostly unsupported, or the extractive engine's; from its passages without the sentences
+    earlier sections said or drew on, and without the sentences they said (`said`). A section
+    with nothing left to say says so (`nothing_new`)."""
+    given = unused(section.evidence, said)
+    if not given:  # all its passages hold was said above: it says so rather than repeat it
+        return replace(section, body=nothing_new(ctx.question)), []
+    excerpts = {n: passages.excerpt(found) for n, found in given.items()}
     documents = {n: used[n - 1] for n in excerpts}
     written = _ask(ctx, section, titles, documents, excerpts, words, before, private=private)
     if written is None:
-        body = _fresh(_extractive(ctx.question, section.title, excerpts, scale), said)
+        body = unsaid(_extractive(ctx.question, section.title, excerpts, scale), said)
+        body = body or nothing_new(ctx.question)
         return replace(section, body=body), report_writer.check_citations(
             ctx, body, excerpts, private=private
         )
     body, truncated = written
-    body = _fresh(clean(body, set(excerpts)), said)
+    body = unsaid(clean(body, set(excerpts)), said)
+    if not body:
+        return replace(section, body=nothing_new(ctx.question), model=ctx.model, truncated=truncated), []
     verdicts = report_writer.check_citations(ctx, body, excerpts, private=private)
     if citecheck.mostly_unsupported(verdicts) or (excerpts and not verdicts):
         notes = (
@@ -195,8 +247,8 @@ def _section(
             )
         )
         again = _ask(ctx, section, titles, documents, excerpts, words, "", private=private, feedback=notes)
-        if again is not None:
-            second = _fresh(clean(again[0], set(excerpts)), said)
+        second = unsaid(clean(again[0], set(excerpts)), said) if again is not None else ""
+        if again is not None and second:
             second_verdicts = report_writer.check_citations(ctx, second, excerpts, private=private)
             if citecheck.quality(second_verdicts) > citecheck.quality(verdicts):
                 body, truncated, verdicts = second, again[1], second_verdicts
@@ -216,7 +268,8 @@ def _ask(
     feedback: str = "",
 ) -> tuple[str, bool] | None:
     """The LLM's text of one section (streamed after `before` unless asked again with `feedback`)
-    and whether it was cut off; None when there is no LLM or it failed (the event log says so)."""
+    and whether it was cut off, "" when it found nothing to say; None when there is no LLM or it
+    failed (the event log says so)."""
     if not ctx.llm_enabled or not excerpts:
         return None
     try:
@@ -233,7 +286,11 @@ def _ask(
         )
         return None
     text = completion.text.strip()
-    return (text, completion.truncated) if text else None
+    if not text and completion.truncated:
+        return None  # cut off before it wrote anything (a reasoning model's budget): a failure
+    # An empty answer is the model finding nothing to say: the section says so (`nothing_new`)
+    # rather than have the extractive engine quote what the model passed over.
+    return text, completion.truncated
 
 
 async def _ask_fitted(
@@ -311,7 +368,6 @@ def clean(body: str, numbers: set[int]) -> str:
 
 
 _LIST_MARK = re.compile(r"\s*(?:[-*+]\s+|\d+[.)]\s+|>\s*)")
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+(?:\s*\[\d+\])*|\s*(?:\[\d+\]\s*)*$)")
 
 
 def sentence_key(sentence: str) -> str:
@@ -319,10 +375,73 @@ def sentence_key(sentence: str) -> str:
     return " ".join(re.findall(r"\w+", report_writer.CITATION.sub(" ", sentence).lower()))
 
 
+def sentences_of(text: str) -> list[str]:
+    """A text's sentences as the citation check reads them: a stop inside a number ("0.4") or an
+    abbreviation followed by a small letter ends none."""
+    return [text[start:end] for start, end in citecheck.sentence_spans(text)]
+
+
+def counted(key: str) -> bool:
+    """Whether a sentence is long enough for its repeat to count."""
+    return len(key.split()) >= REPEAT_MIN_WORDS
+
+
 def sentence_keys(body: str) -> set[str]:
     """The keys of a section's sentences long enough to count as said."""
-    keys = (sentence_key(m.group(0)) for m in _SENTENCE.finditer(body))
-    return {key for key in keys if len(key.split()) >= REPEAT_MIN_WORDS}
+    return {key for key in map(sentence_key, sentences_of(body)) if counted(key)}
+
+
+def backing_keys(verdicts: list[citecheck.Verdict]) -> set[str]:
+    """The source sentences that backed a section's claims: of each claim's best window (one
+    sentence or two neighbours) not found unsupported, the sentence that holds most of its words."""
+    keys = set()
+    for verdict in verdicts:
+        if verdict.verdict == citecheck.UNSUPPORTED or not verdict.passage:
+            continue
+        claim = tokenize(verdict.sentence)
+        best = max(
+            sentences_of(verdict.passage),
+            key=lambda sentence: citecheck.coverage(claim, frozenset(tokenize(sentence))),
+            default="",
+        )
+        if counted(sentence_key(best)):
+            keys.add(sentence_key(best))
+    return keys
+
+
+def unused(evidence: dict[int, list[Passage]], said: AbstractSet[str]) -> dict[int, list[Passage]]:
+    """A section's passages without the sentences in `said`; a passage with nothing left goes,
+    and a source with no passage left. Their places on the page stay (the sources list quotes
+    them)."""
+    if not said:
+        return evidence
+    left: dict[int, list[Passage]] = {}
+    for n, found in evidence.items():
+        kept = []
+        for passage in found:
+            text = _without(passage.text, said)
+            if text is None:
+                kept.append(passage)
+            elif any(counted(sentence_key(sentence)) for sentence in sentences_of(text)):
+                kept.append(replace(passage, text=text))
+        if kept:
+            left[n] = kept
+    return left
+
+
+def _without(text: str, said: AbstractSet[str]) -> str | None:
+    """`text` without the sentences in `said` (a paragraph left empty goes); None if it has none.
+    No mark is left where they were: a model would copy it into its sentences."""
+    spans = [(s, e) for s, e in citecheck.sentence_spans(text) if sentence_key(text[s:e]) in said]
+    if not spans:
+        return None
+    parts, last = [], 0
+    for start, end in spans:
+        parts.append(text[last:start])
+        last = end
+    parts.append(text[last:])
+    lines = [" ".join(line.split()) for line in "".join(parts).splitlines()]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
 def unsaid(body: str, said: AbstractSet[str]) -> str:
@@ -336,13 +455,13 @@ def unsaid(body: str, said: AbstractSet[str]) -> str:
             lines.append(line)
             continue
         kept, dropped = [], False
-        for match in _SENTENCE.finditer(line):
-            key = sentence_key(match.group(0))
-            if len(key.split()) >= REPEAT_MIN_WORDS and key in seen:
+        for sentence in sentences_of(line):
+            key = sentence_key(sentence)
+            if counted(key) and key in seen:
                 dropped = True
                 continue
             seen.add(key)
-            kept.append(match.group(0).strip())
+            kept.append(sentence.strip())
         if not dropped:
             lines.append(line)
         elif kept:
@@ -353,10 +472,12 @@ def unsaid(body: str, said: AbstractSet[str]) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def _fresh(body: str, said: AbstractSet[str]) -> str:
-    """`unsaid`, unless nothing is left: a section the sources give nothing new for says it again
-    rather than nothing."""
-    return unsaid(body, said) or body
+def nothing_new(question: str) -> str:
+    """A section whose sources hold nothing the sections above did not say: it says so, in the
+    question's language, rather than say it again."""
+    if is_russian(question):
+        return "Источники не добавляют к этому разделу ничего сверх сказанного выше."
+    return "The sources add nothing to this section beyond what is said above."
 
 
 def _extractive(question: str, title: str, excerpts: dict[int, str], scale: outline.Scale) -> str:
