@@ -16,6 +16,7 @@ from psycopg import sql
 from pytest_django.plugin import DjangoDbBlocker
 
 from tests.support.embedding_cache import FILE_NAME, VectorStore, remembering_methods
+from tests.support.static_files import find_once
 from tests.support.world import World, loopback_world
 
 # The count of checks run, shown at the end of every run (tests/support/assertion_count.py).
@@ -91,6 +92,15 @@ def django_db_setup(
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         session.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_files_found_once() -> Iterator[None]:
+    """Each test client's WhiteNoise reuses the static files the first one found
+    (tests/support/static_files.py)."""
+    undo = find_once()
+    yield
+    undo()
 
 
 @pytest.fixture(scope="session")
