@@ -4,6 +4,7 @@ import ipaddress
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,8 @@ from django.utils import translation
 from psycopg import sql
 from pytest_django.plugin import DjangoDbBlocker
 
+from tests.support.embedding_cache import FILE_NAME, VectorStore, remembering_methods
+from tests.support.static_files import find_once
 from tests.support.world import World, loopback_world
 
 # The count of checks run, shown at the end of every run (tests/support/assertion_count.py).
@@ -89,6 +92,41 @@ def django_db_setup(
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         session.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_files_found_once() -> Iterator[None]:
+    """Each test client's WhiteNoise reuses the static files the first one found
+    (tests/support/static_files.py)."""
+    undo = find_once()
+    yield
+    undo()
+
+
+@pytest.fixture(scope="session")
+def embedding_store() -> Iterator[VectorStore]:
+    """The bundled model's vectors, remembered for the session's workers and the next run
+    (tests/support/embedding_cache.py)."""
+    from django.conf import settings
+
+    folder = Path(settings.MINDSEARCH_DATA_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    store = VectorStore(folder / FILE_NAME)
+    yield store
+    store.close()
+
+
+@pytest.fixture(autouse=True)
+def remembered_embeddings(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test but those marked `real_embeddings` gets the engine's vectors from the store
+    when it has them: the same vectors, without encoding the same texts in every test."""
+    if request.node.get_closest_marker("real_embeddings") is not None:
+        return
+    from retrieval import embeddings
+
+    store = request.getfixturevalue("embedding_store")
+    for name, method in remembering_methods(store).items():
+        monkeypatch.setattr(embeddings._BundledE5, name, method)
 
 
 @pytest.fixture

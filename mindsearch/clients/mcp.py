@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Tool
 
 from mindsearch.clients import ratelimit, tls
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import CallToolResult, Tool
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,12 @@ class Session:
 
     async def open(self) -> list[Tool]:
         """Connect and list the server's tools (one request of the limit)."""
+        # The SDK is imported here, at the first session: importing it took 1.3 s of CPU, paid by
+        # every process that imports the search stage (each worker, manage.py command and test
+        # process) though few of them ever talk to an MCP server.
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
         await self._wait_turn()
         http = httpx2.AsyncClient(
             headers=dict(self.server.headers), timeout=self.server.timeout_seconds, verify=tls.context()

@@ -13,6 +13,9 @@ from retrieval.chunking import chunk
 from retrieval.embeddings import EmbeddingError, count_tokens, embed, embed_query
 from tests.support.fakes import FakeService, Fault, Request, Response
 
+# The engine itself is under test: no vector remembered from another test (tests/support/embedding_cache.py).
+pytestmark = pytest.mark.real_embeddings
+
 
 def cosine(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))

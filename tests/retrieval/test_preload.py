@@ -12,6 +12,9 @@ import pytest
 from retrieval import apps, embeddings
 from tests.support import processes
 
+# The engine itself is under test: no vector remembered from another test (tests/support/embedding_cache.py).
+pytestmark = pytest.mark.real_embeddings
+
 LOADED = "embedding model loaded in"
 
 
