@@ -7,8 +7,9 @@ the finished topic's page --requests times each, with the fragment cache (warm) 
 (CACHES["fragments"] a DummyCache), and the topic's version query (research/fragments.py) alone.
 Server time only: what daphne, the network and a browser add comes on top (bench/web.py).
 
-Prints JSON: milliseconds per request (wall, and this process's CPU), p50 / p95 / mean, per
-page and mode.
+Prints JSON: milliseconds per request (wall, and this process's CPU), p50 / p95 / mean, and the
+number of SQL queries of one request, per page and mode (without the cache: a topic page's
+first view, every panel rendered).
 
     DEBUG=0 ALLOWED_HOSTS=testserver SECURE_SSL_REDIRECT=0 SECRET_KEY=... \
         .venv/bin/python bench/pages.py [--topics 1000] [--requests 200]
@@ -85,10 +86,21 @@ def finished_topic(user: Any) -> Any:
     return topic
 
 
-def timed(client: Any, path: str, requests: int) -> dict[str, dict[str, float]]:
+def timed(client: Any, path: str, requests: int) -> dict[str, Any]:
     """Wall time, and this process's CPU time (what other work on the machine barely moves;
-    the database's own time is in its process, not counted there)."""
+    the database's own time is in its process, not counted there); the queries of one request."""
+    from django.db import connection
+
     client.get(path)  # warm: templates compiled, the fragments (if cached) rendered once
+    queries = 0
+
+    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal queries
+        queries += 1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        client.get(path)
     wall, cpu = [], []
     for _ in range(requests):
         began, began_cpu = time.perf_counter(), time.process_time()
@@ -96,7 +108,7 @@ def timed(client: Any, path: str, requests: int) -> dict[str, dict[str, float]]:
         cpu.append((time.process_time() - began_cpu) * 1000)
         wall.append((time.perf_counter() - began) * 1000)
         assert response.status_code == 200, (path, response.status_code)
-    return {"wall_ms": summary(wall), "cpu_ms": summary(cpu)}
+    return {"wall_ms": summary(wall), "cpu_ms": summary(cpu), "queries": queries}
 
 
 def without_cache(client: Any, pages: dict[str, str], requests: int) -> dict[str, Any]:

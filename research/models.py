@@ -192,7 +192,13 @@ class Topic(models.Model):
         nothing an archive would keep besides the question."""
         if not self.is_finished:
             return False
-        return Report.objects.filter(topic=self).exists() or self.hits.exists()
+        relation = Topic.report.related  # the reverse one-to-one: a page may have read it already
+        has_report = (
+            relation.get_cached_value(self) is not None
+            if relation.is_cached(self)
+            else Report.objects.filter(topic=self).exists()
+        )
+        return has_report or self.hits.exists()
 
     @property
     def web_fresh_since(self) -> datetime | None:

@@ -7,12 +7,14 @@ import hashlib
 import re
 from collections.abc import Iterable
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.conf import settings
+from django.db.models import Case, IntegerField, Q, Value, When
 from django.db.models.fields.json import KT, KeyTransform
 from django.template.loader import render_to_string
 from django.utils import translation
+from django.utils.functional import Promise
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
@@ -31,6 +33,7 @@ from research.models import (
     Topic,
 )
 from research.pipeline import citecheck, passages
+from research.pipeline.followup import report_sections
 from research.pipeline.stage import StageName
 from research.pipeline.stages import deep
 from research.pipeline.stages.answer.report_writer import SOURCES_HEADING
@@ -83,7 +86,7 @@ def topic_page_context(topic: Topic, **extra: Any) -> dict[str, Any]:
     context = panel_context(topic, {"status", "plan", "thread"})
     context.update(
         panels=cached_panels(topic, CACHED_PANELS),
-        report=Report.objects.filter(topic=topic).exists(),
+        report=report_without_rendering(topic) is not None,
         share_form=ShareLinkForm(),
         share_links=list(topic.share_links.all()),
         **extra,
@@ -128,7 +131,7 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
     if "documents" in panels:
         context["documents"] = documents_of(topic)
     if "report" in panels or "sharing" in panels:
-        context["report"] = report_of(topic)
+        context["report"] = report_of(topic, context.get("documents"))
         context["draft"] = draft_of(topic) if context["report"] is None else None
     if "sharing" in panels:
         context.update(share_form=ShareLinkForm(), share_links=list(topic.share_links.all()))
@@ -143,18 +146,30 @@ def panel_context(topic: Topic, panels: set[str]) -> dict[str, Any]:
 def thread_context(topic: Topic, *, shared: bool = False) -> dict[str, Any]:
     """The thread of follow-ups under the report (only the answered ones behind a share link),
     and what the owner may ask next."""
-    from research.pipeline.followup import report_sections
-
-    followups = list(topic.followups.defer("rendering").order_by("position"))
+    language = translation.get_language() or settings.LANGUAGE_CODE
+    # Each answer's marked HTML in the active language read with it (the rest of its stored
+    # rendering, megabytes for thousands of markers, left in the database): `followup_html`.
+    followups = list(
+        topic.followups.defer("rendering")
+        .annotate(
+            marked_html=KT(f"rendering__marked__{language}"),
+            rendering_digest=KT("rendering__digest"),
+        )
+        .order_by("position")
+    )
+    for followup in followups:
+        followup.marked_with_row = (language, followup.rendering_digest, followup.marked_html)
     if shared:
         followups = [f for f in followups if f.status == FollowUp.Status.COMPLETED]
-    report = Report.objects.filter(topic=topic).only("markdown", "sources").first()
+    report = report_without_rendering(topic)
     numbered = len(report.sources) if report else 0
+    answered = [f for f in followups if f.status == FollowUp.Status.COMPLETED]
+    spent = None if shared else followup_usages(answered)
     items = []
     for followup in followups:
         if followup.status == FollowUp.Status.COMPLETED:
             numbered = max([numbered, *(s.get("n", 0) for s in followup.sources)])
-        items.append(followup_item(followup, numbered, shared=shared))
+        items.append(followup_item(followup, numbered, shared=shared, usages=spent))
     can_ask = topic.status == Topic.Status.COMPLETED and report is not None and not shared
     return {
         "thread": items,
@@ -167,7 +182,13 @@ def thread_context(topic: Topic, *, shared: bool = False) -> dict[str, Any]:
     }
 
 
-def followup_item(followup: FollowUp, source_count: int, *, shared: bool = False) -> dict[str, Any]:
+def followup_item(
+    followup: FollowUp,
+    source_count: int,
+    *,
+    shared: bool = False,
+    usages: dict[int, dict[str, Any] | None] | None = None,
+) -> dict[str, Any]:
     """One follow-up as the thread shows it: its answer rendered like the report (citations
     marked with their verdicts, linked to the numbered sources), or its text so far. Behind a
     share link without what it cost (the topic's usage is its owner's alone)."""
@@ -177,7 +198,11 @@ def followup_item(followup: FollowUp, source_count: int, *, shared: bool = False
         item["html"] = followup_html(followup, source_count, citations)
         item["sources"] = [{**source, "passage_url": _passage_url(source)} for source in followup.sources]
         item["citation_counts"] = citecheck.counts(citations) if citations else None
-        item["usage"] = None if shared else followup_usage(followup)
+        # What it cost (`followup_usages`, read for the whole thread at once, or read now).
+        if shared:
+            item["usage"] = None
+        else:
+            item["usage"] = usages.get(followup.pk) if usages is not None else followup_usage(followup)
     elif followup.is_pending and followup.draft.strip():
         item["draft_html"] = render_markdown(demoted_headings(SOURCES_HEADING.split(followup.draft)[0]))
     return item
@@ -191,14 +216,18 @@ def followup_html(
     numbers depend on the answers before it: a rendering for another count is done again."""
     language = translation.get_language() or settings.LANGUAGE_CODE
     if "rendering" in followup.get_deferred_fields():
-        html = stored_html(FollowUp, followup.pk, digest(followup.answer, source_count), language)
+        made_from = digest(followup.answer, source_count)
+        html = _read_with_row(followup, made_from, language)
+        if html is None:
+            html = stored_html(FollowUp, followup.pk, made_from, language)
         if html is not None:
             return mark_safe(html)  # noqa: S308 — stored from nh3's output below
         followup.refresh_from_db(fields=["rendering"])
     stored = followup.rendering if isinstance(followup.rendering, dict) else {}
     if not _well_formed(stored) or stored.get("digest") != digest(followup.answer, source_count):
         stored = report_rendering(followup.answer, source_count, demote=True)
-    marked = stored.get("marked") if isinstance(stored.get("marked"), dict) else {}
+    found = stored.get("marked")
+    marked: dict[str, Any] = found if isinstance(found, dict) else {}
     if isinstance(marked.get(language), str):
         return mark_safe(marked[language])  # noqa: S308 — stored from nh3's output below
     rows = followup_citations(followup) if citations is None else citations
@@ -208,6 +237,15 @@ def followup_html(
     FollowUp.objects.filter(pk=followup.pk).update(rendering=stored)
     followup.rendering = stored
     return html
+
+
+def _read_with_row(followup: FollowUp, made_from: str, language: str) -> str | None:
+    """The marked HTML `thread_context` read with the follow-up's row, if it is this language's
+    and was made from what the row holds now."""
+    read = getattr(followup, "marked_with_row", None)
+    if isinstance(read, tuple) and read[:2] == (language, made_from) and isinstance(read[2], str):
+        return read[2]
+    return None
 
 
 def store_thread(topic: Topic) -> None:
@@ -241,12 +279,32 @@ def demoted_headings(markdown: str) -> str:
 def followup_usage(followup: FollowUp) -> dict[str, Any] | None:
     """The LLM calls answering it made: the topic's calls while it was answered (a topic's
     follow-ups are answered one at a time, and a finished topic makes no other calls)."""
-    if followup.finished_at is None:
-        return None
-    calls = LLMCall.objects.filter(
-        topic_id=followup.topic_id, created_at__gte=followup.created_at, created_at__lte=followup.finished_at
-    )
-    spent = usage.summarise(calls)
+    return followup_usages([followup]).get(followup.pk)
+
+
+def followup_usages(followups: list[FollowUp]) -> dict[int, dict[str, Any] | None]:
+    """`followup_usage` of each answered follow-up, in one grouped query for all of them (each
+    call counted in the window of the answer it was made for)."""
+    windows = [f for f in followups if f.finished_at is not None]
+    found: dict[int, usage.Usage] = {f.pk: usage.Usage() for f in windows}
+    if windows:
+        during = Q()
+        for f in windows:
+            during |= Q(created_at__gte=f.created_at, created_at__lte=f.finished_at)
+        answered = Case(
+            *(
+                When(created_at__gte=f.created_at, created_at__lte=f.finished_at, then=Value(f.pk))
+                for f in windows
+            ),
+            output_field=IntegerField(),
+        )
+        calls = LLMCall.objects.filter(during, topic_id=windows[0].topic_id).annotate(answered=answered)
+        for row in calls.values("answered", "model", "cache_hit").annotate(**usage.CALL_SUMS).order_by():
+            found[row["answered"]].add(row)
+    return {pk: _usage_shown(spent) for pk, spent in found.items()}
+
+
+def _usage_shown(spent: usage.Usage) -> dict[str, Any] | None:
     if not spent.calls and not spent.cached_calls:
         return None
     return {
@@ -258,24 +316,29 @@ def followup_usage(followup: FollowUp) -> dict[str, Any] | None:
     }
 
 
-def followup_citations(followup: FollowUp) -> list[Citation]:
-    """The citation check of a follow-up's answer, as (unsaved) Citation rows."""
-    fields = {field.name for field in Citation._meta.get_fields()}
-    return [Citation(**{k: v for k, v in row.items() if k in fields}) for row in followup.citations]
+_CITATION_FIELDS = frozenset(field.name for field in Citation._meta.get_fields())
+
+
+def followup_citations(followup: FollowUp, rows: list[dict[str, Any]] | None = None) -> list[Citation]:
+    """The citation check of a follow-up's answer (or those `rows` of it), as (unsaved)
+    Citation rows."""
+    checked = followup.citations if rows is None else rows
+    return [Citation(**{k: v for k, v in row.items() if k in _CITATION_FIELDS}) for row in checked]
 
 
 def stage_progress(topic: Topic) -> list[dict[str, Any]]:
     """The latest done/total of each stage, from the durable event log."""
-    latest: dict[str, RunEvent] = {}
-    for event in topic.events.filter(total__isnull=False).order_by("seq"):
-        latest[event.stage] = event
+    # The latest counted event of each stage, picked by the database (PostgreSQL's DISTINCT ON):
+    # one row a stage, not every counted event of the run.
+    counted = topic.events.filter(total__isnull=False).only("topic", "stage", "done", "total")
+    latest = {event.stage: event for event in counted.order_by("stage", "-seq").distinct("stage")}
     stages = STAGES
     if topic.route in (Topic.Route.DOCUMENTS, Topic.Route.DIRECT):  # answered without a search
         stages = [(key, label) for key, label in STAGES if key == StageName.ANSWER]
     return [progress_row(key, label, latest.get(key), topic) for key, label in stages]
 
 
-def progress_row(key: str, label: str, event: RunEvent | None, topic: Topic) -> dict[str, Any]:
+def progress_row(key: str, label: str | Promise, event: RunEvent | None, topic: Topic) -> dict[str, Any]:
     done, total = (event.done or 0, event.total) if event else (0, 0)
     percent = round(100 * done / total) if total else (100 if _past(key, topic) else 0)
     return {"key": key, "label": label, "done": done, "total": total, "percent": min(100, percent)}
@@ -314,19 +377,21 @@ def documents_of(topic: Topic) -> list[Document]:
     return list(documents.order_by("-summary__score__total", "url"))
 
 
-def report_of(topic: Topic) -> dict[str, Any] | None:
+def report_of(topic: Topic, documents: list[Document] | None = None) -> dict[str, Any] | None:
+    """The report panel's data; `documents`, the topic's as the documents panel read them, saves
+    reading them again for the sources list."""
     report = report_without_rendering(topic)
     if report is None:
         return None
     citations = list(report.citations.all())
     for citation in citations:
-        citation.note_shown = note_text(citation.note)  # type: ignore[attr-defined]
+        citation.note_shown = note_text(citation.note)
     # A later version's new and changed claims are marked in it (research/versions.py).
     html = mark_safe(mark_new_claims(marked_html(report, citations), report.changes))  # noqa: S308
     return {
         "report": report,
         "html": html,
-        "sources": sources_of(report),
+        "sources": sources_of(report, documents),
         "citations": citations,
         "citation_counts": citecheck.counts(citations) if citations else None,
         "doubtful_citations": [c for c in citations if c.verdict != Citation.Verdict.SUPPORTED],
@@ -413,7 +478,7 @@ def report_without_rendering(topic: Topic) -> Report | None:
     """The topic's report as a page needs it: its stored rendering (every HTML copy and the
     citations' places, megabytes for a hostile report) is left in the database; the page reads
     the one string it shows (`stored_html`). Kept on the topic, as `topic.report` would be."""
-    relation = Topic.report.related  # type: ignore[attr-defined]  # the reverse one-to-one
+    relation = Topic.report.related  # the reverse one-to-one
     if relation.is_cached(topic):
         cached = relation.get_cached_value(topic)
         return cached if isinstance(cached, Report) else None
@@ -441,17 +506,34 @@ def stored_place(report: Report, index: int) -> tuple[int, int] | None:
     alone from it; None when there is no such citation. A rendering made from another text (or
     none yet) is made now, once (`stored_rendering`)."""
     made_from = digest(report.markdown, len(report.sources))
-    if not Report.objects.filter(pk=report.pk, rendering__digest=made_from).exists():
+    place = place_in_rendering(Report, report.pk, made_from, index)
+    if isinstance(place, NotStored):
         _prepared, places = stored_rendering(report)
         return places[index] if 0 <= index < len(places) else None
-    if index < 0:
-        return None
-    place = (
-        Report.objects.filter(pk=report.pk)
-        .values_list(KeyTransform(str(index), KeyTransform("places", "rendering")), flat=True)
-        .first()
-    )
-    if isinstance(place, list) and len(place) == 2 and all(type(x) is int for x in place):
+    return place
+
+
+class NotStored:
+    """What `place_in_rendering` answers when the row holds no rendering made from what it says
+    now (`digest`)."""
+
+
+NOT_STORED = NotStored()
+
+
+def place_in_rendering(
+    model: type[Report] | type[FollowUp], pk: int, made_from: str, index: int
+) -> tuple[int, int] | NotStored | None:
+    """The `index`-th citation's (sentence index, n) in the row's stored rendering, picked out by
+    the database (one query; nothing else of the rendering is sent or decoded): None when there
+    is no such citation, NOT_STORED when the rendering was not made from `made_from` (`digest`)."""
+    path = KeyTransform(str(max(index, 0)), KeyTransform("places", "rendering"))
+    row = model.objects.filter(pk=pk, rendering__digest=made_from).values_list(path, flat=True)[:1]
+    found = list(row)
+    if not found:
+        return NOT_STORED
+    place = found[0]
+    if index >= 0 and isinstance(place, list) and len(place) == 2 and all(type(x) is int for x in place):
         return place[0], place[1]
     return None
 
@@ -492,7 +574,7 @@ def store_marked(report: Report) -> None:
             marked_html(report, citations)
 
 
-def _well_formed(data: Any) -> bool:
+def _well_formed(data: Any) -> TypeGuard[dict[str, Any]]:
     return (
         isinstance(data, dict)
         and isinstance(data.get("html"), str)
@@ -591,10 +673,14 @@ def citation_summary(counts: dict[str, int]) -> str:
     return f"{line} · {', '.join(doubts)}" if doubts else line
 
 
-def sources_of(report: Report) -> list[dict[str, Any]]:
-    """The report's numbered sources with how each was read and scored."""
-    documents = Document.objects.select_related("hit__score", "summary__score", "uploaded_document")
-    by_id = documents.in_bulk([source["document_id"] for source in report.sources])
+def sources_of(report: Report, documents: list[Document] | None = None) -> list[dict[str, Any]]:
+    """The report's numbered sources with how each was read and scored (from `documents` when
+    given, with their hits' scores; any other source's document read here)."""
+    by_id = {document.pk: document for document in documents or []}
+    missing = [source["document_id"] for source in report.sources if source["document_id"] not in by_id]
+    if missing:
+        queried = Document.objects.select_related("hit__score", "summary__score", "uploaded_document")
+        by_id.update(queried.in_bulk(missing))
     rows = []
     for source in report.sources:
         document = by_id.get(source["document_id"])

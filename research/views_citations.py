@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_not_required
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -27,7 +28,14 @@ from research.pipeline import citecheck
 from research.pipeline.followup import sources_by_number
 from research.pipeline.stages.answer import diversity
 from research.pipeline.stages.answer.report_writer import CITATION, SOURCES_HEADING
-from research.presenters import followup_citations, report_without_rendering, stored_place
+from research.presenters import (
+    NotStored,
+    digest,
+    followup_citations,
+    place_in_rendering,
+    report_without_rendering,
+    stored_place,
+)
 from research.views import ShareGone, _reported, _shared, _topic
 from retrieval.highlight import highlight_all
 from retrieval.models import Chunk
@@ -71,7 +79,7 @@ def followup_citation_card(request: HttpRequest, topic_id: int, followup_id: int
     from research.views_notes import followup_card_notes
 
     topic = _reported(_topic(request, topic_id))
-    followup = get_object_or_404(topic.followups, pk=followup_id, status=FollowUp.Status.COMPLETED)
+    followup = get_object_or_404(_answered(topic), pk=followup_id)
     context = followup_card(followup, index, link_private=True)
     context.update(followup_card_notes(request, followup, index, context))  # the owner's notes
     return render(request, "research/_citation_card.html", context)
@@ -86,8 +94,14 @@ def shared_followup_citation_card(
         topic = _shared(token)
     except ShareGone:
         return render(request, "research/share_gone.html", status=404)
-    followup = get_object_or_404(topic.followups, pk=followup_id, status=FollowUp.Status.COMPLETED)
+    followup = get_object_or_404(_answered(topic), pk=followup_id)
     return render(request, "research/_citation_card.html", followup_card(followup, index, link_private=False))
+
+
+def _answered(topic: Topic) -> QuerySet[FollowUp]:
+    """The topic's answered follow-ups without their stored rendering (every language's HTML and
+    every citation's place: megabytes for thousands of markers); a card reads the one place."""
+    return topic.followups.filter(status=FollowUp.Status.COMPLETED).defer("rendering")
 
 
 def card(report: Report, index: int, *, link_private: bool) -> dict[str, Any]:
@@ -107,12 +121,22 @@ def followup_card(followup: FollowUp, index: int, *, link_private: bool) -> dict
     """The card for the `index`-th citation of a follow-up's answer: its numbers are the thread's
     (the report's sources, then those each answer up to this one added)."""
     sources = sources_by_number(followup.topic, upto=followup)
-    rows = {(c.sentence_index, c.n): c for c in followup_citations(followup)}
+    source_count = max(sources, default=0)
+    checked_rows = followup.citations if isinstance(followup.citations, list) else []
 
     def checked(sentence_index: int, n: int) -> Citation | None:
-        return rows.get((sentence_index, n))
+        for row in checked_rows:  # the one row built, not every row of the check
+            if isinstance(row, dict) and (row.get("sentence_index"), row.get("n")) == (sentence_index, n):
+                return followup_citations(followup, [row])[0]
+        return None
 
-    occurrences = citecheck.citation_occurrences(followup.answer, max(sources, default=0))
+    # The one citation's place, from the rendering stored when the answer was saved (its text
+    # and numbering unchanged), else found in the answer now.
+    place = place_in_rendering(FollowUp, followup.pk, digest(followup.answer, source_count), index)
+    if isinstance(place, NotStored):
+        occurrences = citecheck.citation_occurrences(followup.answer, source_count)
+    else:
+        occurrences, index = ([] if place is None else [place]), 0
     return _card(
         followup.topic, followup.answer, occurrences, sources, checked, index, link_private=link_private
     )

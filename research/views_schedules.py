@@ -19,8 +19,8 @@ from mindsearch.email_address import mail_configured, verified_address
 from mindsearch.querysets import AnyUser
 from research import delivery, keep, schedules, versions
 from research.forms import ScheduleForm
-from research.models import Document, Report, Topic, TopicSchedule
-from research.presenters import topic_page_context
+from research.models import Document, Topic, TopicSchedule
+from research.presenters import report_without_rendering, topic_page_context
 from retrieval.uploads import UploadRejected
 
 
@@ -48,7 +48,8 @@ def versions_context(topic: Topic, user: AnyUser, form: ScheduleForm | None = No
         form = ScheduleForm(initial=initial)
     if not getattr(user, "is_staff", False):
         form.fields.pop("cron", None)
-    changes = Report.objects.filter(topic=topic).values_list("changes", flat=True).first()
+    report = report_without_rendering(topic)  # read once per page (the thread read it first)
+    changes = report.changes if report is not None else None
     all_versions = versions.version_list(topic)
     return {
         "versions": all_versions if len(all_versions) > 1 else [],

@@ -149,13 +149,14 @@ def numbered_sources(topic: Topic, before: int | None = None) -> list[Numbered]:
 
 def sources_by_number(topic: Topic, upto: FollowUp | None = None) -> dict[int, dict[str, Any]]:
     """Every number of the thread up to and including `upto` (all when None) → its source."""
-    report = Report.objects.filter(topic=topic).first()
-    sources = list(report.sources) if report else []
+    # The sources alone: a report's or an answer's stored rendering can be megabytes.
+    report = Report.objects.filter(topic=topic).values_list("sources", flat=True).first()
+    sources = list(report) if isinstance(report, list) else []
     followups = topic.followups.filter(status=FollowUp.Status.COMPLETED)
     if upto is not None:
         followups = followups.filter(position__lte=upto.position)
-    for followup in followups.order_by("position"):
-        sources.extend(followup.sources)
+    for answered in followups.order_by("position").values_list("sources", flat=True):
+        sources.extend(answered if isinstance(answered, list) else [])
     return {source["n"]: source for source in sources if isinstance(source.get("n"), int)}
 
 

@@ -23,7 +23,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research import archive
-from research.models import Citation, Report, ShareLink, Topic
+from research.models import Citation, FollowUp, Report, ShareLink, Topic
 from research.pipeline import citecheck
 from research.presenters import report_rendering
 from tests.reliability.conftest import _finished_topic
@@ -208,6 +208,14 @@ def test_a_page_reads_only_the_html_it_shows_of_the_stored_rendering(
         "topic": (bob_client, reverse("topic_detail", args=[topic.pk])),
         "share": (anonymous, reverse("shared_report", args=[token])),
         "card": (anonymous, reverse("shared_citation_card", args=[token, 3])),
+        "follow-up card": (
+            bob_client,
+            reverse("followup_citation_card", args=[topic.pk, topic.followups.get().pk, 3]),
+        ),
+        "shared follow-up card": (
+            anonymous,
+            reverse("shared_followup_citation_card", args=[token, topic.followups.get().pk, 3]),
+        ),
     }
     for name, (client, url) in views.items():
         caches["fragments"].clear()
@@ -219,3 +227,46 @@ def test_a_page_reads_only_the_html_it_shows_of_the_stored_rendering(
         assert not whole, f"{name} read the whole rendering: {whole[0][:200]}"
     page = bob_client.get(views["topic"][1]).content.decode()
     assert "citation citation-weak" in page
+
+
+def test_a_follow_up_card_reads_its_one_place_and_never_parses_the_answer(
+    alice: User, bob: User, bob_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card of one of 5,000 markers in one sentence takes that citation's place from the
+    answer's stored rendering (one value picked out by the database): no pass over the answer,
+    no row of the check built but the one shown, whatever the answer holds."""
+    topic = imported(alice, SHAPES["markers_in_one_sentence"], bob)
+    followup = topic.followups.get()
+    built: list[int] = []
+    real = Citation.__init__
+
+    def counted(self: Citation, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        real(self, *args, **kwargs)
+
+    def parsed(*_args: Any) -> None:
+        raise AssertionError("the card parsed the answer again")
+
+    monkeypatch.setattr(citecheck, "citation_occurrences", parsed)
+    monkeypatch.setattr(citecheck, "sentence_spans", parsed)
+    monkeypatch.setattr(Citation, "__init__", counted)
+    first = bob_client.get(reverse("followup_citation_card", args=[topic.pk, followup.pk, 0]))
+    assert first.status_code == 200 and "A passage." in first.content.decode()
+    assert len(built) == 1
+    card = partial(_followup_card, bob_client, topic, followup)
+    assert (card(4_999).status_code, card(5_000).status_code) == (200, 404)
+
+
+def test_a_follow_up_card_whose_rendering_is_stale_finds_the_place_in_the_text(
+    alice: User, bob: User, bob_client: Client
+) -> None:
+    topic = imported(alice, "A claim [1]. Another claim [1].", bob)
+    followup = topic.followups.get()
+    FollowUp.objects.filter(pk=followup.pk).update(rendering=None)
+    card = partial(_followup_card, bob_client, topic, followup)
+    assert "A passage." in card(0).content.decode()
+    assert (card(0).status_code, card(1).status_code, card(2).status_code) == (200, 200, 404)
+
+
+def _followup_card(client: Client, topic: Topic, followup: FollowUp, index: int) -> Any:
+    return client.get(reverse("followup_citation_card", args=[topic.pk, followup.pk, index]))
