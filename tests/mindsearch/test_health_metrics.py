@@ -164,3 +164,20 @@ def test_charts_begin_where_the_samples_do() -> None:
     MetricSample.objects.create(at=now - timedelta(hours=30), name="mindsearch_topics", labels="", value=1.0)
     assert data_start(period) == now - timedelta(minutes=15)  # older samples are outside the period
     assert data_start(now - timedelta(days=7)) == now - timedelta(hours=30)
+
+
+@pytest.mark.django_db
+def test_the_charts_page_begins_at_the_first_sample() -> None:
+    """The admin's charts, not only the helper, begin where 15 minutes of figures do (issue 29)."""
+    from django.utils.formats import date_format
+
+    first = timezone.now() - timedelta(minutes=15)
+    MetricSample.objects.create(at=first, name="mindsearch_topics", labels="", value=1.0)
+    MetricSample.objects.create(
+        at=timezone.now() - timedelta(minutes=1), name="mindsearch_topics", labels="", value=2.0
+    )
+    client = Client()
+    client.force_login(User.objects.create_user("operator", password="x", is_staff=True, is_superuser=True))
+    body = client.get("/admin/mindsearch/metricsample/charts/?hours=24").content.decode()
+    shown = date_format(timezone.localtime(first), "DATETIME_FORMAT")
+    assert f"from {shown} to" in body

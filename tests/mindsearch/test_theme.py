@@ -163,3 +163,17 @@ def test_every_variable_a_stylesheet_uses_is_defined() -> None:
         known = ours | admin if path.name.startswith("admin") else ours
         used = set(re.findall(r"var\((--[\w-]+)", path.read_text()))
         assert used <= known, (path.name, used - known)
+
+
+def test_every_select_is_drawn_like_the_other_fields() -> None:
+    """A <select> outside `.field` (the topic list's status filter, a share link's expiry) was the
+    browser's own control (issue 29 point 9): a rule for every `select` gives it the page's font, the
+    theme's line and rounded corners. tests/browser/test_look.py checks the computed style."""
+    bare = {
+        d.prop: d.value
+        for d in declarations(THEME.read_text())
+        if "select" in [part.strip() for part in d.selector.split(",")]
+    }
+    assert bare.get("font") == "inherit", bare
+    assert "var(--line)" in bare.get("border", ""), bare
+    assert bare.get("border-radius"), bare
