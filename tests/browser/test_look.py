@@ -71,13 +71,20 @@ def made(site: str, settings: Any) -> dict[str, int]:
 
 
 # An open panel whose card shows its own heading under the panel's summary ("▸ Plan", then "Plan").
-DOUBLED_HEADINGS = """() => [...document.querySelectorAll('details[open] > summary')].flatMap(summary => {
-  const title = summary.textContent.trim();
-  return [...summary.parentElement.querySelectorAll('h2, h3')].filter(heading => {
-    const box = heading.getBoundingClientRect();
-    return heading.textContent.trim() === title && box.width > 1 && box.height > 1;
-  }).map(() => title);
-})"""
+# A completed topic's work panels start closed: they are opened for the look and closed again.
+DOUBLED_HEADINGS = """() => {
+  const closed = [...document.querySelectorAll('details.work-panel:not([open])')];
+  closed.forEach(panel => { panel.open = true; });
+  const doubled = [...document.querySelectorAll('details[open] > summary')].flatMap(summary => {
+    const title = summary.textContent.trim();
+    return [...summary.parentElement.querySelectorAll('h2, h3')].filter(heading => {
+      const box = heading.getBoundingClientRect();
+      return heading.textContent.trim() === title && box.width > 1 && box.height > 1;
+    }).map(() => title);
+  });
+  closed.forEach(panel => { panel.open = false; });
+  return doubled;
+}"""
 # A visible <select> left as the browser draws it: the page's font, the theme's line, rounded.
 UNSTYLED_SELECTS = """() => {
   const probe = document.createElement('div');
