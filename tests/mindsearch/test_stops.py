@@ -127,11 +127,20 @@ def test_sigterm_to_the_process_group_stops_everything_and_the_topic_resumes_aft
                 "the run never got going",
                 log,
             )
+            # Where the run stood when the stop came: the failure message's first line.
+            stood = query(data_dir, f"SELECT status, stage, error FROM research_topic WHERE id = {topic}")
+            events = query(
+                data_dir,
+                f"SELECT stage, level, message FROM research_runevent WHERE topic_id = {topic} ORDER BY seq",
+            )
             stop_group_and_check_nothing_is_left(serve, data_dir, log)
         finally:
             if serve.poll() is None:
                 os.killpg(serve.pid, signal.SIGKILL)
-        assert f"topic {topic} handed back to the queue" in log.read_text()
+        # The whole log on failure: pytest's own report elides its middle, where the stop is.
+        assert f"topic {topic} handed back to the queue" in log.read_text(), (
+            f"at the stop: {stood}, events: {events[-6:]}\n{log.read_text()}"
+        )
 
         serve = start_serve(env, port, log)
         try:
