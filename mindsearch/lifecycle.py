@@ -38,7 +38,9 @@ def stopping() -> bool:
 
 
 def request_stop() -> None:
+    """Mark this process stopping and cancel the calls in flight (their answers were not saved)."""
     _stopping.set()
+    _cancel_in_flight()
 
 
 def raise_if_stopping() -> None:
@@ -83,8 +85,7 @@ def install_worker_handlers(grace_seconds: float) -> None:
             return
         name = signal.Signals(signum).name
         log.info("worker got %s: the run in flight hands back at its next saved point", name)
-        _stopping.set()
-        _cancel_in_flight()
+        request_stop()
         threading.Thread(target=_end_after, args=(grace_seconds,), daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_stop)

@@ -3,18 +3,26 @@
 The plan is shown for review (edit, add or delete sub-queries) unless --yes approves it as is.
 Progress is drawn as one bar per stage, from the same RunEvents the web page streams; the
 report's text is printed as the LLM writes it, then what the checks changed (or the sources).
+
+Ctrl-C (or SIGTERM) stops the run as a stopping worker does (`mindsearch.lifecycle`): before its
+next outside call, with every answer received saved; the topic goes back to the queue, where a
+worker (`make run`) continues it. A second Ctrl-C quits at once.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from research import export, images, workflow
+from mindsearch import lifecycle
+from research import export, images, tasks, workflow
 from research.models import RunEvent, SubQuery, Topic
 from research.pipeline import outline, sites
 from research.pipeline.run import plan_topic, run_topic
@@ -143,20 +151,55 @@ class Command(BaseCommand):
         self.listener = Listener(self)
         listeners: list[Callable[[RunEvent], None]] = [self.listener]
         self.stdout.write(f"Topic #{topic.pk}: {question}")
-        if not plan_topic(topic.pk, listeners):
-            topic.refresh_from_db()
-            if topic.status == Topic.Status.COMPLETED:  # answered directly, without a search
-                self._print_report(topic)
-                return
-            if topic.status != Topic.Status.AWAITING_APPROVAL:
-                raise CommandError(topic.error or f"Planning ended with status {topic.status}")
-            self._approve(topic, self._review(topic))
-        status = run_topic(topic.pk, listeners)
+        with self._stopped_by_signals(topic):
+            if not plan_topic(topic.pk, listeners):
+                topic.refresh_from_db()
+                if topic.status == Topic.Status.COMPLETED:  # answered directly, without a search
+                    self._print_report(topic)
+                    return
+                if topic.status != Topic.Status.AWAITING_APPROVAL:
+                    raise CommandError(topic.error or f"Planning ended with status {topic.status}")
+                self._approve(topic, self._review(topic))
+            status = run_topic(topic.pk, listeners)
         self.stdout.write("")
         topic.refresh_from_db()
         if status != Topic.Status.COMPLETED:
             raise CommandError(f"The topic {status}: {topic.error}")
         self._print_report(topic)
+
+    @contextmanager
+    def _stopped_by_signals(self, topic: Topic) -> Iterator[None]:
+        """Ctrl-C or SIGTERM: the run stops at its next saved point and the topic is handed back
+        to the queue; a second signal quits at once (the topic then resumes when a worker finds
+        it silent)."""
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            if lifecycle.stopping():
+                raise KeyboardInterrupt
+            self.stderr.write("\nStopping at the next saved point (Ctrl-C again to quit at once)…")
+            lifecycle.request_stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise CommandError(
+                f"Stopped at once: topic #{topic.pk} keeps what was saved; a worker (make run) resumes "
+                "it once it has been silent a while.",
+                returncode=130,
+            ) from None
+        except BaseException as exc:
+            if not lifecycle.is_stop(exc):
+                raise
+            status = tasks.hand_back(topic.pk)
+            raise CommandError(
+                f"Stopped: topic #{topic.pk} ({status}) is saved where it stood and waits in the queue; "
+                "a worker (make run) continues it from there.",
+                returncode=130,
+            ) from None
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _image(self, path: str) -> images.PreparedImage:
         """The picture, read by its content and re-encoded; a clear error before anything is saved."""

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
+import time
 from io import StringIO
 from typing import Any
 
@@ -36,6 +40,42 @@ def test_console_research_prints_a_sectioned_cited_report(alice: User) -> None:
     top = report.sources[0]
     assert top["score"] == max(source["score"] for source in report.sources)
     assert f"1. [{top['title']}]({top['url']})" in out
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_console_at_a_saved_point_and_hands_the_topic_to_the_queue(
+    alice: User, stop: signal.Signals, tmp_path: Any
+) -> None:
+    """Ctrl-C in the middle of the search: the run stops before its next call, with what it got
+    saved, the topic waits in the queue for a worker, and the console says so — no traceback."""
+    from django_q.models import OrmQ
+
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with world(llm_latency=1.0) as w, out.open("w") as stdout, err.open("w") as stderr:
+        console = subprocess.Popen(
+            [sys.executable, "manage.py", "research", TOPIC, "--yes", "--user", "alice"],
+            cwd=processes.ROOT,
+            env=processes.process_env(**w.env()),
+            stdout=stdout,
+            stderr=stderr,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not re.search(r"queries\s+\[#+", out.read_text()):  # a sub-query's queries are saved
+                running = console.poll() is None and time.monotonic() < deadline
+                assert running, out.read_text() + err.read_text()
+                time.sleep(0.1)
+            console.send_signal(stop)
+            assert console.wait(30) == 130
+        finally:
+            processes.stop(console)
+    said = err.read_text()
+    assert "Traceback" not in said, said
+    topic = Topic.objects.get(owner=alice)
+    assert f"Stopped: topic #{topic.pk} (queued) is saved where it stood" in said, said
+    assert topic.status == Topic.Status.QUEUED and topic.heartbeat_at is None
+    assert [task.task["func"] for task in OrmQ.objects.all()] == ["research.tasks.run"]
+    assert topic.subqueries.filter(search_queries__isnull=False).exists()  # kept, not asked again
 
 
 def test_console_needs_a_terminal_or_yes(alice: User) -> None:
