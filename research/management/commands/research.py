@@ -152,14 +152,20 @@ class Command(BaseCommand):
         listeners: list[Callable[[RunEvent], None]] = [self.listener]
         self.stdout.write(f"Topic #{topic.pk}: {question}")
         with self._stopped_by_signals(topic):
-            if not plan_topic(topic.pk, listeners):
-                topic.refresh_from_db()
-                if topic.status == Topic.Status.COMPLETED:  # answered directly, without a search
-                    self._print_report(topic)
-                    return
-                if topic.status != Topic.Status.AWAITING_APPROVAL:
-                    raise CommandError(topic.error or f"Planning ended with status {topic.status}")
+            planned = plan_topic(topic.pk, listeners)
+        if not planned:
+            topic.refresh_from_db()
+            if topic.status == Topic.Status.COMPLETED:  # answered directly, without a search
+                self._print_report(topic)
+                return
+            if topic.status != Topic.Status.AWAITING_APPROVAL:
+                raise CommandError(topic.error or f"Planning ended with status {topic.status}")
+            try:
                 self._approve(topic, self._review(topic))
+            except (KeyboardInterrupt, EOFError):
+                waits = f"\nNot approved: the plan of topic #{topic.pk} waits for review on its page."
+                raise CommandError(waits, returncode=130) from None
+        with self._stopped_by_signals(topic):
             status = run_topic(topic.pk, listeners)
         self.stdout.write("")
         topic.refresh_from_db()

@@ -180,6 +180,29 @@ def test_console_approval_meets_the_pages_refusals(
     assert topic.status == Topic.Status.AWAITING_APPROVAL
 
 
+def test_ctrl_c_at_the_plan_review_leaves_the_plan_waiting_on_its_page(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from research.management.commands import research as console
+
+    def planned(topic_id: int, listeners: Any) -> bool:
+        topic = Topic.objects.get(pk=topic_id)
+        SubQuery.objects.create(topic=topic, text="one", position=0)
+        topic.set_status(Topic.Status.AWAITING_APPROVAL)
+        return False
+
+    def ctrl_c(prompt: str = "") -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(console, "plan_topic", planned)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", ctrl_c)
+    with pytest.raises(CommandError, match="waits for review on its page") as stopped:
+        call_command("research", "How do tides work?", "--user", "alice", stdout=StringIO())
+    assert stopped.value.returncode == 130
+    assert Topic.objects.get(owner=alice).status == Topic.Status.AWAITING_APPROVAL
+
+
 def test_console_approval_runs_the_plan_in_its_own_process(
     alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
