@@ -163,15 +163,22 @@ def test_uploads_have_their_own_larger_limit(web: tuple[str, int]) -> None:
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
-def test_a_normal_page_is_served_at_once_after_refusals(web: tuple[str, int]) -> None:
-    host, port = web
-    for _ in range(3):
-        send_raw(host, port, multipart_head("/", BODY, host), pieces(BODY))
+def sign_in_page_seconds(host: str, port: int) -> float:
     started = time.monotonic()
-    conn = http.client.HTTPConnection(host, port, timeout=5)
+    conn = http.client.HTTPConnection(host, port, timeout=10)
     conn.request("GET", "/accounts/login/")
     assert conn.getresponse().status == 200
-    assert time.monotonic() - started < 1.0
+    return time.monotonic() - started
+
+
+def test_a_normal_page_is_served_at_once_after_refusals(web: tuple[str, int]) -> None:
+    host, port = web
+    usual = min(sign_in_page_seconds(host, port) for _ in range(3))
+    for _ in range(3):
+        send_raw(host, port, multipart_head("/", BODY, host), pieces(BODY))
+    # A server still reading the refused bodies answers seconds later; one that dropped them
+    # answers as it did before them (the margin is for a busy machine, measured against itself).
+    assert sign_in_page_seconds(host, port) < 5 * usual + 0.5
 
 
 ROOMY = 40 * 1024 * 1024  # the upload routes' limit in `roomy_web`
