@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research import workflow
-from research.models import Citation, Report, RunEvent, Topic
+from research.models import Citation, Document, Report, RunEvent, Topic
 from research.pipeline import citecheck, outline
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stages.answer import sections
@@ -150,12 +150,16 @@ def test_long_says_more_than_short_from_more_evidence_said_once(alice: User, set
             body = report_body(report.markdown)
             checked = Citation.objects.filter(report=report)
             figures[length] = {
+                "pages read": Document.objects.filter(topic=topic).count(),
                 "words": len(body.split()),
                 "facts": len(question.facts_in(body)),
                 "repeated": _repeated(body),
                 "unsupported": checked.filter(verdict="unsupported").count() / max(1, checked.count()),
             }
     short, long = figures["short"], figures["long"]
+    # Long reads twice the pages per sub-query (read.pages_per_subquery): the more it says comes
+    # from more pages.
+    assert long["pages read"] > short["pages read"], figures
     assert long["words"] >= 1.5 * short["words"], figures
     assert long["facts"] >= short["facts"] and long["repeated"] == short["repeated"] == 0, figures
     assert long["unsupported"] <= short["unsupported"], figures
