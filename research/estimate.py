@@ -23,10 +23,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Length
 
-from research.models import LLMCall, SearchQuery, SubQuery, Topic
+from research.models import Document, LLMCall, SearchQuery, SubQuery, Topic
 from research.pipeline import outline, papers
+from research.pipeline.stages import read
+from research.pipeline.stages.answer import sections
+from research.pipeline.stages.answer.diversity import QUICK_SOURCES
 from research.usage import price_for, prices_configured
 
 HISTORY = 30
@@ -110,7 +113,7 @@ def estimate(topic: Topic) -> dict[str, Any]:
         else:
             base = PROFILE[Topic.Mode(topic.mode)][name] * planned
             figures[name] = Figure(base * 0.6, base, base * 1.6)
-    extra_calls, extra_tokens = sections_extra(topic)
+    extra_calls, extra_tokens = sections_extra(topic, (figures["calls"].mid, figures["tokens"].mid))
     if extra_calls or extra_tokens:
         figures["calls"] = Figure(*(max(0.0, v + extra_calls) for v in vars(figures["calls"]).values()))
         figures["tokens"] = Figure(*(max(0.0, v + extra_tokens) for v in vars(figures["tokens"]).values()))
@@ -171,17 +174,48 @@ CHECK_SHARE = 0.5  # a section's citation check sends about half its evidence ag
 ONE_PASS_TOKENS = {Topic.Mode.QUICK: 10_000.0, Topic.Mode.DEEP: 20_000.0}  # the answer and its check
 
 
-def sections_extra(topic: Topic) -> tuple[float, float]:
+# A long report reads more pages per sub-query (research/pipeline/stages/read.py,
+# `pages_per_subquery`): each page more is summarised and scored. What twice the pages add to a
+# run, as a share of it, measured on bench/evidence.py's eleven questions: reading is 39 % of a
+# quick run's calls (152 of 392), and asking twice the pages read 38 % more (210), since a
+# sub-query seldom has twice the readable hits it was given and a page two topics read is
+# summarised once: 0.15 of the run.
+READING_SHARE = 0.15
+# The characters of a page read, when this instance has read none yet.
+PAGE_CHARS = 10_000
+RECENT_PAGES = 200
+
+
+def sections_extra(topic: Topic, base: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """The model calls and tokens a sectioned report adds to a report in one pass (0, 0 without
-    an outline)."""
+    an outline): a call and a check per section for the evidence each is given, and for a length
+    that reads more pages than `read.TOP_K`, that reading (`base`: the run's calls and tokens
+    without it)."""
     count = len(topic.outline)
     if not count:
         return 0.0, 0.0
     length = outline.effective_length(topic.report_kind, topic.report_length)
     scale = outline.scale_of(length)
-    evidence = scale.evidence_chars / CHARS_PER_TOKEN
+    # A section is given its length's evidence, but never more than twice its share of all the
+    # passages of the sources chosen (sections.Evidence): on short pages that binds.
+    quick = Topic.Mode(topic.mode) != Topic.Mode.DEEP
+    sources = (QUICK_SOURCES if quick else settings.RESEARCH_DEEP_SOURCES) * scale.pool
+    shared = sections.SHARES_PER_PASSAGE * sources * page_chars() / count
+    evidence = min(scale.evidence_chars, shared) / CHARS_PER_TOKEN
     per_section = (
         SECTION_FRAME_TOKENS + evidence * (1 + CHECK_SHARE) + outline.words_per_section(length, count) * 2
     )
     one_pass = ONE_PASS_TOKENS.get(Topic.Mode(topic.mode), ONE_PASS_TOKENS[Topic.Mode.QUICK])
-    return 2.0 * (count - 1), count * per_section - one_pass
+    more_pages = read.pages_per_subquery(topic) / read.TOP_K - 1
+    reading_calls, reading_tokens = (READING_SHARE * more_pages * figure for figure in base)
+    return 2.0 * (count - 1) + reading_calls, count * per_section - one_pass + reading_tokens
+
+
+def page_chars() -> float:
+    """The characters of a page as this instance reads them: the mean of its last pages read."""
+    recent = list(
+        Document.objects.order_by("-pk")
+        .annotate(chars=Length("text"))
+        .values_list("chars", flat=True)[:RECENT_PAGES]
+    )
+    return sum(recent) / len(recent) if recent else PAGE_CHARS

@@ -92,6 +92,11 @@ class LLMBadAnswer(LLMError):
     """The endpoint answered, but not with anything usable."""
 
 
+class LLMEmptyAnswer(LLMBadAnswer):
+    """The model finished its answer without a word (and without reasoning), every attempt: for a
+    prompt that may rightly have nothing to say (a report's section), that is its answer."""
+
+
 class LLMQuotaError(LLMError):
     """The account is out of quota, credit or billing: never retried (it does not clear by itself)."""
 
@@ -530,7 +535,7 @@ async def _asked(client: httpx.AsyncClient, call: _Call, endpoint: _Endpoint) ->
         if answer.text.strip():
             return answer.completion(call)
         if not answer.reasoned:
-            raise _Transient("The LLM returned an empty answer", kind=LLMBadAnswer)
+            raise _Transient("The LLM returned an empty answer", kind=LLMEmptyAnswer)
         if call.widened:
             raise LLMBadAnswer(
                 f"The LLM spent its {call.limit} tokens reasoning and returned no answer, even with a"

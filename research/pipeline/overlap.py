@@ -164,7 +164,7 @@ async def _front_parts(ctx: RunContext, pending: list[SubQuery]) -> list[str]:
             # and summarised while the other sub-queries are still searched.
             document = await _read_first(ctx, subquery, number)
             if document is not None:
-                total = read.TOP_K * progress.subqueries
+                total = read.pages_per_subquery(ctx.topic) * progress.subqueries
                 summaries.append(asyncio.ensure_future(summarise.summarise_document(ctx, document, total)))
 
     try:

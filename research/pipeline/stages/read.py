@@ -1,4 +1,5 @@
-"""Stage 5: the best hits of the topic are read as Markdown, `TOP_K` pages per sub-query.
+"""Stage 5: the best hits of the topic are read as Markdown, `TOP_K` pages per sub-query (more for
+a report whose user asked for a long one: `pages_per_subquery`).
 
 The reader goes first; when it fails, the page is fetched directly (SSRF-safe) and converted.
 A page that cannot be read gives its place to the next-best hit. The private passages a topic
@@ -21,8 +22,8 @@ from django.db.models import F, QuerySet
 from django.utils.translation import gettext_noop
 
 from mindsearch.clients import fetch, reader
-from research.models import CacheEntry, Document, Hit
-from research.pipeline import cache, papers, private, sites
+from research.models import CacheEntry, Document, Hit, Topic
+from research.pipeline import cache, outline, papers, private, sites
 from research.pipeline.context import RunContext, db
 from research.pipeline.stage import Outcome, StageName
 
@@ -77,7 +78,7 @@ def plan(ctx: RunContext) -> Reading:
     number = _current_round(ctx)
     pool = _candidates(ctx)
     searched = {hit.subquery_id for hit in pool}
-    wanted = min(TOP_K * len(searched), len(pool))
+    wanted = min(pages_per_subquery(ctx.topic) * len(searched), len(pool))
     have = _web_documents(ctx).count()
     queue = _reading_order(pool, number, attempts=wanted - have + SPARE_CANDIDATES * len(searched))
     return Reading(passages, queue, wanted, have, number)
@@ -95,6 +96,17 @@ async def read_pages(ctx: RunContext, reading: Reading, saved: Saved | None) -> 
         total=reading.wanted,
     )
     await _read_best(ctx, reading, saved)
+
+
+def pages_per_subquery(topic: Topic) -> int:
+    """The pages read per sub-query: `TOP_K`, more for a report whose user asked for a long one
+    (its sections are given more sources: `outline.Scale.pool`), so that the more it says comes
+    from more pages rather than from the same pages' lesser sentences."""
+    if not topic.outline:
+        return TOP_K
+    return round(
+        TOP_K * outline.scale_of(outline.effective_length(topic.report_kind, topic.report_length)).pool
+    )
 
 
 def _current_round(ctx: RunContext) -> int:

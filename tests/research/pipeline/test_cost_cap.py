@@ -161,3 +161,48 @@ def test_the_search_requests_count_the_scholarly_indexes_a_topic_asks(
     assert estimate.estimate(topic)["searches"].mid == 3
     page = alice_client.get(reverse("topic_detail", args=[topic.pk])).content.decode()
     assert "3–3 search requests (3–3 of them to scholarly indexes)" in page
+
+
+def test_a_long_reports_estimate_follows_the_pages_it_reads_and_the_evidence_its_sections_get(
+    alice: User,
+) -> None:
+    """A long sectioned report reads twice the pages per sub-query (read.pages_per_subquery):
+    the estimate adds that reading's share of the run; and a section's evidence is modelled
+    within twice its share of the pages this instance reads, so short pages cost less."""
+    from research.models import Document
+
+    def plan(length: str) -> Topic:
+        topic = Topic.objects.create(
+            owner=alice,
+            question="q",
+            status=Topic.Status.AWAITING_APPROVAL,
+            report_kind="detailed",
+            report_length=length,
+            outline=["A", "B", "C", "D", "E"],
+        )
+        for position in range(3):
+            SubQuery.objects.create(topic=topic, position=position, text=f"p{position}")
+        return topic
+
+    short, long = plan("short"), plan("long")
+    base = estimate.PROFILE[Topic.Mode.QUICK]
+    reading = estimate.READING_SHARE * (read_pages(long) / read_pages(short) - 1)
+    short_calls = estimate.estimate(short)["calls"].mid - base["calls"] * 3
+    long_calls = estimate.estimate(long)["calls"].mid - base["calls"] * 3
+    assert long_calls - short_calls == pytest.approx(reading * base["calls"] * 3)
+    # No page read yet: a page is taken as PAGE_CHARS long, and no section's share binds.
+    long_pages = estimate.estimate(long)["tokens"].mid, estimate.estimate(short)["tokens"].mid
+    Document.objects.create(
+        topic=long, url="https://example.org/a", title="a", text="x" * 1500, fetched_via="reader"
+    )
+    assert estimate.page_chars() == 1500
+    # On pages of 1,500 characters a long section's share (10 sources × 1,500 × 2 / 5 sections)
+    # is under its 12,000 characters; a short one's (5 × 1,500 × 2 / 5) is its 3,000.
+    assert estimate.estimate(long)["tokens"].mid < long_pages[0]
+    assert estimate.estimate(short)["tokens"].mid == pytest.approx(long_pages[1])
+
+
+def read_pages(topic: Topic) -> int:
+    from research.pipeline.stages import read
+
+    return read.pages_per_subquery(topic)

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research import workflow
-from research.models import Citation, Report, Topic
+from research.models import Citation, Document, Report, RunEvent, Topic
 from research.pipeline import citecheck, outline
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stages.answer import sections
@@ -150,15 +150,49 @@ def test_long_says_more_than_short_from_more_evidence_said_once(alice: User, set
             body = report_body(report.markdown)
             checked = Citation.objects.filter(report=report)
             figures[length] = {
+                "pages read": Document.objects.filter(topic=topic).count(),
                 "words": len(body.split()),
                 "facts": len(question.facts_in(body)),
                 "repeated": _repeated(body),
                 "unsupported": checked.filter(verdict="unsupported").count() / max(1, checked.count()),
             }
     short, long = figures["short"], figures["long"]
+    # Long reads twice the pages per sub-query (read.pages_per_subquery): the more it says comes
+    # from more pages.
+    assert long["pages read"] > short["pages read"], figures
     assert long["words"] >= 1.5 * short["words"], figures
     assert long["facts"] >= short["facts"] and long["repeated"] == short["repeated"] == 0, figures
     assert long["unsupported"] <= short["unsupported"], figures
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_section_the_model_answers_empty_says_it_has_nothing_new(alice: User, settings: Any) -> None:
+    """A model that finishes a section without a word (each time the client asks) found nothing
+    worth saying in its passages: the section says so, rather than have the extractive engine
+    quote the sentences the model passed over (a digest's other abstracts, a page's date line),
+    and the run does not count it as the LLM failing."""
+    from tests.support.evidence_world import Mistakes, evidence_world
+
+    with evidence_world(mistakes=Mistakes.none()) as world:
+        for name, value in world.settings().items():
+            setattr(settings, name, value)
+        question = next(q for q in world.web.questions if q.id == "malaria")
+        write = world.script.section
+
+        def section(user: str, system: str) -> str:
+            return "" if "Раздел: Conclusions" in user else write(user, system)
+
+        world.script.section = section  # type: ignore[method-assign]
+        topic = Topic.objects.create(
+            owner=alice, question=question.text, auto_approve=True, report_kind="detailed"
+        )
+        assert plan_topic(topic.pk)
+        run_topic(topic.pk)
+    report = Report.objects.get(topic=topic)
+    bodies = section_bodies(report.markdown.split("\n## Sources")[0])
+    assert bodies["Conclusions"].strip() == sections.nothing_new(question.text), bodies["Conclusions"]
+    assert re.search(r"\[\d+\]", bodies["Overview"]), bodies  # the other sections as they were
+    assert not RunEvent.objects.filter(topic=topic, message__contains="could not write a section").exists()
 
 
 def test_a_plan_in_one_pass_proposes_no_sections_and_the_user_may_add_them(alice: User) -> None:

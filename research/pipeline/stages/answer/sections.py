@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import Completion, LLMError
+from mindsearch.clients.llm import Completion, LLMEmptyAnswer, LLMError
 from research import progress
 from research.models import CacheEntry, Document
 from research.pipeline import citecheck, extractive, outline, passages, window
@@ -276,6 +276,12 @@ def _ask(
         completion = async_to_sync(_ask_fitted)(
             ctx, section, titles, documents, excerpts, words, before, private=private, feedback=feedback
         )
+    except LLMEmptyAnswer:
+        # The model finished without a word, each time it was asked: it found nothing in these
+        # passages worth saying (a real model does so for a section whose sources the sections
+        # above have said). The extractive engine would quote exactly the sentences it passed
+        # over — a digest's other abstracts, a page's date line — so the section says so instead.
+        return "", False
     except LLMError as exc:
         ctx.fell_back(
             STAGE,
