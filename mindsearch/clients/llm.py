@@ -2,7 +2,9 @@
 vLLM, llama.cpp, DeepSeek, Mistral…), whatever the model behind it.
 
 One retry layer only, ours: up to MAX_ATTEMPTS on 429, 5xx, timeouts, dropped connections and
-empty answers, each attempt waiting for the global rate limit first. Errors that no retry can
+empty answers, each attempt waiting for the global rate limit first. A caller for whom an empty
+answer is an answer (a report's section with nothing new to say) says so (`empty_ok`): its empty
+answer is returned at once, never asked again. Errors that no retry can
 mend are raised at once and say what to do: a rejected key (`LLMAuthError`), an exhausted quota
 or billing (`LLMQuotaError`), a model the endpoint does not know or has not pulled
 (`LLMUnknownModel`), a prompt larger than the model's window (`LLMContextOverflow`).
@@ -90,11 +92,6 @@ class LLMNotConfigured(LLMError):
 
 class LLMBadAnswer(LLMError):
     """The endpoint answered, but not with anything usable."""
-
-
-class LLMEmptyAnswer(LLMBadAnswer):
-    """The model finished its answer without a word (and without reasoning), every attempt: for a
-    prompt that may rightly have nothing to say (a report's section), that is its answer."""
 
 
 class LLMQuotaError(LLMError):
@@ -415,6 +412,7 @@ class _Call:
     user: int | None
     on_text: TextListener | None
     on_thinking: ThinkingListener | None
+    empty_ok: bool = False  # an empty answer that did not reason is the answer, not a failure
     started: float = field(default_factory=time.monotonic)
     sent: int = 0  # requests sent, every kind of retry included
     widened: bool = False  # asked again with a larger budget after an empty answer that reasoned
@@ -430,11 +428,17 @@ async def complete(
     on_text: TextListener | None = None,
     on_thinking: ThinkingListener | None = None,
     model: str = "",
+    empty_ok: bool = False,
 ) -> Completion:
     """One chat completion, retried on transient failures; `user` is whose share of the limit it
-    takes. `on_text` hears the answer so far as it grows (from the start again when an attempt
-    is retried), never reasoning; `on_thinking` is called (at most once a second) while the
-    model reasons and no answer text came yet. `max_tokens` None is AITUNNEL_MAX_TOKENS, fitted
+    takes. An empty answer is one of them (LLMBadAnswer when every attempt got one), unless
+    `empty_ok`: a caller that may rightly get nothing (a report's section whose sources the
+    sections above said) gets the empty Completion of the first, its usage as the endpoint told
+    it, without paying for the same prompt again. A reasoning model that spent its limit
+    reasoning is asked again with a larger budget either way: that is no answer. `on_text`
+    hears the answer so far as it grows (from the start again when an attempt is retried),
+    never reasoning; `on_thinking` is called (at most once a second) while the model reasons
+    and no answer text came yet. `max_tokens` None is AITUNNEL_MAX_TOKENS, fitted
     to the window; `temperature` None is AITUNNEL_TEMPERATURE (empty: the provider's default).
     `model` picks another model of the same endpoint (the vision model); the same global limit
     holds for it."""
@@ -454,6 +458,7 @@ async def complete(
         user=user,
         on_text=on_text,
         on_thinking=on_thinking,
+        empty_ok=empty_ok,
     )
     async with _http_client() as client:
         return await _with_retries(client, call, endpoint)
@@ -535,7 +540,9 @@ async def _asked(client: httpx.AsyncClient, call: _Call, endpoint: _Endpoint) ->
         if answer.text.strip():
             return answer.completion(call)
         if not answer.reasoned:
-            raise _Transient("The LLM returned an empty answer", kind=LLMEmptyAnswer)
+            if call.empty_ok:
+                return answer.completion(call)
+            raise _Transient("The LLM returned an empty answer", kind=LLMBadAnswer)
         if call.widened:
             raise LLMBadAnswer(
                 f"The LLM spent its {call.limit} tokens reasoning and returned no answer, even with a"

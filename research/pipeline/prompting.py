@@ -109,6 +109,7 @@ async def ask_completion(
     max_tokens: int | None = None,
     on_text: llm_client.TextListener | None = None,
     on_thinking: llm_client.ThinkingListener | None = None,
+    empty_ok: bool = False,
 ) -> llm_client.Completion:
     """The whole answer — its text (never reasoning), whether the token limit cut it
     (`truncated`), its reasoning tokens — from the cache when this exact question was asked of
@@ -120,14 +121,19 @@ async def ask_completion(
 
     With `on_text` the answer is streamed to it as it is written (a cached one at once, whole),
     and `on_thinking` hears that the model is still reasoning; only a finished answer is cached
-    or returned."""
+    or returned.
+
+    With `empty_ok` an empty answer is an answer (`llm.complete`'s: asked once, not retried),
+    cached and counted like any other, and read back from the cache as the same empty answer;
+    a caller without it is never given one (it retries, and an empty answer in the cache is
+    asked again)."""
     # What a private picture showed (its labels in the question, its description) is private too.
     private = private or bool(ctx.image_labels or ctx.image_context)
     owner_id = ctx.owner_id if private or settings.LLM_CACHE_SCOPE == "user" else None
     endpoint = llm_client.endpoint_key(ctx.model)
     key = result_cache.make_key("llm", stage, prompt.version, endpoint, str(max_tokens or ""), user_content)
     cached = await db(result_cache.get)(kind, key, owner_id)
-    if cached is not None:
+    if cached is not None and (empty_ok or cached["text"].strip()):
         await db(_record)(ctx, stage, prompt, cached, cache_hit=True, cache_kind=kind)
         if on_text is not None:
             await on_text(cached["text"])
@@ -141,7 +147,12 @@ async def ask_completion(
                 most = await llm_client.most_tokens(messages, max_tokens)
                 held = await db(budget.hold)(ctx.owner_id, most, settings.AITUNNEL_MODEL)
             completion = await llm_client.complete(
-                messages, max_tokens=max_tokens, user=ctx.owner_id, on_text=on_text, on_thinking=on_thinking
+                messages,
+                max_tokens=max_tokens,
+                user=ctx.owner_id,
+                on_text=on_text,
+                on_thinking=on_thinking,
+                empty_ok=empty_ok,
             )
         except llm_client.LLMError as exc:
             await db(_record)(

@@ -184,6 +184,21 @@ def test_empty_answer_is_retried_then_bad_answer(fake) -> None:
     assert raised.value.attempts == 4
 
 
+def test_an_empty_answer_is_the_answer_of_a_caller_that_takes_one(fake) -> None:
+    """`empty_ok` (a report's section, which may rightly have nothing to say): the first empty
+    answer is returned with the usage the endpoint told, one request paid, no back-off waited;
+    without it the same answer is still retried (above)."""
+    fake.routes[("POST", CHAT)] = openai_chat(lambda messages: "")
+    result = complete(empty_ok=True)
+    assert len(fake.requests_to(CHAT)) == 1
+    assert (result.text, result.attempts, result.finish_reason) == ("", 1, "stop")
+    assert result.prompt_tokens == estimate_tokens("Be brief.Say hello")  # as the endpoint said
+    assert (result.completion_tokens, result.usage_estimated) == (estimate_tokens(""), False)
+    with pytest.raises(LLMBadAnswer, match=r"empty answer") as raised:
+        complete()
+    assert raised.value.attempts == 4 and len(fake.requests_to(CHAT)) == 5
+
+
 def test_empty_answer_once_then_success(fake) -> None:
     replies = iter(["  ", None, "Finally"])
     fake.routes[("POST", CHAT)] = openai_chat(lambda messages: next(replies))

@@ -73,6 +73,29 @@ def test_a_cached_answer_keeps_how_it_ended_and_its_reasoning(settings, alice: U
     assert all(call.reasoning_tokens == fresh.reasoning_tokens for call in calls)
 
 
+def test_an_empty_answer_asked_for_is_cached_and_read_back_as_the_same_nothing(settings, alice: User) -> None:
+    """With `empty_ok` an empty answer is paid once, recorded with its tokens, cached under the
+    question's key like any answer and served from it as the same empty answer; a caller that
+    takes none is not served it (it asks, retries, and fails as before)."""
+    ctx = context(alice)
+    with server(settings, "") as fake:
+        fresh = ask(ctx, empty_ok=True)
+        cached = ask(ctx, empty_ok=True)
+        assert len(fake.requests_to(CHAT)) == 1
+        with pytest.raises(llm.LLMBadAnswer, match="empty answer"):
+            ask(ctx)
+        assert len(fake.requests_to(CHAT)) == 1 + llm.MAX_ATTEMPTS
+    assert (fresh.text, fresh.attempts, cached.text, cached.attempts) == ("", 1, "", 0)
+    assert cached.prompt_tokens == fresh.prompt_tokens > 0
+    calls = list(LLMCall.objects.filter(topic=ctx.topic).order_by("id"))
+    assert [(call.cache_hit, call.error == "") for call in calls] == [
+        (False, True),
+        (True, True),
+        (False, False),
+    ]
+    assert calls[0].prompt_tokens == fresh.prompt_tokens and calls[0].attempts == 1
+
+
 def test_a_reasoning_models_hidden_reasoning_is_counted(settings, alice: User) -> None:
     settings.AITUNNEL_MODEL = "o4-mini"
     ctx = context(alice)

@@ -205,11 +205,15 @@ def test_hidden_reasoning_that_spent_the_limit_is_asked_again_with_a_larger_budg
     assert result.reasoning_tokens >= 5000
 
 
-def test_a_model_that_only_reasons_is_an_empty_answer_after_one_larger_budget(settings) -> None:
+@pytest.mark.parametrize("empty_ok", [False, True])
+def test_a_model_that_only_reasons_is_an_empty_answer_after_one_larger_budget(
+    settings, empty_ok: bool
+) -> None:
+    """A budget spent reasoning is no answer, even for a caller that takes an empty one."""
     endless = Dialect(reasoning="reasoning_content", thinking=lambda messages: "hmm " * 40_000)
     with serve(settings, endless) as fake:
         with pytest.raises(LLMBadAnswer, match="reasoning and returned no answer"):
-            complete(max_tokens=10)
+            complete(max_tokens=10, empty_ok=empty_ok)
         assert len(fake.requests_to(CHAT)) == 2
 
 

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from research import workflow
-from research.models import Citation, Document, Report, RunEvent, Topic
+from research.models import Citation, Document, LLMCall, Report, RunEvent, Topic
 from research.pipeline import citecheck, outline
 from research.pipeline.run import plan_topic, run_topic
 from research.pipeline.stages.answer import sections
@@ -167,12 +167,14 @@ def test_long_says_more_than_short_from_more_evidence_said_once(alice: User, set
 
 @pytest.mark.django_db(transaction=True)
 def test_a_section_the_model_answers_empty_says_it_has_nothing_new(alice: User, settings: Any) -> None:
-    """A model that finishes a section without a word (each time the client asks) found nothing
-    worth saying in its passages: the section says so, rather than have the extractive engine
-    quote the sentences the model passed over (a digest's other abstracts, a page's date line),
-    and the run does not count it as the LLM failing."""
+    """A model that finishes a section without a word found nothing worth saying in its
+    passages: the section says so, rather than have the extractive engine quote the sentences
+    the model passed over (a digest's other abstracts, a page's date line), and the run does not
+    count it as the LLM failing. It is asked once — the client does not retry it as a failure
+    (each retry a prompt paid for) — and its tokens are counted as the endpoint told them."""
     from tests.support.evidence_world import Mistakes, evidence_world
 
+    asked: list[str] = []
     with evidence_world(mistakes=Mistakes.none()) as world:
         for name, value in world.settings().items():
             setattr(settings, name, value)
@@ -180,7 +182,10 @@ def test_a_section_the_model_answers_empty_says_it_has_nothing_new(alice: User, 
         write = world.script.section
 
         def section(user: str, system: str) -> str:
-            return "" if "Раздел: Conclusions" in user else write(user, system)
+            if "Раздел: Conclusions" in user:
+                asked.append(user)
+                return ""
+            return write(user, system)
 
         world.script.section = section  # type: ignore[method-assign]
         topic = Topic.objects.create(
@@ -193,6 +198,11 @@ def test_a_section_the_model_answers_empty_says_it_has_nothing_new(alice: User, 
     assert bodies["Conclusions"].strip() == sections.nothing_new(question.text), bodies["Conclusions"]
     assert re.search(r"\[\d+\]", bodies["Overview"]), bodies  # the other sections as they were
     assert not RunEvent.objects.filter(topic=topic, message__contains="could not write a section").exists()
+    assert len(asked) == 1, len(asked)
+    # Its call is one call paid like the others: no failed row of no tokens among them.
+    calls = LLMCall.objects.filter(topic=topic, stage="answer", cache_hit=False)
+    assert calls.count() >= len(bodies), calls.count()  # a call per section at least
+    assert [(c.error, c.attempts, c.prompt_tokens > 0) for c in calls] == [("", 1, True)] * calls.count()
 
 
 def test_a_plan_in_one_pass_proposes_no_sections_and_the_user_may_add_them(alice: User) -> None:

@@ -208,21 +208,21 @@ class StreamedText:
         *,
         private: bool,
         max_tokens: int | None = None,
+        empty_ok: bool = False,
     ) -> Completion:
         """The LLM's answer (an answer, cached as one), streamed into this text as it is written
         ("thinking…" while the model reasons first): dropped when the ask fails, saved whole
-        when it is done."""
+        when it is done. `empty_ok`: an empty answer is one (`prompting.ask_completion`'s)."""
         try:
-            completion = await ask_completion(
+            completion = await answer_completion(
                 ctx,
                 stage,
                 prompt,
                 request,
-                kind=CacheEntry.Kind.ANSWERS,
                 private=private,
                 max_tokens=max_tokens,
-                on_text=self,
-                on_thinking=self.thinking,
+                empty_ok=empty_ok,
+                heard=self,
             )
         except BaseException:
             await self.drop()
@@ -484,19 +484,7 @@ async def _ask_fitted(
         )
 
     async def send(request: str, max_tokens: int | None) -> Completion:
-        if draft is not None:
-            return await draft.ask_completion(
-                ctx, STAGE, prompt, request, private=material.private, max_tokens=max_tokens
-            )
-        return await ask_completion(
-            ctx,
-            STAGE,
-            prompt,
-            request,
-            kind=CacheEntry.Kind.ANSWERS,
-            private=material.private,
-            max_tokens=max_tokens,
-        )
+        return await ask_answer(ctx, prompt, request, draft, private=material.private, max_tokens=max_tokens)
 
     completion, sent = await window.ask_within(
         ctx,
@@ -511,6 +499,54 @@ async def _ask_fitted(
     )
     material.excerpts.update(sent)
     return completion
+
+
+async def ask_answer(
+    ctx: RunContext,
+    prompt: Prompt,
+    request: str,
+    draft: StreamedText | None,
+    *,
+    private: bool,
+    max_tokens: int | None,
+    empty_ok: bool = False,
+) -> Completion:
+    """The LLM's answer to `request`, cached as an answer: streamed into `draft` when there is
+    one (a text asked again with feedback is not shown while it is written). `empty_ok`: an
+    empty answer is one (`prompting.ask_completion`'s)."""
+    if draft is not None:
+        return await draft.ask_completion(
+            ctx, STAGE, prompt, request, private=private, max_tokens=max_tokens, empty_ok=empty_ok
+        )
+    return await answer_completion(
+        ctx, STAGE, prompt, request, private=private, max_tokens=max_tokens, empty_ok=empty_ok
+    )
+
+
+async def answer_completion(
+    ctx: RunContext,
+    stage: StageName,
+    prompt: Prompt,
+    request: str,
+    *,
+    private: bool,
+    max_tokens: int | None,
+    empty_ok: bool,
+    heard: StreamedText | None = None,
+) -> Completion:
+    """`prompting.ask_completion` of an answer (cached as one), `heard` as it is written."""
+    return await ask_completion(
+        ctx,
+        stage,
+        prompt,
+        request,
+        kind=CacheEntry.Kind.ANSWERS,
+        private=private,
+        max_tokens=max_tokens,
+        on_text=heard,
+        on_thinking=heard.thinking if heard is not None else None,
+        empty_ok=empty_ok,
+    )
 
 
 def _length_tokens(topic: Topic) -> int:

@@ -33,13 +33,13 @@ from dataclasses import dataclass, replace
 from asgiref.sync import async_to_sync
 from django.utils.translation import gettext_noop
 
-from mindsearch.clients.llm import Completion, LLMEmptyAnswer, LLMError
+from mindsearch.clients.llm import Completion, LLMError
 from research import progress
-from research.models import CacheEntry, Document
+from research.models import Document
 from research.pipeline import citecheck, extractive, outline, passages, window
 from research.pipeline.context import RunContext
 from research.pipeline.passages import Passage
-from research.pipeline.prompting import ask_completion, data_block, load_prompt
+from research.pipeline.prompting import data_block, load_prompt
 from research.pipeline.replies import is_russian, language_of
 from research.pipeline.stage import StageName
 from research.pipeline.stages.answer import diversity, report_writer
@@ -276,12 +276,6 @@ def _ask(
         completion = async_to_sync(_ask_fitted)(
             ctx, section, titles, documents, excerpts, words, before, private=private, feedback=feedback
         )
-    except LLMEmptyAnswer:
-        # The model finished without a word, each time it was asked: it found nothing in these
-        # passages worth saying (a real model does so for a section whose sources the sections
-        # above have said). The extractive engine would quote exactly the sentences it passed
-        # over — a digest's other abstracts, a page's date line — so the section says so instead.
-        return "", False
     except LLMError as exc:
         ctx.fell_back(
             STAGE,
@@ -294,8 +288,11 @@ def _ask(
     text = completion.text.strip()
     if not text and completion.truncated:
         return None  # cut off before it wrote anything (a reasoning model's budget): a failure
-    # An empty answer is the model finding nothing to say: the section says so (`nothing_new`)
-    # rather than have the extractive engine quote what the model passed over.
+    # An empty answer is the model finding nothing in these passages worth saying (a real model
+    # does so for a section whose sources the sections above said): the section says so
+    # (`nothing_new`) rather than have the extractive engine quote what the model passed over —
+    # a digest's other abstracts, a page's date line. It is asked for once (`empty_ok`), not
+    # paid for again and again as if the endpoint had failed.
     return text, completion.truncated
 
 
@@ -319,12 +316,9 @@ async def _ask_fitted(
         return request + ("\n\n" + data_block(feedback) if feedback else "")
 
     async def send(request: str, max_tokens: int | None) -> Completion:
-        if draft is not None:
-            return await draft.ask_completion(
-                ctx, STAGE, prompt, request, private=private, max_tokens=max_tokens
-            )
-        return await ask_completion(
-            ctx, STAGE, prompt, request, kind=CacheEntry.Kind.ANSWERS, private=private, max_tokens=max_tokens
+        # A section may rightly have nothing to say: its empty answer is asked for once.
+        return await report_writer.ask_answer(
+            ctx, prompt, request, draft, private=private, max_tokens=max_tokens, empty_ok=True
         )
 
     completion, sent = await window.ask_within(
