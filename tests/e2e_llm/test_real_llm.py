@@ -70,8 +70,8 @@ def drafts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def research(owner: User) -> Topic:
     """The model plans the topic; the plan is approved as a reviewer may trim it on the page, to
     its first sub-query; the topic runs. Every stage still asks the model (queries, scores, one
-    summary per page read, the report), for one sub-query instead of three: the model writes about
-    a third fewer tokens (CI time, docs/TESTING.md)."""
+    summary per page read, the report); the two other sub-queries' query calls, which SmolLM2
+    writes to their 448-token limit, are not paid (CI time, docs/TESTING.md)."""
     topic = Topic.objects.create(owner=owner, question=QUESTION, language="en")
     plan_topic(topic.pk)
     topic.refresh_from_db()
