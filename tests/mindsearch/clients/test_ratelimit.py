@@ -394,14 +394,12 @@ def assert_limit_held(grants: list[float], arrivals: list[float], total: int) ->
     assert most_in_any_window(arrivals, 0.9) <= 3
 
 
-@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 def test_two_processes_share_the_postgres_limit() -> None:
     env = process_env(DJANGO_SETTINGS_MODULE="mindsearch.settings")
     assert_limit_held(*run_two_workers(env, 6), 12)
 
 
-@pytest.mark.processes
 @pytest.mark.parametrize(("service", "limit"), [("LLM", 2), ("reader", 5)])
 @pytest.mark.django_db(transaction=True)
 def test_two_busy_workers_at_the_default_limits_never_exceed_them_at_the_receiver(
@@ -417,7 +415,6 @@ def test_two_busy_workers_at_the_default_limits_never_exceed_them_at_the_receive
     assert most_in_any_window(grants, 1.0) <= limit
 
 
-@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 def test_two_processes_share_the_redis_limit(redis_db14, redis_url: str) -> None:
     env = process_env(DJANGO_SETTINGS_MODULE="mindsearch.settings", REDIS_URL=redis_url)
