@@ -18,6 +18,10 @@ QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || tru
 # Test processes side by side (pytest-xdist): `make test WORKERS=1` runs them one after another.
 WORKERS ?= auto
 XDIST := -n $(WORKERS) --dist worksteal
+# The slow tier mostly waits (servers starting, a worker's rate limit, polling, the browser, a
+# model server with one thread), so it runs twice as many test processes as there are cores
+# (docs/TESTING.md); `make test-e2e WORKERS=1` still runs them one after another.
+E2E_WORKERS ?= $(if $(filter auto,$(WORKERS)),$(shell echo $$((2 * $$(nproc)))),$(WORKERS))
 
 .PHONY: help install run web worker migrate test test-e2e lint format clean
 
@@ -56,7 +60,7 @@ test: install  ## The fast tier: every in-process test, in parallel (Redis tests
 
 test-e2e: install  ## The slow tier: real daphne/qcluster processes, the browser, a real model server
 	scripts/ensure-chromium
-	$(TEST_ENV) $(PY) -m pytest $(XDIST) -m e2e
+	$(TEST_ENV) $(PY) -m pytest -n $(E2E_WORKERS) --dist worksteal -m e2e
 
 # mypy's modules still allowed errors are listed in pyproject.toml; that list only shrinks.
 # The import rules are configuration, in pyproject.toml: ruff's banned-API rule (TID251: HTTP and MCP

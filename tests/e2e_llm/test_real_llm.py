@@ -4,7 +4,8 @@ tests/support/world.py around it. The model is small and often answers past the 
 the topic must complete all the same — each unreadable answer a fallback that the events name —
 and a window too small for the prompts must be budgeted to, not fail the calls.
 
-Few and quick on purpose (CI time): quick mode, one topic per server."""
+Few and quick on purpose (CI time): quick mode, one topic per server, its plan approved with one
+sub-query."""
 
 from __future__ import annotations
 
@@ -67,11 +68,21 @@ def drafts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def research(owner: User) -> Topic:
-    topic = Topic.objects.create(owner=owner, question=QUESTION, auto_approve=True, language="en")
-    if not plan_topic(topic.pk):
-        topic.set_status(Topic.Status.QUEUED)
+    """The model plans the topic; the plan is approved as a reviewer may trim it on the page, to
+    its first sub-query; the topic runs. Every stage still asks the model (queries, scores, one
+    summary per page read, the report); the two other sub-queries' query calls, which SmolLM2
+    writes to their 448-token limit, are not paid (CI time, docs/TESTING.md)."""
+    topic = Topic.objects.create(owner=owner, question=QUESTION, language="en")
+    plan_topic(topic.pk)
+    topic.refresh_from_db()
+    assert topic.status == Topic.Status.AWAITING_APPROVAL, (topic.status, topic.error)
+    first = topic.subqueries.order_by("position").first()
+    assert first is not None
+    trimmed = workflow.ShownPlan(topic.plan_version(), [(first.pk, first.text)])
+    workflow.approve_plan(topic, trimmed, queue=False)
     run_topic(topic.pk)
     topic.refresh_from_db()
+    assert list(topic.subqueries.values_list("text", flat=True)) == [first.text]
     return topic
 
 

@@ -108,6 +108,7 @@ def peak_growth(port: int, action: Any) -> int:
 PATHS = ["/accounts/login/", "/no/such/page/", "/api/topics", "/admin/login/"]
 
 
+@pytest.mark.processes
 def test_declared_bodies_over_the_limit_are_refused_before_they_are_read(web: tuple[str, int]) -> None:
     host, port = web
     send_raw(host, port, multipart_head("/", BODY, host), pieces(BODY))  # warm: first-use imports
@@ -135,6 +136,7 @@ def test_declared_bodies_over_the_limit_are_refused_before_they_are_read(web: tu
     assert grown < BODY  # four bodies of 4 MB came in together; none of them was kept
 
 
+@pytest.mark.processes
 def test_a_streamed_body_over_the_limit_is_refused(web: tuple[str, int]) -> None:
     host, port = web
     head = (
@@ -151,6 +153,7 @@ def test_a_streamed_body_over_the_limit_is_refused(web: tuple[str, int]) -> None
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
+@pytest.mark.processes
 def test_uploads_have_their_own_larger_limit(web: tuple[str, int]) -> None:
     host, port = web
     # Under the upload limit (but over the small one): it reaches Django, which wants a session.
@@ -171,6 +174,7 @@ def sign_in_page_seconds(host: str, port: int) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.processes
 def test_a_normal_page_is_served_at_once_after_refusals(web: tuple[str, int]) -> None:
     host, port = web
     usual = min(sign_in_page_seconds(host, port) for _ in range(3))
@@ -203,6 +207,7 @@ def multipart_file(content: bytes, name: str = "notes.txt") -> tuple[bytes, byte
     return start, b"\r\n--zz--\r\n"
 
 
+@pytest.mark.processes
 def test_an_accepted_body_is_not_held_in_daphnes_memory(roomy_web: tuple[str, int]) -> None:
     """Bodies within the upload routes' larger limit, anonymous and answered 401: before, daphne
     copied each whole into the application's queue after twisted had parsed its multipart into
@@ -241,6 +246,7 @@ def test_an_accepted_body_is_not_held_in_daphnes_memory(roomy_web: tuple[str, in
     assert grown < BIG, f"daphne grew by {grown / 2**20:.1f} MB for four bodies of {BIG / 2**20:.0f} MB"
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 def test_a_spooled_body_reaches_the_application_whole(roomy_web: tuple[str, int]) -> None:
     """The bytes read from daphne's spool file are the bytes sent, in order (a signed-in upload
@@ -367,6 +373,7 @@ def test_the_compose_proxy_refuses_the_same_bodies_and_is_the_only_door(settings
     assert compose["x-app-env"]["TRUSTED_PROXIES"] == proxy_address
 
 
+@pytest.mark.processes
 def test_a_forwarded_proto_from_an_untrusted_client_is_not_believed(django_db_blocker: Any) -> None:
     """With DEBUG off, plain HTTP is redirected to HTTPS; a client that merely claims
     `X-Forwarded-Proto: https` (no TRUSTED_PROXIES) is redirected all the same."""

@@ -36,6 +36,7 @@ def started(command: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(command, cwd=processes.ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
 
 
+@pytest.mark.processes
 @pytest.mark.django_db
 def test_a_worker_process_loads_the_model_as_it_starts(tmp_path):
     proc = started([sys.executable, "manage.py", "qcluster"], tmp_path / "worker.log")
@@ -48,6 +49,7 @@ def test_a_worker_process_loads_the_model_as_it_starts(tmp_path):
     assert content.index("ready for work") < content.index(LOADED)
 
 
+@pytest.mark.processes
 @pytest.mark.django_db
 def test_a_web_process_loads_the_model_as_it_starts(tmp_path):
     port = processes.free_port()
