@@ -17,6 +17,7 @@ import faulthandler
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _stopping = threading.Event()
 _in_flight: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
+_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()  # the loops calls were made on
 
 
 class WorkerStopping(BaseException):
@@ -53,6 +55,7 @@ def track_call() -> None:
     task = asyncio.current_task()
     if task is not None:
         _in_flight.add(task)
+        _loops.add(task.get_loop())
 
 
 def is_stop(exc: BaseException) -> bool:
@@ -96,4 +99,15 @@ def _end_after(seconds: float) -> None:
     time.sleep(seconds)
     log.warning("worker still busy %.0f s after the stop: ending it (the topic resumes later)", seconds)
     faulthandler.dump_traceback(all_threads=True)
+    _dump_tasks()
     os._exit(1)
+
+
+def _dump_tasks() -> None:
+    """What each coroutine of the run still waits on (the threads' stacks show only the loops)."""
+    with contextlib.suppress(RuntimeError):  # a loop's tasks changed while they were listed
+        for loop in list(_loops):
+            for task in asyncio.all_tasks(loop):
+                print(f"--- {task!r}", file=sys.stderr)
+                task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
