@@ -24,6 +24,7 @@ from django.contrib.auth.models import User
 from docx import Document
 from pdfminer.high_level import extract_text
 from playwright.sync_api import Browser, Locator, Page, expect
+from playwright.sync_api import Error as PlaywrightError
 
 from retrieval.models import UploadedDocument
 from tests.browser.conftest import serving
@@ -101,6 +102,19 @@ UNSTYLED_SELECTS = """() => {
 }"""
 
 
+def scroll_into_view(locator: Locator) -> None:
+    """Scroll to what the locator finds now: a live update may swap the element found a moment
+    ago for its new copy (the plan panel is re-rendered as the run's events arrive)."""
+    for _attempt in range(4):
+        try:
+            locator.scroll_into_view_if_needed()
+            return
+        except PlaywrightError as error:
+            if "not attached to the DOM" not in str(error):
+                raise
+    locator.scroll_into_view_if_needed()
+
+
 class Looks:
     """Every state looked at: its screenshots, and what axe and the layout checks found."""
 
@@ -125,7 +139,7 @@ class Looks:
         if scroll_to is None:
             page.evaluate("window.scrollTo(0, 0)")
         else:
-            scroll_to.scroll_into_view_if_needed()
+            scroll_into_view(scroll_to)
         result = axe.run(page, options=CONTRAST)
         for violation in result.response["violations"]:
             for node in violation["nodes"]:
@@ -313,7 +327,7 @@ def test_a_topic_keeps_what_moves_in_the_first_screen(browser: Browser, site: st
     expect(approve).to_be_visible(timeout=RUN_TIMEOUT)
     for size in SIZES:
         looks.at(size, "light")
-        page.locator("#plan-form textarea").first.scroll_into_view_if_needed()
+        scroll_into_view(page.locator("#plan-form textarea").first)
         expect(approve).to_be_in_viewport()
     looks.every_way("ru-plan-review", scroll_to=page.locator("#plan-form textarea").first)
 
