@@ -180,21 +180,23 @@ def test_console_approval_meets_the_pages_refusals(
     assert topic.status == Topic.Status.AWAITING_APPROVAL
 
 
+def planned_for_review(topic_id: int, listeners: Any) -> bool:
+    """`plan_topic` as the console calls it, planning one sub-query for the user's review."""
+    topic = Topic.objects.get(pk=topic_id)
+    SubQuery.objects.create(topic=topic, text="one", position=0)
+    topic.set_status(Topic.Status.AWAITING_APPROVAL)
+    return False
+
+
 def test_ctrl_c_at_the_plan_review_leaves_the_plan_waiting_on_its_page(
     alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from research.management.commands import research as console
 
-    def planned(topic_id: int, listeners: Any) -> bool:
-        topic = Topic.objects.get(pk=topic_id)
-        SubQuery.objects.create(topic=topic, text="one", position=0)
-        topic.set_status(Topic.Status.AWAITING_APPROVAL)
-        return False
-
     def ctrl_c(prompt: str = "") -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(console, "plan_topic", planned)
+    monkeypatch.setattr(console, "plan_topic", planned_for_review)
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     monkeypatch.setattr("builtins.input", ctrl_c)
     with pytest.raises(CommandError, match="waits for review on its page") as stopped:
@@ -210,19 +212,13 @@ def test_console_approval_runs_the_plan_in_its_own_process(
 
     from research.management.commands import research as console
 
-    def planned(topic_id: int, listeners: Any) -> bool:
-        topic = Topic.objects.get(pk=topic_id)
-        SubQuery.objects.create(topic=topic, text="one", position=0)
-        topic.set_status(Topic.Status.AWAITING_APPROVAL)
-        return False
-
     ran: list[str] = []
 
     def run(topic_id: int, listeners: Any) -> str:
         ran.append(Topic.objects.get(pk=topic_id).status)
         raise CommandError("stop here")
 
-    monkeypatch.setattr(console, "plan_topic", planned)
+    monkeypatch.setattr(console, "plan_topic", planned_for_review)
     monkeypatch.setattr(console, "run_topic", run)
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     monkeypatch.setattr("builtins.input", lambda prompt="": "")
