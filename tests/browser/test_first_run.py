@@ -220,7 +220,7 @@ def test_first_run_plan_review_phone_layout_and_revoked_share(
     # page showed is recorded as it happens rather than looked for afterwards.
     page.evaluate(SAW_COPIED)
     page.get_by_role("button", name="Copy", exact=True).click()
-    page.wait_for_function("window.sawCopied === true")
+    page.wait_for_function("() => window.sawCopied === true")
     assert page.evaluate("navigator.clipboard.readText()") == share_url
     share_path = re.sub(r"^https?://[^/]+", "", share_url)
 
