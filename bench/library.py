@@ -249,7 +249,7 @@ def variants(owner: Any, asked: list[dict[str, str]], documents: dict[str, dict[
                 search.DENSE_WEIGHT,
                 weight,
                 offset,
-                lexical=case.lexical if first else None,
+                lexical=case.first if first else None,
             )
             kept = search.above_floor(
                 fused,
@@ -260,6 +260,7 @@ def variants(owner: Any, asked: list[dict[str, str]], documents: dict[str, dict[
                 case.shared,
                 floors,
                 lexical=case.lexical if floor_words else None,
+                subject=case.subject if floor_words else None,
             )
             ranking = list(dict.fromkeys(chunk_document[chunk_id] for chunk_id, _ in kept[:10]))
             wanted = by_name[query["file"]]

@@ -371,7 +371,9 @@ class Case:
     vector: list[float]
     similarity: dict[int, float | None]  # raw cosine; the floor judges it against the background
     shared: set[int]  # the chunks sharing a word with the question
-    lexical: set[int]  # the chunks holding most of its words (search.lexical_matches)
+    lexical: set[int]  # the chunks holding most of its words: past both floors (search.word_evidence)
+    first: set[int]  # nearly all of them: fused ahead of the others
+    subject: set[int]  # half of them: the subject is there (opens the floor from the top 3)
 
 
 def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str, str]) -> dict[str, Any]:
@@ -398,6 +400,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
             case.shared,
             floors,
             lexical=case.lexical,
+            subject=case.subject,
         )
 
     def fused(fusion: Callable[[str, Ranked, Ranked], Ranked], questions: Iterable[str] = queries) -> Run:
@@ -427,7 +430,7 @@ def evaluate(owner: Any, queries: dict[str, str], qrels: Qrels, absent: dict[str
                 dense_weight,
                 weight,
                 offset,
-                lexical=cases[q].lexical if first else None,
+                lexical=cases[q].first if first else None,
             ),
             questions,
         )
@@ -516,6 +519,7 @@ def asked(owner: Any, texts: dict[str, str], ids: list[int], matrix: np.ndarray)
     cases = {}
     for (key, text), vector in zip(texts.items(), embed_queries(list(texts.values())), strict=True):
         cosine = matrix @ np.asarray(vector, dtype=np.float32)
+        words = search.word_evidence(owner.pk, text)
         cases[key] = Case(
             dense=search.nearest_chunks(owner.pk, vector, EVALUATION_DEPTH),
             keyword=search.bm25_chunks(owner.pk, text, EVALUATION_DEPTH),
@@ -523,7 +527,9 @@ def asked(owner: Any, texts: dict[str, str], ids: list[int], matrix: np.ndarray)
             vector=vector,
             similarity=dict(zip(ids, cosine.tolist(), strict=True)),
             shared=search.sharing_a_word(owner.pk, text),
-            lexical=search.lexical_matches(owner.pk, text),
+            lexical=words.evidence,
+            first=words.first,
+            subject=words.subject,
         )
     return cases
 

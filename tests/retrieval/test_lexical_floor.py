@@ -109,3 +109,57 @@ def test_hybrid_search_puts_the_file_holding_the_sentence_first(alice, monkeypat
     assert found[0].document_name == "order.md"
     monkeypatch.setattr(search, "WORD_EVIDENCE_FIRST", False)
     assert hybrid_search(alice, SENTENCE, k=5)[0].document_name == "bread.md"
+
+
+def standing_between_the_floors(monkeypatch) -> None:
+    """Every passage stands above the passage floor and below the relevance floor: what a
+    relevant passage does when the question is worded unlike it (SciFact's DESMOND claims)."""
+    monkeypatch.setattr(search, "relevance_floor", lambda: search.Floor(3.5, 4.5, 3.5))
+    monkeypatch.setattr(search, "passage_floor", lambda: search.Floor(2.5, 3.5, 2.5))
+    monkeypatch.setattr(
+        search, "standings", lambda vector, similarity, languages: dict.fromkeys(similarity, 3.0)
+    )
+
+
+# Five stems, three of them (ключ, журнал, хран-) in the order's first passage: the subject, not
+# the sentence.
+ABOUT_THE_ORDER = "Где хранится журнал ключей спортивного клуба?"
+
+
+def test_a_passage_holding_half_of_the_question_s_words_opens_the_floor(alice, monkeypatch):
+    add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
+    standing_between_the_floors(monkeypatch)
+    held, stems = search.stems_held(alice.pk, ABOUT_THE_ORDER)
+    best = max(held.values())
+    assert stems >= search.SUBJECT_MIN_STEMS
+    assert search.SUBJECT_MIN_SHARE * stems <= best < search.LEXICAL_MIN_SHARE * stems, (held, stems)
+    found = hybrid_search(alice, ABOUT_THE_ORDER, k=5)
+    assert found and found[0].document_name == "order.md"
+    assert "bread.md" in {passage.document_name for passage in found}  # shown down to the passage floor
+    # Without the subject's words nothing reached the relevance floor: "nothing matches".
+    monkeypatch.setattr(search, "SUBJECT_MIN_SHARE", 1.0)
+    assert hybrid_search(alice, ABOUT_THE_ORDER, k=5) == []
+
+
+def test_the_subject_needs_four_words_and_a_passage_among_the_first_three(alice, monkeypatch):
+    add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
+    standing_between_the_floors(monkeypatch)
+    # Two words, both present: two words can meet by chance.
+    assert hybrid_search(alice, "журнал ключей", k=5) == []
+    # The passage holding the words is not among the first SUBJECT_TOP of the ranking.
+    monkeypatch.setattr(search, "SUBJECT_TOP", 0)
+    assert hybrid_search(alice, ABOUT_THE_ORDER, k=5) == []
+
+
+def test_most_words_pass_the_floors_but_only_nearly_all_come_first(alice):
+    add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
+    # Ten stems; the order's first passage holds eight of them (not бассейн, тренер).
+    query = "Журнал учёта выдачи ключей ведётся администратором бассейна и тренером в электронном виде"
+    held, stems = search.stems_held(alice.pk, query)
+    words = search.word_evidence(alice.pk, query)
+    best = max(held, key=held.__getitem__)
+    assert search.LEXICAL_MIN_SHARE * stems <= held[best] < search.FIRST_MIN_SHARE * stems, (held, stems)
+    assert best in words.evidence and best in words.subject
+    assert best not in words.first
+    # The pasted sentence holds all of its own.
+    assert search.word_evidence(alice.pk, SENTENCE).first == search.lexical_matches(alice.pk, SENTENCE)
