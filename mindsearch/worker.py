@@ -42,7 +42,7 @@ from django_q.brokers import Broker
 from django_q.conf import Conf
 from django_q.signals import post_execute_in_worker, post_spawn
 
-from mindsearch import lifecycle
+from mindsearch import heartbeat, lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -169,16 +169,20 @@ def run_cluster() -> None:
     cluster.stop()
     _wait_for(children)
     watcher.join(timeout=WATCH_INTERVAL_SECONDS * 2)
+    with suppress(Exception):  # the database may be gone already: the beat then lapses in a minute
+        heartbeat.forget()
 
 
 def watch_stalled_topics(stop: threading.Event) -> None:
-    """Resume silent topics every WATCH_INTERVAL_SECONDS; sample the service figures each minute."""
+    """Beat (mindsearch/heartbeat.py) and resume silent topics every WATCH_INTERVAL_SECONDS;
+    sample the service figures each minute."""
     from mindsearch.metrics import SAMPLE_EVERY_SECONDS, record_samples
     from research.tasks import resume_stalled_topics
 
     sampled = 0.0
     while not stop.wait(WATCH_INTERVAL_SECONDS):
         try:
+            heartbeat.beat()
             resume_stalled_topics()
             if time.monotonic() - sampled >= SAMPLE_EVERY_SECONDS:
                 sampled = time.monotonic()

@@ -14,10 +14,12 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from mindsearch import metrics
+from mindsearch import heartbeat, metrics, worker
 from mindsearch.admin_charts import build_chart, per_minute
 from mindsearch.clients import ratelimit
 from mindsearch.models import MetricSample
+from mindsearch.status import check_worker
+from mindsearch.status_check import ERROR, OK
 from research.models import LLMCall, Topic
 from tests.support import processes
 
@@ -43,6 +45,44 @@ def test_readyz_names_the_missing_worker() -> None:
         "worker": "no worker has reported",
         "channels": "ok",
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_readyz_reads_the_worker_s_own_heartbeat_when_django_q_s_stats_lapse(monkeypatch) -> None:
+    """django-q2's cluster stats expire 3 s after the sentinel last wrote them: on a busy
+    machine one late guard cycle made /readyz answer 503 for a live worker. The worker's own
+    beat lasts the minute a silent worker is allowed."""
+    cache.clear()  # no cluster stats, as between two late guard cycles
+    heartbeat.beat()
+    response = Client().get("/readyz")
+    assert response.status_code == 200, response.json()
+    assert response.json()["worker"] == "ok"
+    assert check_worker().state == OK
+    # A minute later with no beat since: the worker is gone.
+    later = time.time() + heartbeat.LIFETIME_SECONDS + 1
+    monkeypatch.setattr(heartbeat.time, "time", lambda: later)
+    assert Client().get("/readyz").json()["worker"] == "no worker has reported"
+    assert check_worker().state == ERROR
+    monkeypatch.undo()
+    heartbeat.forget()
+    assert Client().get("/readyz").status_code == 503
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_s_watcher_beats_even_when_resuming_topics_fails(monkeypatch) -> None:
+    cache.clear()
+    rounds = iter([False, True])  # one round, then the stop
+
+    class OneRound:
+        def wait(self, timeout: float) -> bool:
+            return next(rounds)
+
+    def broken() -> None:
+        raise RuntimeError("the database is restarting")
+
+    monkeypatch.setattr("research.tasks.resume_stalled_topics", broken)
+    worker.watch_stalled_topics(OneRound())  # type: ignore[arg-type]
+    assert heartbeat.seconds_since() is not None
 
 
 @pytest.mark.processes
