@@ -162,6 +162,10 @@ else:
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
             "LOCATION": "mindsearch_cache",
+            # Django's default, 300 entries, culls a third of the table by key order on every write
+            # past it: the worker's cluster stats and heartbeat ("django_q:…", "mindsearch:…")
+            # went first, and /readyz said "no worker has reported" of a live one.
+            "OPTIONS": {"MAX_ENTRIES": 50_000},
         }
     }
     CHANNEL_LAYERS = {

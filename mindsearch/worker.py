@@ -180,6 +180,8 @@ def watch_stalled_topics(stop: threading.Event) -> None:
     from research.tasks import resume_stalled_topics
 
     sampled = 0.0
+    with suppress(Exception):  # at once: django-q2's first stats may lapse before the first round
+        heartbeat.beat()
     while not stop.wait(WATCH_INTERVAL_SECONDS):
         try:
             heartbeat.beat()

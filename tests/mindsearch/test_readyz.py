@@ -51,6 +51,6 @@ def test_two_hundred_probes_of_a_busy_instance_are_all_ready() -> None:
             stop.set()
             for visitor in visitors:
                 visitor.join(30)
-    refused = [body for status, body in answers if status != 200]
-    assert not refused, f"{len(refused)} of {PROBES} not ready: {refused[:3]}"
+    refused = [(n, body) for n, (status, body) in enumerate(answers) if status != 200]
+    assert not refused, f"{len(refused)} of {PROBES} not ready (probe, answer): {refused[:3]}"
     assert not Message.objects.exists()
