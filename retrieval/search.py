@@ -106,8 +106,10 @@ LEXICAL_MIN_SHARE = 0.8
 # Fused ahead of all others (WORD_EVIDENCE_FIRST) takes more: nearly every word. A pasted
 # sentence holds all of its own (a word or two read differently in a long one); a short claim
 # holding four of its five words is often a neighbour on the same subject that the model ranks
-# lower for good reason. SciFact train (bench/retrieval.py): 0.7268 with 0.8 for both, 0.7309
-# with 0.9 here; the mixed library's verbatim sentences: see docs/BENCHMARKS.md.
+# lower for good reason. SciFact train (bench/retrieval.py): 0.7268 with 0.8 for both, 0.732 with
+# 0.85 and the subject below; the mixed library's paraphrases (bench/library.py), which hold
+# 80–90% of their own words inside a question frame, lose two of 73 from its top 3 at 0.85 and
+# five at 0.9 (docs/BENCHMARKS.md).
 FIRST_MIN_SHARE = 0.85
 # The subject is in the documents when a passage among the best SUBJECT_TOP holds at least half
 # of a query's words (four or more): it opens the floor, as a passage reaching the relevance floor
