@@ -61,7 +61,7 @@ DENSE_WEIGHT = 0.5
 # XQuAD-ru train nDCG@10 went 0.772 → 0.892 from offset 0 to 0.05 (0.06: 0.893, 0.08: 0.885).
 OTHER_LANGUAGE_OFFSET = 0.05
 OTHER_LANGUAGE_WEIGHT = 1.0
-# Chunks holding most of the query's own words (lexical_matches) fused ahead of all others.
+# Chunks holding nearly all of the query's own words (word_evidence) fused ahead of all others.
 # Decided on both kinds of collection (issue 28). On XQuAD-ru train, where every paragraph has
 # its translation, the offset above is what the Russian questions need (nDCG@10 0.78 at offset
 # 0, 0.843 at 0.02, 0.882 at 0.05), and putting word evidence first changes nothing (0.8825). On
@@ -417,12 +417,6 @@ def word_evidence(owner_id: int, query: str, chunk_ids: Iterable[int] | None = N
         first=holding(max(FIRST_MIN_SHARE, LEXICAL_MIN_SHARE), LEXICAL_MIN_STEMS),
         subject=holding(SUBJECT_MIN_SHARE, SUBJECT_MIN_STEMS),
     )
-
-
-def lexical_matches(owner_id: int, query: str, chunk_ids: Iterable[int] | None = None) -> set[int]:
-    """The owner's chunks (of `chunk_ids`, or all) holding at least LEXICAL_MIN_SHARE of the
-    query's distinct stems, when it has at least LEXICAL_MIN_STEMS."""
-    return word_evidence(owner_id, query, chunk_ids).evidence
 
 
 def stems_held(

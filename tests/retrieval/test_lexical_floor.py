@@ -70,14 +70,14 @@ def test_words_count_only_for_a_query_of_enough_words_most_of_them_present(alice
     assert hybrid_search(alice, unrelated, k=5) == []
 
 
-def test_lexical_matches_counts_the_share_of_the_query_stems(alice):
+def test_word_evidence_counts_the_share_of_the_query_stems(alice):
     add_documents(alice, {"order.md": ORDER_RU, "bread.md": BREAD_EN})
-    matched = search.lexical_matches(alice.pk, SENTENCE)
+    matched = search.word_evidence(alice.pk, SENTENCE).evidence
     assert len(matched) == 1
-    assert search.lexical_matches(alice.pk, "журнал ключей") == set()
-    assert search.lexical_matches(alice.pk, SENTENCE, []) == set()
+    assert search.word_evidence(alice.pk, "журнал ключей").evidence == set()
+    assert search.word_evidence(alice.pk, SENTENCE, []).evidence == set()
     # Within the candidates given only.
-    assert search.lexical_matches(alice.pk, SENTENCE, [max(matched) + 1000]) == set()
+    assert search.word_evidence(alice.pk, SENTENCE, [max(matched) + 1000]).evidence == set()
 
 
 def test_word_evidence_comes_before_a_passage_in_another_language():
@@ -162,4 +162,4 @@ def test_most_words_pass_the_floors_but_only_nearly_all_come_first(alice):
     assert best in words.evidence and best in words.subject
     assert best not in words.first
     # The pasted sentence holds all of its own.
-    assert search.word_evidence(alice.pk, SENTENCE).first == search.lexical_matches(alice.pk, SENTENCE)
+    assert search.word_evidence(alice.pk, SENTENCE).first == search.word_evidence(alice.pk, SENTENCE).evidence
